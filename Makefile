@@ -1,0 +1,39 @@
+# Two entry points: `make serve` (demo model on 127.0.0.1:8000) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+CACHE ?= var/cache
+DEMO_GGUF := $(CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf
+DEMO_ID := smollm2-135m-instruct
+export HOST ?= 127.0.0.1
+export PORT ?= 8000
+
+.PHONY: serve test lint bench
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+$(DEMO_GGUF): | $(BIN)/python
+	$(BIN)/python scripts/fetch_demo_model.py $(CACHE)
+
+serve: $(VENV)/.installed $(DEMO_GGUF)
+	$(BIN)/python manage.py migrate --noinput -v0
+	$(BIN)/python manage.py collectstatic --noinput -v0
+	$(BIN)/python manage.py import_gguf $(DEMO_GGUF) --id $(DEMO_ID) --if-missing
+	$(BIN)/python manage.py serve
+
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: $(VENV)/.installed-test $(DEMO_GGUF) lint
+	DEMO_GGUF=$(abspath $(DEMO_GGUF)) $(BIN)/python -m pytest

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from tqdm import tqdm
+
+from catalog.models import CatalogModel, ModelFamily
+from catalog.validators import public_id_validator
+from inference.conversion.gguf import UnsupportedGGUF, convert_gguf
+
+
+class Command(BaseCommand):
+    help = "Convert a Llama-architecture GGUF file into an MLX model and add it to the catalog."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("path", type=Path, help="the .gguf file")
+        parser.add_argument("--id", required=True, dest="model_id", help="public model id")
+        parser.add_argument("--family", help="family slug (default: from the chat template)")
+        parser.add_argument("--name", help="display name (default: the GGUF's general.name)")
+        parser.add_argument(
+            "--if-missing",
+            action="store_true",
+            help="do nothing when the catalog already has this id and its weights exist",
+        )
+
+    def handle(
+        self,
+        *args,
+        path: Path,
+        model_id: str,
+        family: str | None,
+        name: str | None,
+        if_missing: bool,
+        **options,
+    ) -> None:
+        try:
+            public_id_validator(model_id)
+        except ValidationError as exc:
+            raise CommandError(f"--id {model_id!r}: {' '.join(exc.messages)}") from None
+        existing = CatalogModel.objects.filter(public_id=model_id).first()
+        if existing and if_missing and (Path(existing.location) / "config.json").is_file():
+            self.stdout.write(f"{model_id} is already in the catalog; nothing to do.")
+            return
+        if existing:
+            raise CommandError(f"the catalog already has a model with id {model_id!r}")
+        chosen_family = self._family(family)
+        if not path.is_file():
+            raise CommandError(f"{path} is not a file")
+        destination = Path(settings.MODEL_STORAGE_DIR) / model_id
+        if destination.exists():
+            raise CommandError(f"{destination} already exists; remove it or pick another --id")
+        try:
+            converted = convert_gguf(path, destination, progress=self._progress)
+        except UnsupportedGGUF as exc:
+            raise CommandError(f"cannot import {path.name}: {exc}") from None
+        entry = CatalogModel.objects.create(
+            public_id=model_id,
+            display_name=name or converted.name,
+            source=CatalogModel.Source.GGUF,
+            location=str(destination),
+            family=chosen_family or ModelFamily.objects.filter(slug=converted.family_slug).first(),
+        )
+        self.stdout.write(
+            self.style.SUCCESS(f"imported {path.name} as {entry.public_id} ({destination})")
+        )
+
+    def _family(self, slug: str | None) -> ModelFamily | None:
+        if slug is None:
+            return None
+        family = ModelFamily.objects.filter(slug=slug).first()
+        if family is None:
+            known = ", ".join(ModelFamily.objects.values_list("slug", flat=True))
+            raise CommandError(f"unknown family {slug!r} (known: {known})")
+        return family
+
+    def _progress(self, items):
+        bar = tqdm(items, desc="importing", unit="step", file=self.stderr._out)
+        for step in bar:
+            bar.set_postfix_str(step.__name__)
+            yield step

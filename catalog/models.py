@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+import re
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+from catalog.validators import (
+    public_id_validator,
+    validate_hf_repo,
+    validate_model_dir,
+    validate_regex_list,
+    validate_string_list,
+)
+from inference.adapters import FamilyProfile, adapter_choices
+
+
+class ModelFamily(models.Model):
+    """How a family of models is prompted and stopped; picked per model or detected."""
+
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=100)
+    adapter = models.CharField(max_length=32, choices=adapter_choices, default="default")
+    priority = models.PositiveIntegerField(
+        default=100, help_text="Detection tries families in ascending priority."
+    )
+    name_patterns = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[validate_regex_list],
+        help_text="Case-insensitive regexes matched against the model id and location, "
+        'e.g. ["qwen", "smollm"].',
+    )
+    model_types = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[validate_string_list],
+        help_text='config.json model_type values, e.g. ["qwen2", "qwen3"].',
+    )
+    extra_stop_tokens = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[validate_string_list],
+        help_text="Special tokens that end generation besides the tokenizer's eos.",
+    )
+    stop_strings = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[validate_string_list],
+        help_text="Text that ends generation (not included in the output).",
+    )
+    chat_template = models.TextField(
+        blank=True, help_text="Jinja chat template overriding the tokenizer's (optional)."
+    )
+
+    class Meta:
+        ordering = ["priority", "slug"]
+        verbose_name_plural = "model families"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def profile(self) -> FamilyProfile:
+        return FamilyProfile(
+            slug=self.slug,
+            adapter=self.adapter,
+            extra_stop_tokens=tuple(self.extra_stop_tokens),
+            stop_strings=tuple(self.stop_strings),
+            chat_template=self.chat_template,
+        )
+
+    def matches_name(self, *names: str) -> bool:
+        return any(
+            re.search(pattern, name, re.IGNORECASE)
+            for pattern in self.name_patterns
+            for name in names
+        )
+
+
+class CatalogModel(models.Model):
+    """A model this server may serve, under the id clients send as `model`."""
+
+    class Source(models.TextChoices):
+        LOCAL = "local", "Local MLX directory"
+        HUGGING_FACE = "hf", "Hugging Face repo"
+        GGUF = "gguf", "Imported GGUF"
+
+    public_id = models.CharField(
+        "model id", max_length=128, unique=True, validators=[public_id_validator]
+    )
+    display_name = models.CharField(max_length=200, blank=True)
+    source = models.CharField(max_length=8, choices=Source.choices, default=Source.LOCAL)
+    location = models.CharField(
+        max_length=1024,
+        help_text="Absolute path of the MLX directory, or the Hugging Face repo id.",
+    )
+    family = models.ForeignKey(
+        ModelFamily,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        help_text="Leave empty to detect from the name and config.json.",
+    )
+    enabled = models.BooleanField(default=True)
+    preload = models.BooleanField("preload on start", default=False)
+    default_max_tokens = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)]
+    )
+    default_temperature = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0.0), MaxValueValidator(2.0)]
+    )
+    default_top_p = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)]
+    )
+    system_prompt = models.TextField(
+        blank=True, help_text="Used when a request brings no system message."
+    )
+    context_length = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Leave empty to use the model's config."
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["public_id"]
+        verbose_name = "catalog model"
+
+    def __str__(self) -> str:
+        return self.public_id
+
+    def clean(self) -> None:
+        super().clean()
+        validate = (
+            validate_hf_repo if self.source == self.Source.HUGGING_FACE else (validate_model_dir)
+        )
+        try:
+            validate(self.location)
+        except ValidationError as exc:
+            raise ValidationError({"location": exc.messages}) from exc

@@ -1,0 +1,1 @@
+"""Turning other weight formats into MLX model directories mlx-lm can load."""

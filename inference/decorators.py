@@ -1,0 +1,86 @@
+"""Small decorators that keep /v1 views about the happy path (in the spirit of healthchecks)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from functools import wraps
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from pydantic import BaseModel, ValidationError
+
+from inference.http import error_response
+from inference.protocol.errors import APIError, server_error
+
+log = logging.getLogger(__name__)
+View = Callable[..., Awaitable[HttpResponse]]
+
+
+def openai_api(*methods: str) -> Callable[[View], View]:
+    """Method check, and every failure turned into an OpenAI error object."""
+
+    def decorate(view: View) -> View:
+        @csrf_exempt
+        @wraps(view)
+        async def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            if request.method not in methods:
+                response = error_response(
+                    APIError(f"Method {request.method} is not allowed here.", status=405)
+                )
+                response["Allow"] = ", ".join(methods)
+                return response
+            try:
+                return await view(request, *args, **kwargs)
+            except APIError as exc:
+                return error_response(exc)
+            except Exception:
+                log.exception("unhandled error in %s", request.path)
+                return error_response(server_error())
+
+        return wrapper
+
+    return decorate
+
+
+def json_body(schema: type[BaseModel]) -> Callable[[View], View]:
+    """Parses and validates the body; the view receives the model instance as `body`."""
+
+    def decorate(view: View) -> View:
+        @wraps(view)
+        async def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            body = parse_body(request, schema)
+            return await view(request, *args, body=body, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def parse_body(request: HttpRequest, schema: type[BaseModel]) -> BaseModel:
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise APIError("The request body is too large.", status=413) from None
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise APIError("We could not parse the JSON body of your request.") from None
+    if not isinstance(data, dict):
+        raise APIError("The request body must be a JSON object.")
+    try:
+        parsed = schema.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+    if parsed.model_extra:
+        log.warning("ignoring unknown fields: %s", ", ".join(sorted(parsed.model_extra)))
+    return parsed
+
+
+def validation_error(exc: ValidationError) -> APIError:
+    first = exc.errors(include_url=False)[0]
+    param = ".".join(str(part) for part in first["loc"]) or None
+    message = first["msg"]
+    return APIError(f"Invalid value for '{param}': {message}" if param else message, param=param)

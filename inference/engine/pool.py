@@ -1,0 +1,119 @@
+"""Loaded models, least recently used first out, under a byte budget. Engine thread only."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
+from mlx_lm import load as mlx_lm_load
+
+from inference.engine.types import EngineError, ErrorKind, ModelSpec
+
+log = logging.getLogger(__name__)
+DEFAULT_CONTEXT = 4096
+
+
+@dataclass
+class LoadedModel:
+    spec: ModelSpec
+    model: Any
+    tokenizer: Any
+    config: dict
+    nbytes: int
+    context_length: int
+    active: int = 0  # sequences using it right now: never evicted while > 0
+
+
+def weights_size(spec: ModelSpec) -> int:
+    """Bytes of weights on disk; 0 when unknown (a hub repo not yet downloaded)."""
+    if spec.from_hub:
+        return 0
+    return sum(f.stat().st_size for f in Path(spec.location).glob("*.safetensors"))
+
+
+def context_length_of(spec: ModelSpec, config: dict) -> int:
+    if spec.context_length:
+        return spec.context_length
+    for key in ("max_position_embeddings", "max_sequence_length", "n_positions"):
+        if isinstance(config.get(key), int):
+            return config[key]
+    return DEFAULT_CONTEXT
+
+
+class ModelPool:
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget = budget_bytes
+        self._models: OrderedDict[str, LoadedModel] = OrderedDict()
+
+    def loaded(self) -> list[LoadedModel]:
+        return list(self._models.values())
+
+    def loaded_ids(self) -> list[str]:
+        # Read from other threads: copying the keys is atomic under the GIL.
+        return list(self._models)
+
+    def get(self, spec: ModelSpec) -> LoadedModel:
+        entry = self._models.get(spec.model_id)
+        if entry is not None and entry.spec == spec:
+            self._models.move_to_end(spec.model_id)
+            return entry
+        if entry is not None:  # the catalog entry changed since it was loaded
+            self.unload(spec.model_id)
+        return self._load(spec)
+
+    def unload(self, model_id: str) -> bool:
+        entry = self._models.pop(model_id, None)
+        if entry is None:
+            return False
+        del entry
+        gc.collect()
+        mx.clear_cache()
+        log.info("unloaded %s", model_id)
+        return True
+
+    def _load(self, spec: ModelSpec) -> LoadedModel:
+        if not spec.from_hub and not (Path(spec.location) / "config.json").is_file():
+            # Never hand a missing local path to mlx-lm: it would try it as a hub repo id.
+            raise EngineError(
+                ErrorKind.MODEL_UNAVAILABLE, f"weights for '{spec.model_id}' are missing on disk"
+            )
+        self._make_room(weights_size(spec), spec.model_id)
+        started = time.monotonic()
+        try:
+            model, tokenizer, config = mlx_lm_load(spec.location, return_config=True)
+        except Exception as exc:
+            log.exception("loading %s failed", spec.model_id)
+            raise EngineError(
+                ErrorKind.MODEL_UNAVAILABLE, f"model '{spec.model_id}' could not be loaded"
+            ) from exc
+        nbytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+        entry = LoadedModel(spec, model, tokenizer, config, nbytes, context_length_of(spec, config))
+        self._models[spec.model_id] = entry
+        log.info(
+            "loaded %s (%.1f MiB) in %.1fs",
+            spec.model_id,
+            nbytes / 2**20,
+            time.monotonic() - started,
+        )
+        return entry
+
+    def _make_room(self, needed: int, model_id: str) -> None:
+        if needed > self.budget:
+            raise EngineError(
+                ErrorKind.MODEL_UNAVAILABLE,
+                f"model '{model_id}' needs {needed / 2**30:.1f} GiB, more than the pool's "
+                f"budget of {self.budget / 2**30:.1f} GiB",
+            )
+        used = sum(m.nbytes for m in self._models.values())
+        for victim in [m for m in self._models.values() if m.active == 0]:
+            if used + needed <= self.budget:
+                break
+            used -= victim.nbytes
+            self.unload(victim.spec.model_id)

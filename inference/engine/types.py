@@ -1,0 +1,81 @@
+"""What crosses the boundary between serving (asyncio) and the engine thread."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from inference.adapters import FamilyAdapter
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Where a catalog model's weights are; built by serving, loaded by the pool."""
+
+    model_id: str
+    location: str
+    from_hub: bool = False
+    context_length: int | None = None
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    stop: tuple[str, ...] = ()
+
+
+class ErrorKind(Enum):
+    INVALID_REQUEST = "invalid_request"
+    CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+    MODEL_UNAVAILABLE = "model_unavailable"
+    INTERNAL = "internal"
+
+
+class EngineError(Exception):
+    def __init__(self, kind: ErrorKind, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.param = param
+
+
+@dataclass(frozen=True)
+class Delta:
+    text: str
+
+
+@dataclass(frozen=True)
+class Done:
+    finish_reason: str  # "stop" or "length"
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: EngineError
+
+
+Event = Delta | Done | Failed
+
+
+@dataclass
+class GenerationJob:
+    spec: ModelSpec
+    adapter: FamilyAdapter
+    messages: list[dict]
+    params: SamplingParams
+    # Called on the engine thread for every event; must be thread-safe and never block.
+    sink: Callable[[Event], None]
+    cancelled: threading.Event = field(default_factory=threading.Event)

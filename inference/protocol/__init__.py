@@ -1,0 +1,1 @@
+"""The OpenAI wire format as pydantic models: what /v1 accepts and returns."""

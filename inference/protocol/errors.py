@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+class APIError(Exception):
+    """An error that reaches the client as an OpenAI error object."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 400,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.type = type
+        self.param = param
+        self.code = code
+
+    def body(self) -> ErrorResponse:
+        detail = ErrorDetail(message=self.message, type=self.type, param=self.param, code=self.code)
+        return ErrorResponse(error=detail)
+
+
+def model_not_found(model: str) -> APIError:
+    return APIError(
+        f"The model '{model}' does not exist or is not enabled on this server.",
+        status=404,
+        param="model",
+        code="model_not_found",
+    )
+
+
+def server_error(
+    message: str = "The server had an error while processing your request.",
+) -> APIError:
+    return APIError(message, status=500, type="server_error", code="server_error")

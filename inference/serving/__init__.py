@@ -1,0 +1,1 @@
+"""Turns validated API requests into engine work and engine events into API responses."""

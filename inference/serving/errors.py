@@ -1,0 +1,12 @@
+from inference.engine.types import EngineError, ErrorKind
+from inference.protocol.errors import APIError, server_error
+
+
+def api_error(error: EngineError) -> APIError:
+    if error.kind is ErrorKind.INVALID_REQUEST:
+        return APIError(error.message, param=error.param)
+    if error.kind is ErrorKind.CONTEXT_LENGTH_EXCEEDED:
+        return APIError(error.message, param=error.param, code="context_length_exceeded")
+    if error.kind is ErrorKind.MODEL_UNAVAILABLE:
+        return APIError(error.message, status=503, type="server_error", code="model_unavailable")
+    return server_error()

@@ -1,0 +1,38 @@
+"""From the `model` a client sent to what the engine loads. Only enabled catalog rows resolve."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from catalog.families import detect_family
+from catalog.models import CatalogModel, ModelFamily
+from inference.adapters import FamilyAdapter, FamilyProfile, get_adapter
+from inference.engine.types import ModelSpec
+from inference.protocol.errors import model_not_found
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    entry: CatalogModel
+    spec: ModelSpec
+    adapter: FamilyAdapter
+
+
+async def resolve_model(model_id: str) -> ResolvedModel:
+    # The id is only ever a key into the catalog: never a path or a repo to fetch.
+    try:
+        entry = await CatalogModel.objects.select_related("family").aget(
+            public_id=model_id, enabled=True
+        )
+    except CatalogModel.DoesNotExist:
+        raise model_not_found(model_id) from None
+    families = [f async for f in ModelFamily.objects.all()]
+    family = detect_family(entry, families)
+    profile = family.profile() if family else FamilyProfile()
+    spec = ModelSpec(
+        model_id=entry.public_id,
+        location=entry.location,
+        from_hub=entry.source == CatalogModel.Source.HUGGING_FACE,
+        context_length=entry.context_length,
+    )
+    return ResolvedModel(entry, spec, get_adapter(profile))

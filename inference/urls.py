@@ -1,0 +1,11 @@
+from django.urls import path, re_path
+from django.views.decorators.csrf import csrf_exempt
+
+from inference import views
+
+urlpatterns = [
+    path("chat/completions", views.chat_completions),
+    path("models", views.list_models),
+    path("models/<str:model_id>", views.retrieve_model),
+    re_path(r"^(?P<path>.*)$", csrf_exempt(views.not_found)),
+]

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from inference.conversion.gguf import convert_gguf
+from inference.engine.types import ModelSpec
+from tests.helpers import build_tiny_model
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_ID = "smollm2-135m-instruct"
+
+
+@pytest.fixture(scope="session")
+def demo_gguf() -> Path:
+    path = Path(os.environ.get("DEMO_GGUF", ROOT / "var/cache/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: run `make test`, which fetches the demo model first")
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm_dir(demo_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return convert_gguf(demo_gguf, tmp_path_factory.mktemp("converted") / DEMO_ID).path
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(smollm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(smollm_dir, tmp_path_factory.mktemp("tiny") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_spec(tiny_dir: Path) -> ModelSpec:
+    return ModelSpec(model_id="tiny", location=str(tiny_dir))
+
+
+@pytest.fixture(scope="session")
+def smollm_spec(smollm_dir: Path) -> ModelSpec:
+    return ModelSpec(model_id=DEMO_ID, location=str(smollm_dir))
+
+
+@pytest.fixture(scope="session")
+def engine():
+    from inference.engine.pool import ModelPool
+    from inference.engine.worker import Engine
+
+    engine = Engine(ModelPool(budget_bytes=8 * 2**30))
+    yield engine
+    engine.stop()

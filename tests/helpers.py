@@ -1,0 +1,95 @@
+"""Shared helpers for tests: building models, running engine jobs synchronously."""
+
+from __future__ import annotations
+
+import json
+import queue
+import shutil
+from pathlib import Path
+
+from inference.adapters import FamilyAdapter, FamilyProfile, get_adapter
+from inference.engine.types import (
+    Delta,
+    Done,
+    Event,
+    Failed,
+    GenerationJob,
+    ModelSpec,
+    SamplingParams,
+)
+
+TINY_CONFIG = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-5,
+    "max_position_embeddings": 512,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": True,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+
+def build_tiny_model(tokenizer_source: Path, destination: Path, seed: int = 0) -> Path:
+    """A random-weight Llama with SmolLM2's real tokenizer: fast, and tokenizes for real."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm.models.llama import Model, ModelArgs
+
+    destination.mkdir(parents=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tokenizer_source / name, destination / name)
+    vocab_size = len(
+        json.loads((tokenizer_source / "tokenizer.json").read_text())["model"]["vocab"]
+    )
+    config = {**TINY_CONFIG, "vocab_size": vocab_size}
+    (destination / "config.json").write_text(json.dumps(config))
+    mx.random.seed(seed)
+    model = Model(ModelArgs.from_dict(config))
+    mx.save_safetensors(
+        str(destination / "model.safetensors"), dict(tree_flatten(model.parameters()))
+    )
+    return destination
+
+
+def run_job(
+    engine,
+    spec: ModelSpec,
+    messages: list[dict] | str = "Hello",
+    params: SamplingParams | None = None,
+    adapter: FamilyAdapter | None = None,
+    timeout: float = 120,
+) -> tuple[str, Event]:
+    """Runs one job to the end; returns the text and the final event (Done or Failed)."""
+    job = start_job(engine, spec, messages, params, adapter)
+    return collect(job, timeout)
+
+
+def start_job(engine, spec, messages="Hello", params=None, adapter=None) -> GenerationJob:
+    if isinstance(messages, str):
+        messages = [{"role": "user", "content": messages}]
+    events: queue.SimpleQueue = queue.SimpleQueue()
+    job = GenerationJob(
+        spec,
+        adapter or get_adapter(FamilyProfile(adapter="chatml")),
+        messages,
+        params or SamplingParams(temperature=0, max_tokens=8),
+        events.put,
+    )
+    job.events = events  # type: ignore[attr-defined]
+    engine.submit(job)
+    return job
+
+
+def collect(job: GenerationJob, timeout: float = 120) -> tuple[str, Event]:
+    parts = []
+    while True:
+        event = job.events.get(timeout=timeout)  # type: ignore[attr-defined]
+        if isinstance(event, Delta):
+            parts.append(event.text)
+        elif isinstance(event, Done | Failed):
+            return "".join(parts), event

@@ -1,0 +1,183 @@
+"""A real uvicorn server on a free port, the real SmolLM2, and the official openai SDK."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import DEMO_ID, ROOT
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def manage(env: dict, *args: str) -> None:
+    subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True)
+
+
+def wait_until_up(url: str, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"server exited with {process.returncode}:\n{log.read_text()}")
+        try:
+            if httpx.get(f"{url}/models", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.2)
+    pytest.fail(f"server did not come up:\n{log.read_text()}")
+
+
+@pytest.fixture(scope="module")
+def base_url(demo_gguf: Path, tmp_path_factory: pytest.TempPathFactory):
+    var = tmp_path_factory.mktemp("server-var")
+    env = {
+        **os.environ,
+        "VAR_DIR": str(var),
+        "DATABASE_URL": f"sqlite:///{var / 'db.sqlite3'}",
+        "MODEL_STORAGE_DIR": str(var / "models"),
+        "PYTHONUNBUFFERED": "1",
+    }
+    manage(env, "migrate", "--noinput", "-v0")
+    manage(env, "import_gguf", str(demo_gguf), "--id", DEMO_ID)
+    port = free_port()
+    log = var / "server.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "serve", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        wait_until_up(url, process, log)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def client(base_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120)
+
+
+def test_lists_the_demo_model(client):
+    assert DEMO_ID in [model.id for model in client.models.list()]
+    assert client.models.retrieve(DEMO_ID).id == DEMO_ID
+
+
+def test_chat_answers_paris(client):
+    completion = client.chat.completions.create(
+        model=DEMO_ID, messages=QUESTION, temperature=0, max_tokens=64
+    )
+    choice = completion.choices[0]
+    assert "Paris" in choice.message.content
+    assert choice.finish_reason == "stop"
+    assert completion.usage.completion_tokens < 64
+    assert completion.usage.total_tokens == (
+        completion.usage.prompt_tokens + completion.usage.completion_tokens
+    )
+
+
+def test_chat_streams_paris(client):
+    chunks = list(
+        client.chat.completions.create(
+            model=DEMO_ID,
+            messages=QUESTION,
+            temperature=0,
+            max_tokens=64,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert "Paris" in text
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] == "stop"
+    assert all(reason is None for reason in finishes[:-1])
+    assert chunks[-1].choices == []
+    assert chunks[-1].usage.completion_tokens == len(finishes) - 1
+    assert len({c.id for c in chunks}) == 1
+
+
+def test_streaming_and_plain_answers_agree(client):
+    plain = client.chat.completions.create(
+        model=DEMO_ID, messages=QUESTION, temperature=0, max_tokens=64
+    )
+    streamed = client.chat.completions.create(
+        model=DEMO_ID, messages=QUESTION, temperature=0, max_tokens=64, stream=True
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+    assert text == plain.choices[0].message.content
+
+
+def test_unknown_model_is_a_404(client):
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.chat.completions.create(model="llama-70b", messages=QUESTION)
+    assert caught.value.code == "model_not_found"
+    assert caught.value.body["param"] == "model"
+
+
+def test_out_of_range_parameter_is_a_400(client):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=DEMO_ID, messages=QUESTION, temperature=5)
+    assert caught.value.body["param"] == "temperature"
+
+
+def test_concurrent_streams_all_finish(client):
+    def ask(n: int) -> str:
+        stream = client.chat.completions.create(
+            model=DEMO_ID,
+            messages=[{"role": "user", "content": f"Count to {n}."}],
+            temperature=0,
+            max_tokens=16,
+            stream=True,
+        )
+        return [c.choices[0].finish_reason for c in stream if c.choices][-1]
+
+    with ThreadPoolExecutor(4) as pool:
+        assert set(pool.map(ask, range(3, 7))) <= {"stop", "length"}
+
+
+def running_sequences(base_url: str) -> int:
+    return httpx.get(base_url.removesuffix("/v1") + "/health").json()["running_sequences"]
+
+
+def test_hung_up_stream_leaves_the_engine_within_a_second(base_url, client):
+    body = {
+        "model": DEMO_ID,
+        "messages": [{"role": "user", "content": "Write a long story about a dragon."}],
+        "max_tokens": 500,
+        "stream": True,
+    }
+    with httpx.stream("POST", f"{base_url}/chat/completions", json=body, timeout=60) as response:
+        assert response.status_code == 200
+        lines = response.iter_lines()
+        content_lines = [next(lines) for _ in range(6)]  # role chunk and a few tokens
+        assert all(line.startswith("data: ") or not line for line in content_lines)
+        assert running_sequences(base_url) == 1
+    hung_up = time.monotonic()
+    while running_sequences(base_url) and time.monotonic() - hung_up < 1:
+        time.sleep(0.02)
+    assert running_sequences(base_url) == 0
+    completion = client.chat.completions.create(
+        model=DEMO_ID, messages=QUESTION, temperature=0, max_tokens=16
+    )
+    assert "Paris" in completion.choices[0].message.content

@@ -1,0 +1,155 @@
+"""The engine thread with real models: SmolLM2 for quality, a tiny random model for mechanics."""
+
+import queue
+import shutil
+import time
+
+import pytest
+
+from inference.adapters import FamilyProfile, get_adapter
+from inference.engine.pool import ModelPool
+from inference.engine.types import (
+    Delta,
+    Done,
+    ErrorKind,
+    Failed,
+    GenerationJob,
+    ModelSpec,
+    SamplingParams,
+)
+from tests.helpers import run_job, start_job
+
+HELLO = 19556  # "Hello" in SmolLM2's vocabulary
+EOS = 2
+NO_EOS = {EOS: -100.0}
+
+
+def test_smollm2_answers_paris_and_stops_on_its_own(engine, smollm_spec):
+    text, done = run_job(
+        engine,
+        smollm_spec,
+        "What is the capital of France?",
+        SamplingParams(temperature=0, max_tokens=64),
+    )
+    assert "Paris" in text
+    assert isinstance(done, Done)
+    assert done.finish_reason == "stop"
+    assert done.completion_tokens < 64
+    assert "<|im_end|>" not in text
+
+
+def test_greedy_is_deterministic(engine, smollm_spec):
+    params = SamplingParams(temperature=0, max_tokens=24)
+    first = run_job(engine, smollm_spec, "Name a colour.", params)
+    second = run_job(engine, smollm_spec, "Name a colour.", params)
+    assert first == second
+
+
+def test_max_tokens_ends_with_length(engine, tiny_spec):
+    text, done = run_job(
+        engine, tiny_spec, params=SamplingParams(temperature=0, max_tokens=5, logit_bias=NO_EOS)
+    )
+    assert isinstance(done, Done)
+    assert (done.finish_reason, done.completion_tokens) == ("length", 5)
+    assert done.prompt_tokens > 5
+    assert text
+
+
+def test_stop_string_split_across_tokens(engine, tiny_spec):
+    params = SamplingParams(temperature=0, max_tokens=20, logit_bias={HELLO: 100.0}, stop=("loHe",))
+    text, done = run_job(engine, tiny_spec, params=params)
+    assert text == "Hel"
+    assert done.finish_reason == "stop"
+
+
+def test_family_stop_token_is_never_emitted(engine, tiny_spec):
+    adapter = get_adapter(FamilyProfile(adapter="chatml", extra_stop_tokens=("Hello",)))
+    params = SamplingParams(temperature=0, max_tokens=20, logit_bias={HELLO: 100.0})
+    text, done = run_job(engine, tiny_spec, params=params, adapter=adapter)
+    assert text == ""
+    assert (done.finish_reason, done.completion_tokens) == ("stop", 1)
+
+
+def test_seed_reproduces_sampling(engine, tiny_spec):
+    def sample(seed):
+        params = SamplingParams(temperature=1.0, seed=seed, max_tokens=12, logit_bias=NO_EOS)
+        return run_job(engine, tiny_spec, params=params)[0]
+
+    assert sample(42) == sample(42)
+    assert sample(42) != sample(43)
+
+
+def test_requests_interleave_instead_of_queueing(engine, tiny_spec):
+    timeline: queue.SimpleQueue = queue.SimpleQueue()
+    params = SamplingParams(temperature=0, max_tokens=30, logit_bias=NO_EOS)
+    adapter = get_adapter(FamilyProfile())
+    for name in ("a", "b"):
+        job = GenerationJob(
+            tiny_spec,
+            adapter,
+            [{"role": "user", "content": f"Hi {name}"}],
+            params,
+            lambda event, name=name: timeline.put((name, event)),
+        )
+        engine.submit(job)
+    order, finished = [], 0
+    while finished < 2:
+        name, event = timeline.get(timeout=60)
+        order.append((name, type(event).__name__))
+        finished += isinstance(event, Done | Failed)
+    assert order.index(("b", "Delta")) < order.index(("a", "Done"))
+
+
+def test_cancelled_job_leaves_the_engine_at_once(engine, tiny_spec):
+    params = SamplingParams(temperature=0, max_tokens=400, logit_bias=NO_EOS)
+    job = start_job(engine, tiny_spec, params=params)
+    assert isinstance(job.events.get(timeout=60), Delta)
+    job.cancelled.set()
+    deadline = time.monotonic() + 1.0
+    while engine.running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.running == 0
+    # And the engine still serves.
+    assert isinstance(run_job(engine, tiny_spec)[1], Done)
+
+
+def failure(engine, spec, **params):
+    _text, event = run_job(engine, spec, "x " * 40, SamplingParams(temperature=0, **params))
+    assert isinstance(event, Failed)
+    return event.error
+
+
+def test_prompt_longer_than_context(engine, tiny_dir):
+    spec = ModelSpec(model_id="tiny-short", location=str(tiny_dir), context_length=16)
+    error = failure(engine, spec)
+    assert error.kind is ErrorKind.CONTEXT_LENGTH_EXCEEDED
+    assert "maximum context length is 16" in error.message
+
+
+def test_logit_bias_outside_vocabulary(engine, tiny_spec):
+    error = failure(engine, tiny_spec, logit_bias={10**9: 1.0})
+    assert (error.kind, error.param) == (ErrorKind.INVALID_REQUEST, "logit_bias")
+
+
+def test_missing_weights_never_reach_the_hub(engine, tmp_path):
+    spec = ModelSpec(model_id="gone", location=str(tmp_path / "deleted"))
+    error = failure(engine, spec)
+    assert error.kind is ErrorKind.MODEL_UNAVAILABLE
+    # A directory that is not a model is refused the same way.
+    assert failure(engine, ModelSpec("empty", str(tmp_path))).kind is ErrorKind.MODEL_UNAVAILABLE
+
+
+def test_pool_evicts_least_recently_used(tiny_dir, tmp_path):
+    copies = []
+    for name in ("a", "b", "c"):
+        shutil.copytree(tiny_dir, tmp_path / name)
+        copies.append(ModelSpec(model_id=name, location=str(tmp_path / name)))
+    size = sum(f.stat().st_size for f in tiny_dir.glob("*.safetensors"))
+    pool = ModelPool(budget_bytes=int(size * 2.5))
+    pool.get(copies[0])
+    pool.get(copies[1])
+    pool.get(copies[0])  # b is now the least recently used
+    pool.get(copies[2])
+    assert [m.spec.model_id for m in pool.loaded()] == ["a", "c"]
+    with pytest.raises(Exception, match="more than the pool's budget"):
+        ModelPool(budget_bytes=size // 2).get(copies[0])
