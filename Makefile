@@ -5,6 +5,8 @@ BIN := $(VENV)/bin
 CACHE ?= var/cache
 DEMO_GGUF := $(CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf
 DEMO_ID := smollm2-135m-instruct
+# SmolLM2-135M rambles at temperature 1; these are the sampling settings its authors use.
+DEMO_DEFAULTS := --temperature 0.2 --top-p 0.9 --max-tokens 1024
 export HOST ?= 127.0.0.1
 export PORT ?= 8000
 
@@ -28,7 +30,7 @@ $(DEMO_GGUF): | $(BIN)/python
 serve: $(VENV)/.installed $(DEMO_GGUF)
 	$(BIN)/python manage.py migrate --noinput -v0
 	$(BIN)/python manage.py collectstatic --noinput -v0
-	$(BIN)/python manage.py import_gguf $(DEMO_GGUF) --id $(DEMO_ID) --if-missing
+	$(BIN)/python manage.py import_gguf $(DEMO_GGUF) --id $(DEMO_ID) --if-missing $(DEMO_DEFAULTS)
 	$(BIN)/python manage.py serve
 
 lint: $(VENV)/.installed-test

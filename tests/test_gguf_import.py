@@ -86,8 +86,10 @@ def test_interrupted_import_leaves_nothing(demo_gguf: Path, tmp_path: Path, monk
 @pytest.mark.django_db
 def test_import_command_registers_the_model(demo_gguf: Path, tmp_path: Path, settings):
     settings.MODEL_STORAGE_DIR = tmp_path
-    call_command("import_gguf", str(demo_gguf), "--id", "smol")
+    call_command("import_gguf", str(demo_gguf), "--id", "smol", "--temperature", "0.2")
     entry = CatalogModel.objects.get(public_id="smol")
+    assert entry.default_temperature == 0.2
+    assert entry.display_name == "Smollm2 135M 8k Lc100K Mix1 Ep2"
     assert entry.source == CatalogModel.Source.GGUF
     assert entry.family.slug == "chatml"  # read off the chat template
     assert Path(entry.location) == tmp_path / "smol"
@@ -103,7 +105,8 @@ def test_import_command_registers_the_model(demo_gguf: Path, tmp_path: Path, set
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--id", "../escape"], "--id '../escape'"),
+        (["--id", "../escape"], "public_id: Use letters"),
+        (["--id", "ok", "--temperature", "5"], "default_temperature: Ensure this value"),
         (["--id", "ok", "--family", "nope"], "unknown family 'nope'"),
     ],
 )

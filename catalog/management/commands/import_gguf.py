@@ -8,7 +8,6 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from catalog.models import CatalogModel, ModelFamily
-from catalog.validators import public_id_validator
 from inference.conversion.gguf import UnsupportedGGUF, convert_gguf
 
 
@@ -20,6 +19,9 @@ class Command(BaseCommand):
         parser.add_argument("--id", required=True, dest="model_id", help="public model id")
         parser.add_argument("--family", help="family slug (default: from the chat template)")
         parser.add_argument("--name", help="display name (default: the GGUF's general.name)")
+        parser.add_argument("--max-tokens", type=int, help="default max_tokens for requests")
+        parser.add_argument("--temperature", type=float, help="default temperature")
+        parser.add_argument("--top-p", type=float, help="default top_p")
         parser.add_argument(
             "--if-missing",
             action="store_true",
@@ -36,33 +38,39 @@ class Command(BaseCommand):
         if_missing: bool,
         **options,
     ) -> None:
-        try:
-            public_id_validator(model_id)
-        except ValidationError as exc:
-            raise CommandError(f"--id {model_id!r}: {' '.join(exc.messages)}") from None
         existing = CatalogModel.objects.filter(public_id=model_id).first()
         if existing and if_missing and (Path(existing.location) / "config.json").is_file():
             self.stdout.write(f"{model_id} is already in the catalog; nothing to do.")
             return
         if existing:
             raise CommandError(f"the catalog already has a model with id {model_id!r}")
-        chosen_family = self._family(family)
         if not path.is_file():
             raise CommandError(f"{path} is not a file")
         destination = Path(settings.MODEL_STORAGE_DIR) / model_id
+        entry = CatalogModel(
+            public_id=model_id,
+            display_name=name or "",
+            source=CatalogModel.Source.GGUF,
+            location=str(destination),
+            family=self._family(family),
+            default_max_tokens=options["max_tokens"],
+            default_temperature=options["temperature"],
+            default_top_p=options["top_p"],
+        )
+        try:  # everything but the weights, which do not exist yet
+            entry.clean_fields(exclude=["location"])
+        except ValidationError as exc:
+            raise CommandError(f"not imported: {_messages(exc)}") from None
         if destination.exists():
             raise CommandError(f"{destination} already exists; remove it or pick another --id")
         try:
             converted = convert_gguf(path, destination, progress=self._progress)
         except UnsupportedGGUF as exc:
             raise CommandError(f"cannot import {path.name}: {exc}") from None
-        entry = CatalogModel.objects.create(
-            public_id=model_id,
-            display_name=name or converted.name,
-            source=CatalogModel.Source.GGUF,
-            location=str(destination),
-            family=chosen_family or ModelFamily.objects.filter(slug=converted.family_slug).first(),
-        )
+        entry.display_name = entry.display_name or converted.name
+        if entry.family is None:
+            entry.family = ModelFamily.objects.filter(slug=converted.family_slug).first()
+        entry.save()
         self.stdout.write(
             self.style.SUCCESS(f"imported {path.name} as {entry.public_id} ({destination})")
         )
@@ -81,3 +89,7 @@ class Command(BaseCommand):
         for step in bar:
             bar.set_postfix_str(step.__name__)
             yield step
+
+
+def _messages(error: ValidationError) -> str:
+    return "; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in error.message_dict.items())
