@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from functools import wraps
 
@@ -79,8 +80,19 @@ def parse_body(request: HttpRequest, schema: type[BaseModel]) -> BaseModel:
     return parsed
 
 
+# Labels pydantic puts in an error's location for union members and validators, not fields.
+_NOT_FIELDS = re.compile(r"[\[\]-]|^(str|int|float|bool|list|dict|none)$")
+
+
 def validation_error(exc: ValidationError) -> APIError:
     first = exc.errors(include_url=False)[0]
-    param = ".".join(str(part) for part in first["loc"]) or None
+    if first["type"] == "invalid_param":  # a validator that knows which param is wrong
+        return APIError(first["msg"], param=first["ctx"]["param"])
+    parts: list[str] = []
+    for part in first["loc"]:
+        if isinstance(part, str) and _NOT_FIELDS.search(part):
+            break
+        parts.append(str(part))
+    param = ".".join(parts) or None
     message = first["msg"]
     return APIError(f"Invalid value for '{param}': {message}" if param else message, param=param)

@@ -7,11 +7,14 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from catalog.models import CatalogModel
 from inference.decorators import json_body, openai_api
 from inference.http import error_response, json_response, sse_response
+from inference.openapi import openapi_document
 from inference.protocol.chat import ChatCompletionRequest
+from inference.protocol.completions import CompletionRequest
 from inference.protocol.errors import APIError, model_not_found
 from inference.protocol.models import ModelCard, ModelList
 from inference.runtime import get_engine
 from inference.serving.chat import complete_chat, start_chat, stream_chat
+from inference.serving.completions import complete, start_completion, stream_completion
 
 
 @openai_api("POST")
@@ -21,6 +24,15 @@ async def chat_completions(request: HttpRequest, body: ChatCompletionRequest) ->
     if body.stream:
         return sse_response(stream_chat(run))
     return json_response(await complete_chat(run))
+
+
+@openai_api("POST")
+@json_body(CompletionRequest)
+async def completions(request: HttpRequest, body: CompletionRequest) -> HttpResponse:
+    run = await start_completion(body)
+    if body.stream:
+        return sse_response(stream_completion(run))
+    return json_response(await complete(run))
 
 
 def model_card(entry: CatalogModel) -> ModelCard:
@@ -40,6 +52,10 @@ async def retrieve_model(request: HttpRequest, model_id: str) -> HttpResponse:
     except CatalogModel.DoesNotExist:
         raise model_not_found(model_id) from None
     return json_response(model_card(entry))
+
+
+async def openapi(request: HttpRequest) -> HttpResponse:
+    return JsonResponse(openapi_document())
 
 
 async def health(request: HttpRequest) -> HttpResponse:

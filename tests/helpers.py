@@ -9,6 +9,7 @@ from pathlib import Path
 
 from inference.adapters import FamilyAdapter, FamilyProfile, get_adapter
 from inference.engine.types import (
+    ChatPrompt,
     Delta,
     Done,
     Event,
@@ -16,6 +17,7 @@ from inference.engine.types import (
     GenerationJob,
     ModelSpec,
     SamplingParams,
+    Started,
 )
 
 TINY_CONFIG = {
@@ -76,7 +78,7 @@ def start_job(engine, spec, messages="Hello", params=None, adapter=None) -> Gene
     job = GenerationJob(
         spec,
         adapter or get_adapter(FamilyProfile(adapter="chatml")),
-        messages,
+        ChatPrompt(messages),
         params or SamplingParams(temperature=0, max_tokens=8),
         events.put,
     )
@@ -89,6 +91,8 @@ def collect(job: GenerationJob, timeout: float = 120) -> tuple[str, Event]:
     parts = []
     while True:
         event = job.events.get(timeout=timeout)  # type: ignore[attr-defined]
+        if isinstance(event, Started):
+            continue
         if isinstance(event, Delta):
             parts.append(event.text)
         elif isinstance(event, Done | Failed):

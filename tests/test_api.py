@@ -98,50 +98,169 @@ def test_unknown_fields_are_ignored_with_a_warning(client, tiny_entry, caplog):
 
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+COMPLETIONS = "/v1/completions"
+# (name, endpoint, body merged over a valid one or raw text, status, param, code)
 BAD_REQUESTS = [
-    ("not json", "{nope", 400, None, None),
-    ("array body", "[1, 2]", 400, None, None),
-    ("no model", json.dumps({"messages": MESSAGES}), 400, "model", None),
-    ("empty messages", {"messages": []}, 400, "messages", None),
-    ("bad role", {"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages.0.role", None),
-    ("user without content", {"messages": [{"role": "user"}]}, 400, "messages.0", None),
-    ("temperature too high", {"temperature": 3}, 400, "temperature", None),
-    ("temperature a string", {"temperature": "hot"}, 400, "temperature", None),
-    ("top_p above 1", {"top_p": 1.5}, 400, "top_p", None),
-    ("max_tokens zero", {"max_tokens": 0}, 400, "max_tokens", None),
-    ("five stops", {"stop": ["a", "b", "c", "d", "e"]}, 400, "stop", None),
-    ("logit_bias word key", {"logit_bias": {"hello": 1}}, 400, "logit_bias", None),
-    ("logit_bias out of range", {"logit_bias": {"5": 101}}, 400, "logit_bias.5", None),
-    ("logit_bias unknown token", {"logit_bias": {"999999999": 1}}, 400, "logit_bias", None),
-    ("n above 1", {"n": 2}, 400, "n", None),
-    ("logprobs", {"logprobs": True}, 400, "logprobs", None),
-    ("tools", {"tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools", None),
-    ("json mode", {"response_format": {"type": "json_object"}}, 400, "response_format", None),
-    ("unknown model", {"model": "gpt-4"}, 404, "model", "model_not_found"),
-    ("relative path as model", {"model": "../../etc/passwd"}, 404, "model", "model_not_found"),
-    ("absolute path as model", {"model": "/tmp"}, 404, "model", "model_not_found"),
+    ("not json", CHAT, "{nope", 400, None, None),
+    ("array body", CHAT, "[1, 2]", 400, None, None),
+    ("no model", CHAT, json.dumps({"messages": MESSAGES}), 400, "model", None),
+    ("empty messages", CHAT, {"messages": []}, 400, "messages", None),
+    (
+        "bad role",
+        CHAT,
+        {"messages": [{"role": "wizard", "content": "x"}]},
+        400,
+        "messages.0.role",
+        None,
+    ),
+    ("user without content", CHAT, {"messages": [{"role": "user"}]}, 400, "messages.0", None),
+    (
+        "image part",
+        CHAT,
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}],
+                }
+            ]
+        },
+        400,
+        "messages.0.content",
+        None,
+    ),
+    (
+        "tool message without id",
+        CHAT,
+        {"messages": [{"role": "tool", "content": "x"}]},
+        400,
+        "messages.0",
+        None,
+    ),
+    (
+        "assistant with nothing",
+        CHAT,
+        {"messages": [{"role": "assistant"}]},
+        400,
+        "messages.0",
+        None,
+    ),
+    ("temperature too high", CHAT, {"temperature": 3}, 400, "temperature", None),
+    ("temperature a string", CHAT, {"temperature": "hot"}, 400, "temperature", None),
+    ("top_p above 1", CHAT, {"top_p": 1.5}, 400, "top_p", None),
+    ("max_tokens zero", CHAT, {"max_tokens": 0}, 400, "max_tokens", None),
+    (
+        "max_completion_tokens negative",
+        CHAT,
+        {"max_completion_tokens": -1},
+        400,
+        "max_completion_tokens",
+        None,
+    ),
+    ("five stops", CHAT, {"stop": ["a", "b", "c", "d", "e"]}, 400, "stop", None),
+    ("empty stop", CHAT, {"stop": [""]}, 400, "stop", None),
+    ("logit_bias word key", CHAT, {"logit_bias": {"hello": 1}}, 400, "logit_bias", None),
+    ("logit_bias out of range", CHAT, {"logit_bias": {"5": 101}}, 400, "logit_bias.5", None),
+    ("logit_bias unknown token", CHAT, {"logit_bias": {"999999999": 1}}, 400, "logit_bias", None),
+    ("n above 8", CHAT, {"n": 9}, 400, "n", None),
+    (
+        "top_logprobs above 20",
+        CHAT,
+        {"logprobs": True, "top_logprobs": 21},
+        400,
+        "top_logprobs",
+        None,
+    ),
+    ("top_logprobs without logprobs", CHAT, {"top_logprobs": 2}, 400, "top_logprobs", None),
+    ("presence_penalty too big", CHAT, {"presence_penalty": 2.5}, 400, "presence_penalty", None),
+    (
+        "tool_choice not in tools",
+        CHAT,
+        {"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "g"}}},
+        400,
+        "tool_choice",
+        None,
+    ),
+    ("required without tools", CHAT, {"tool_choice": "required"}, 400, "tool_choice", None),
+    ("duplicate tools", CHAT, {"tools": [TOOL, TOOL]}, 400, "tools", None),
+    (
+        "bad tool name",
+        CHAT,
+        {"tools": [{"type": "function", "function": {"name": "a b"}}]},
+        400,
+        "tools.0.function.name",
+        None,
+    ),
+    (
+        "unknown response_format",
+        CHAT,
+        {"response_format": {"type": "yaml"}},
+        400,
+        "response_format",
+        None,
+    ),
+    (
+        "invalid json schema",
+        CHAT,
+        {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "bogus"}},
+            }
+        },
+        400,
+        "response_format.json_schema.schema",
+        None,
+    ),
+    ("unknown model", CHAT, {"model": "gpt-4"}, 404, "model", "model_not_found"),
+    (
+        "relative path as model",
+        CHAT,
+        {"model": "../../etc/passwd"},
+        404,
+        "model",
+        "model_not_found",
+    ),
+    ("absolute path as model", CHAT, {"model": "/tmp"}, 404, "model", "model_not_found"),
     (
         "hub repo as model",
+        CHAT,
         {"model": "mlx-community/Qwen3-0.6B-4bit"},
         404,
         "model",
         "model_not_found",
     ),
+    ("suffix", COMPLETIONS, {"suffix": "end"}, 400, "suffix", None),
+    ("best_of above n", COMPLETIONS, {"best_of": 3}, 400, "best_of", None),
+    ("empty prompt", COMPLETIONS, {"prompt": ""}, 400, "prompt", None),
+    ("empty prompt in list", COMPLETIONS, {"prompt": ["a", ""]}, 400, "prompt", None),
+    ("prompt an object", COMPLETIONS, {"prompt": {"text": "a"}}, 400, "prompt", None),
+    ("prompt token outside vocab", COMPLETIONS, {"prompt": [1, 10**9]}, 400, "prompt", None),
+    ("echo with logprobs", COMPLETIONS, {"echo": True, "logprobs": 1}, 400, "echo", None),
+    ("legacy logprobs above 20", COMPLETIONS, {"logprobs": 21}, 400, "logprobs", None),
+    ("legacy unknown model", COMPLETIONS, {"model": "nope"}, 404, "model", "model_not_found"),
 ]
 
 
 @pytest.mark.parametrize(
-    ("body", "status", "param", "code"),
+    ("endpoint", "body", "status", "param", "code"),
     [case[1:] for case in BAD_REQUESTS],
     ids=[case[0] for case in BAD_REQUESTS],
 )
-def test_bad_requests_get_openai_errors(client, tiny_entry, body, status, param, code):
+def test_bad_requests_get_openai_errors(client, tiny_entry, endpoint, body, status, param, code):
+    valid = {"model": "tiny", "max_tokens": 1}
+    valid.update({"messages": MESSAGES} if endpoint == CHAT else {"prompt": "Hi"})
     if isinstance(body, dict):
-        body = json.dumps({"model": "tiny", "messages": MESSAGES, **body})
-    response = client.post(CHAT, body, content_type="application/json")
+        body = json.dumps({**valid, **body})
+    response = client.post(endpoint, body, content_type="application/json")
     assert_error(response, status, param, code)
     # And the server still answers.
     assert chat(client, max_tokens=1).status_code == 200
+
+
+def test_the_table_is_long_enough():
+    assert len(BAD_REQUESTS) >= 25
 
 
 def test_wrong_method(client, db):

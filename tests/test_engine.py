@@ -9,6 +9,7 @@ import pytest
 from inference.adapters import FamilyProfile, get_adapter
 from inference.engine.pool import ModelPool
 from inference.engine.types import (
+    ChatPrompt,
     Delta,
     Done,
     ErrorKind,
@@ -16,6 +17,7 @@ from inference.engine.types import (
     GenerationJob,
     ModelSpec,
     SamplingParams,
+    Started,
 )
 from tests.helpers import run_job, start_job
 
@@ -87,7 +89,7 @@ def test_requests_interleave_instead_of_queueing(engine, tiny_spec):
         job = GenerationJob(
             tiny_spec,
             adapter,
-            [{"role": "user", "content": f"Hi {name}"}],
+            ChatPrompt([{"role": "user", "content": f"Hi {name}"}]),
             params,
             lambda event, name=name: timeline.put((name, event)),
         )
@@ -103,6 +105,7 @@ def test_requests_interleave_instead_of_queueing(engine, tiny_spec):
 def test_cancelled_job_leaves_the_engine_at_once(engine, tiny_spec):
     params = SamplingParams(temperature=0, max_tokens=400, logit_bias=NO_EOS)
     job = start_job(engine, tiny_spec, params=params)
+    assert isinstance(job.events.get(timeout=60), Started)
     assert isinstance(job.events.get(timeout=60), Delta)
     job.cancelled.set()
     deadline = time.monotonic() + 1.0

@@ -1,7 +1,17 @@
 from __future__ import annotations
 
+import contextlib
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
+
+from inference.adapters.tools import (
+    ParsedOutput,
+    inline_tool_history,
+    parse_hermes,
+    template_supports_tools,
+)
 
 
 class Tokenizer(Protocol):
@@ -53,25 +63,65 @@ class FamilyAdapter:
     def stop_strings(self) -> tuple[str, ...]:
         return self.profile.stop_strings
 
+    # Tool-call syntaxes this family writes, tried in order; Hermes is what we prompt for
+    # when a template has no tool support of its own.
+    tool_parsers: ClassVar[tuple[Callable[[str], ParsedOutput | None], ...]] = (parse_hermes,)
+    # Text after which a reply is a tool call: streamed content stops there.
+    tool_call_markers: ClassVar[tuple[str, ...]] = ("<tool_call>",)
+    # A reply that opens with this (after whitespace) is a tool call from its first character.
+    tool_call_opens_with: ClassVar[str | None] = None
+
+    def parse_tool_calls(self, text: str) -> ParsedOutput:
+        for parse in (*self.tool_parsers, parse_hermes):
+            parsed = parse(text)
+            if parsed is not None:
+                return parsed
+        return ParsedOutput(text)
+
     def prepare_messages(self, messages: list[dict]) -> list[dict]:
         return messages
 
-    def render_prompt(self, tokenizer: Tokenizer, messages: list[dict]) -> list[int]:
+    def render_prompt(
+        self, tokenizer: Tokenizer, messages: list[dict], tools: list[dict] | None = None
+    ) -> list[int]:
         template = self.profile.chat_template or None
-        if template is None and not tokenizer.chat_template:
+        effective = template or tokenizer.chat_template
+        if not effective:
             raise ChatTemplateMissing(
                 "this model has no chat template; give its family one in the catalog"
             )
+        extra: dict[str, Any] = {}
+        if template_supports_tools(effective):
+            messages = [_arguments_as_objects(m) for m in messages]
+            if tools:
+                extra["tools"] = tools
+        elif tools or any(m["role"] == "tool" or m.get("tool_calls") for m in messages):
+            messages = inline_tool_history(messages, tools or [])
         tokens = tokenizer.apply_chat_template(
             self.prepare_messages(messages),
             chat_template=template,
             add_generation_prompt=True,
             tokenize=True,
+            **extra,
         )
         # transformers 5 returns a BatchEncoding where 4 returned a list.
         if hasattr(tokens, "input_ids"):
             tokens = tokens.input_ids
         return list(tokens)
+
+
+def _arguments_as_objects(message: dict) -> dict:
+    """Templates expect tool-call arguments as objects; OpenAI sends JSON strings."""
+    if not message.get("tool_calls"):
+        return message
+    calls = []
+    for call in message["tool_calls"]:
+        arguments = call["function"]["arguments"]
+        if isinstance(arguments, str):
+            with contextlib.suppress(ValueError):
+                arguments = json.loads(arguments)
+        calls.append({**call, "function": {**call["function"], "arguments": arguments}})
+    return {**message, "tool_calls": calls}
 
 
 def fold_system_into_first_user(messages: list[dict]) -> list[dict]:

@@ -3,12 +3,17 @@
 from typing import ClassVar
 
 from inference.adapters.base import FamilyAdapter, fold_system_into_first_user
+from inference.adapters.tools import parse_llama3, parse_mistral
 
 
 class Llama3Adapter(FamilyAdapter):
     name = "llama3"
     label = "Llama 3 (<|eot_id|> ends a turn)"
     builtin_stop_tokens: ClassVar[tuple[str, ...]] = ("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
+    tool_parsers = (parse_llama3,)
+    # Llama 3 answers a tool call with bare JSON: a reply that opens with "{" is held back.
+    tool_call_markers = ("<|python_tag|>", "<tool_call>")
+    tool_call_opens_with = "{"
 
 
 class ChatMLAdapter(FamilyAdapter):
@@ -20,6 +25,8 @@ class ChatMLAdapter(FamilyAdapter):
 class MistralAdapter(FamilyAdapter):
     name = "mistral"
     label = "Mistral ([INST] turns)"
+    tool_parsers = (parse_mistral,)
+    tool_call_markers = ("[TOOL_CALLS]", "<tool_call>")
 
 
 class GemmaAdapter(FamilyAdapter):

@@ -1,9 +1,10 @@
-"""The asyncio side of the engine: submit a job, receive its events through an asyncio queue."""
+"""The asyncio side of the engine: submit jobs, receive their events through one asyncio queue."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from inference.adapters import FamilyAdapter
 from inference.engine.types import (
@@ -12,29 +13,46 @@ from inference.engine.types import (
     Failed,
     GenerationJob,
     ModelSpec,
+    Prompt,
     SamplingParams,
 )
 from inference.runtime import get_engine
 
 
-async def generate(
-    spec: ModelSpec, adapter: FamilyAdapter, messages: list[dict], params: SamplingParams
-) -> AsyncIterator[Event]:
-    """Yields the job's events until Done or Failed; closing it early cancels the job."""
+@dataclass(frozen=True)
+class JobRequest:
+    spec: ModelSpec
+    adapter: FamilyAdapter
+    prompt: Prompt
+    params: SamplingParams
+    echo: bool = False
+
+
+async def generate(requests: list[JobRequest]) -> AsyncIterator[tuple[int, Event]]:
+    """Yields (job index, event) until every job is Done or Failed; closing it cancels them all."""
     loop = asyncio.get_running_loop()
-    events: asyncio.Queue[Event] = asyncio.Queue()
+    events: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
 
-    def sink(event: Event) -> None:
-        loop.call_soon_threadsafe(events.put_nowait, event)
+    def sink_for(index: int):
+        def sink(event: Event) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, (index, event))
 
-    job = GenerationJob(spec, adapter, messages, params, sink)
-    get_engine().submit(job)
+        return sink
+
+    jobs = [
+        GenerationJob(r.spec, r.adapter, r.prompt, r.params, sink_for(i), echo=r.echo)
+        for i, r in enumerate(requests)
+    ]
+    engine = get_engine()
+    for job in jobs:
+        engine.submit(job)
+    remaining = len(jobs)
     try:
-        while True:
-            event = await events.get()
-            yield event
-            if isinstance(event, Done | Failed):
-                return
+        while remaining:
+            index, event = await events.get()
+            yield index, event
+            remaining -= isinstance(event, Done | Failed)
     finally:
-        # Client gone, view cancelled or finished: the engine drops the sequence next step.
-        job.cancelled.set()
+        # Client gone, view cancelled or finished: the engine drops the sequences next step.
+        for job in jobs:
+            job.cancelled.set()

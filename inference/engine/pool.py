@@ -7,6 +7,7 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 from mlx_lm import load as mlx_lm_load
 
+from inference.engine.token_text import TokenText
 from inference.engine.types import EngineError, ErrorKind, ModelSpec
 
 log = logging.getLogger(__name__)
@@ -29,6 +31,21 @@ class LoadedModel:
     nbytes: int
     context_length: int
     active: int = 0  # sequences using it right now: never evicted while > 0
+
+    @cached_property
+    def vocab_size(self) -> int:
+        return len(self.tokenizer.get_vocab())
+
+    @cached_property
+    def token_text(self) -> TokenText:
+        return TokenText(self.tokenizer)
+
+    @cached_property
+    def ll_tokenizer(self) -> Any:
+        # Built on first constrained request only: it takes about half a second.
+        from inference.engine.constraints import make_ll_tokenizer
+
+        return make_ll_tokenizer(self.tokenizer)
 
 
 def weights_size(spec: ModelSpec) -> int:

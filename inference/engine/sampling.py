@@ -21,7 +21,7 @@ def greedy(logprobs: mx.array) -> mx.array:
 
 def make_sampler(params: SamplingParams) -> Sampler:
     """Each request owns its random key, so a seed reproduces its output whatever runs beside it."""
-    if params.temperature == 0:
+    if params.temperature == 0 or params.top_p == 0:  # top_p 0 keeps only the top token
         return greedy
     filters: list[Callable[[mx.array], mx.array]] = []
     if 0 < params.top_p < 1:

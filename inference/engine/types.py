@@ -21,6 +21,25 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class ChatPrompt:
+    messages: list[dict]
+    tools: list[dict] | None = None
+
+
+@dataclass(frozen=True)
+class TextPrompt:
+    text: str
+
+
+@dataclass(frozen=True)
+class TokenPrompt:
+    ids: tuple[int, ...]
+
+
+Prompt = ChatPrompt | TextPrompt | TokenPrompt
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     max_tokens: int | None = None
     temperature: float = 1.0
@@ -33,6 +52,10 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     logit_bias: dict[int, float] = field(default_factory=dict)
     stop: tuple[str, ...] = ()
+    logprobs: bool = False
+    top_logprobs: int = 0
+    # An llguidance grammar (JSON schema, lark...) the output must match.
+    grammar: str | None = None
 
 
 class ErrorKind(Enum):
@@ -51,8 +74,32 @@ class EngineError(Exception):
 
 
 @dataclass(frozen=True)
+class TopLogprob:
+    token: str
+    bytes: bytes
+    logprob: float
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token: str
+    bytes: bytes
+    logprob: float
+    top: tuple[TopLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
+class Started:
+    """The request is admitted: prompt rendered, checked and queued for prefill."""
+
+    prompt_tokens: int
+    prompt_text: str | None = None  # only when the job asked for an echo
+
+
+@dataclass(frozen=True)
 class Delta:
     text: str
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -67,15 +114,16 @@ class Failed:
     error: EngineError
 
 
-Event = Delta | Done | Failed
+Event = Started | Delta | Done | Failed
 
 
 @dataclass
 class GenerationJob:
     spec: ModelSpec
     adapter: FamilyAdapter
-    messages: list[dict]
+    prompt: Prompt
     params: SamplingParams
     # Called on the engine thread for every event; must be thread-safe and never block.
     sink: Callable[[Event], None]
+    echo: bool = False
     cancelled: threading.Event = field(default_factory=threading.Event)

@@ -69,6 +69,7 @@ class Engine:
             return
         loaded.active += 1
         self._running.append(sequence)
+        self._emit(job, sequence.started)
 
     def _step(self, sequence: Sequence) -> None:
         job = sequence.job

@@ -9,17 +9,36 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
-    field_validator,
     model_serializer,
     model_validator,
 )
 
-from inference.protocol.usage import Usage
+from inference.protocol.common import (
+    ChoiceLogprobs,
+    FinishReason,
+    JSONObject,
+    SamplingFields,
+    Usage,
+)
+from inference.protocol.errors import invalid_param
+
+FUNCTION_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
 
 
 class TextPart(BaseModel):
     type: Literal["text"]
     text: str
+
+
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
 
 
 class ChatMessage(BaseModel):
@@ -28,11 +47,18 @@ class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
 
     @model_validator(mode="after")
-    def _content_required(self) -> ChatMessage:
-        if self.content is None and self.role != "assistant":
+    def _consistent(self) -> ChatMessage:
+        if self.role == "assistant":
+            if self.content is None and not self.tool_calls:
+                raise ValueError("an assistant message needs content or tool_calls")
+        elif self.content is None:
             raise ValueError(f"a {self.role} message needs content")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs tool_call_id")
         return self
 
     def text(self) -> str:
@@ -41,83 +67,109 @@ class ChatMessage(BaseModel):
         return self.content or ""
 
 
-class StreamOptions(BaseModel):
-    include_usage: bool = False
+class FunctionDefinition(BaseModel):
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = None
+    parameters: JSONObject | None = None
+    strict: bool | None = None
 
 
-class ResponseFormat(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    type: Literal["text", "json_object", "json_schema"]
+class ToolDefinition(BaseModel):
+    type: Literal["function"]
+    function: FunctionDefinition
 
 
-Probability = Annotated[float, Field(ge=0.0, le=1.0)]
-Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
+class NamedFunction(BaseModel):
+    name: str
 
 
-class ChatCompletionRequest(BaseModel):
-    # Unknown fields are tolerated (clients send vendor extras); the view logs them.
-    model_config = ConfigDict(extra="allow")
+class NamedToolChoice(BaseModel):
+    type: Literal["function"]
+    function: NamedFunction
 
-    model: str = Field(min_length=1)
+
+class JSONSchemaFormat(BaseModel):
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = None
+    schema_: JSONObject | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormatText(BaseModel):
+    type: Literal["text"]
+
+
+class ResponseFormatJSONObject(BaseModel):
+    type: Literal["json_object"]
+
+
+class ResponseFormatJSONSchema(BaseModel):
+    type: Literal["json_schema"]
+    json_schema: JSONSchemaFormat
+
+
+ResponseFormat = Annotated[
+    ResponseFormatText | ResponseFormatJSONObject | ResponseFormatJSONSchema,
+    Field(discriminator="type"),
+]
+
+
+class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: Probability | None = None
-    top_k: int | None = Field(default=None, ge=0)
-    min_p: Probability | None = None
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    n: int = Field(default=1, ge=1, le=8)
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    presence_penalty: Penalty | None = None
-    frequency_penalty: Penalty | None = None
-    repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
-    logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = None
-    logprobs: bool | None = None
+    logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: Any = None
+    tools: list[ToolDefinition] | None = Field(default=None, max_length=128)
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
     response_format: ResponseFormat | None = None
-    user: str | None = None
 
-    @field_validator("stop")
-    @classmethod
-    def _stop_list(cls, value: str | list[str] | None) -> list[str] | None:
-        if value is None:
-            return None
-        stops = [value] if isinstance(value, str) else value
-        if len(stops) > 4:
-            raise ValueError("at most 4 stop sequences")
-        if any(not s for s in stops):
-            raise ValueError("stop sequences must not be empty")
-        return stops
-
-    @field_validator("logit_bias")
-    @classmethod
-    def _token_ids(cls, value: dict[str, float] | None) -> dict[str, float] | None:
-        for key in value or {}:
-            if not key.isdigit():
-                raise ValueError(f"logit_bias keys are token ids; {key!r} is not")
-        return value
+    @model_validator(mode="after")
+    def _consistent(self) -> ChatCompletionRequest:
+        # invalid_param, not ValueError: the error then names the right param.
+        if self.top_logprobs and not self.logprobs:
+            raise invalid_param("top_logprobs", "top_logprobs needs logprobs: true.")
+        names = [t.function.name for t in self.tools or []]
+        if len(set(names)) != len(names):
+            raise invalid_param("tools", "Tool function names must be unique.")
+        choice = self.tool_choice
+        if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+            raise invalid_param(
+                "tool_choice", f"tool_choice names '{choice.function.name}', which is not in tools."
+            )
+        if choice == "required" and not names:
+            raise invalid_param("tool_choice", "tool_choice 'required' needs tools.")
+        return self
 
     def output_limit(self) -> int | None:
         # max_completion_tokens replaces the deprecated max_tokens when both are sent.
         return self.max_completion_tokens or self.max_tokens
+
+    def effective_tool_choice(self) -> str | NamedToolChoice:
+        if not self.tools:
+            return "none"
+        return self.tool_choice or "auto"
 
 
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: None = None
+    tool_calls: list[ToolCall] | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_empty_tool_calls(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("tool_calls") is None:
+            data.pop("tool_calls", None)
+        return data
 
 
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
-    logprobs: None = None
-    finish_reason: str | None
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: FinishReason | None
 
 
 class ChatCompletion(BaseModel):
@@ -130,9 +182,22 @@ class ChatCompletion(BaseModel):
     usage: Usage
 
 
+class FunctionCallDelta(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(BaseModel):
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionCallDelta | None = None
+
+
 class ChunkDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
     @model_serializer(mode="wrap")
     def _only_present(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -143,8 +208,8 @@ class ChunkDelta(BaseModel):
 class ChunkChoice(BaseModel):
     index: int
     delta: ChunkDelta
-    logprobs: None = None
-    finish_reason: str | None = None
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: FinishReason | None = None
 
 
 class ChatCompletionChunk(BaseModel):

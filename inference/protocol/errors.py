@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pydantic import BaseModel
+from pydantic_core import PydanticCustomError
 
 
 class ErrorDetail(BaseModel):
@@ -51,3 +52,8 @@ def server_error(
     message: str = "The server had an error while processing your request.",
 ) -> APIError:
     return APIError(message, status=500, type="server_error", code="server_error")
+
+
+def invalid_param(param: str, message: str) -> PydanticCustomError:
+    """Raised in a model validator: a 400 naming `param`, though the check spans fields."""
+    return PydanticCustomError("invalid_param", message, {"param": param})

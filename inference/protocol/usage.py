@@ -1,7 +1,3 @@
-from pydantic import BaseModel
+from inference.protocol.common import Usage
 
-
-class Usage(BaseModel):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
+__all__ = ["Usage"]

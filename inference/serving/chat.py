@@ -3,157 +3,150 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from inference.engine.client import generate
-from inference.engine.types import Delta, Done, Event, Failed, SamplingParams
+from inference.engine.client import JobRequest
+from inference.engine.types import ChatPrompt, Delta, Failed, TokenLogprob
 from inference.protocol.chat import (
     AssistantMessage,
     ChatChoice,
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
+    ChatMessage,
     ChunkChoice,
     ChunkDelta,
+    FunctionCallDelta,
+    ToolCall,
+    ToolCallDelta,
 )
-from inference.protocol.errors import APIError
-from inference.protocol.usage import Usage
+from inference.protocol.common import ChoiceLogprobs, TopLogprob, Usage
+from inference.protocol.common import TokenLogprob as WireTokenLogprob
 from inference.serving.errors import api_error
-from inference.serving.ids import completion_id, now, system_fingerprint
+from inference.serving.generation import Choice, Generation
+from inference.serving.ids import system_fingerprint
 from inference.serving.resolve import ResolvedModel, resolve_model
+from inference.serving.sampling import per_choice, sampling_params
 from inference.serving.sse import DONE, sse_event
-
-UNSUPPORTED_YET = "{} is not supported by this server yet."
-
-
-def reject_unsupported(request: ChatCompletionRequest) -> None:
-    """Refuse what we cannot honour rather than silently ignoring it."""
-    if request.n != 1:
-        raise APIError(UNSUPPORTED_YET.format("n > 1"), param="n")
-    if request.logprobs:
-        raise APIError(UNSUPPORTED_YET.format("logprobs"), param="logprobs")
-    if request.tools and request.tool_choice != "none":
-        raise APIError(UNSUPPORTED_YET.format("Tool calling"), param="tools")
-    if request.response_format and request.response_format.type != "text":
-        raise APIError(UNSUPPORTED_YET.format("response_format"), param="response_format")
+from inference.serving.structured import chat_grammar
+from inference.serving.tool_calls import StreamedReply, split_reply
 
 
-def sampling_params(request: ChatCompletionRequest, resolved: ResolvedModel) -> SamplingParams:
-    entry = resolved.entry
-
-    def pick(asked: float | None, default: float | None, fallback: float) -> float:
-        return next(v for v in (asked, default, fallback) if v is not None)
-
-    return SamplingParams(
-        max_tokens=request.output_limit() or entry.default_max_tokens,
-        temperature=pick(request.temperature, entry.default_temperature, 1.0),
-        top_p=pick(request.top_p, entry.default_top_p, 1.0),
-        top_k=request.top_k or 0,
-        min_p=request.min_p or 0.0,
-        seed=request.seed,
-        presence_penalty=request.presence_penalty or 0.0,
-        frequency_penalty=request.frequency_penalty or 0.0,
-        repetition_penalty=request.repetition_penalty or 1.0,
-        logit_bias={int(k): v for k, v in (request.logit_bias or {}).items()},
-        stop=tuple(request.stop or ()),
-    )
-
-
-def chat_messages(request: ChatCompletionRequest, resolved: ResolvedModel) -> list[dict]:
+def message_dict(message: ChatMessage) -> dict:
     # Templates know "system", not OpenAI's newer "developer".
-    messages = [
-        {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-        for m in request.messages
-    ]
+    role = "system" if message.role == "developer" else message.role
+    out: dict = {"role": role, "content": message.text()}
+    if message.tool_calls:
+        out["tool_calls"] = [call.model_dump() for call in message.tool_calls]
+    if message.tool_call_id:
+        out["tool_call_id"] = message.tool_call_id
+    return out
+
+
+def chat_prompt(request: ChatCompletionRequest, resolved: ResolvedModel) -> ChatPrompt:
+    messages = [message_dict(m) for m in request.messages]
     system_prompt = resolved.entry.system_prompt
     if system_prompt and not any(m["role"] == "system" for m in messages):
         messages.insert(0, {"role": "system", "content": system_prompt})
-    return messages
+    tools = None
+    if request.effective_tool_choice() != "none":
+        tools = [tool.model_dump(exclude_none=True) for tool in request.tools or []]
+    return ChatPrompt(messages, tools)
 
 
 @dataclass
 class ChatRun:
-    """One request's generation, started, with its first event already in hand."""
-
     request: ChatCompletionRequest
-    events: AsyncIterator[Event]
-    first: Event
-    id: str = field(default_factory=completion_id)
-    created: int = field(default_factory=now)
+    resolved: ResolvedModel
+    generation: Generation
 
 
 async def start_chat(request: ChatCompletionRequest) -> ChatRun:
-    """Starts generation and waits for its first event, so early failures are HTTP errors."""
-    reject_unsupported(request)
+    """Resolves the model and has the engine admit every choice; early failures raise."""
     resolved = await resolve_model(request.model)
-    events = generate(
-        resolved.spec,
-        resolved.adapter,
-        chat_messages(request, resolved),
-        sampling_params(request, resolved),
+    params = sampling_params(
+        request,
+        resolved.entry,
+        max_tokens=request.output_limit(),
+        logprobs=request.logprobs,
+        top_logprobs=request.top_logprobs or 0,
+        grammar=chat_grammar(request),
     )
-    try:
-        first = await anext(events)
-    except BaseException:
-        await events.aclose()
-        raise
-    if isinstance(first, Failed):
-        await events.aclose()
-        raise api_error(first.error)
-    return ChatRun(request, events, first)
+    prompt = chat_prompt(request, resolved)
+    jobs = [
+        JobRequest(resolved.spec, resolved.adapter, prompt, choice_params)
+        for choice_params in per_choice(params, request.n)
+    ]
+    return ChatRun(request, resolved, await Generation.start(jobs, "chatcmpl"))
 
 
-async def run_events(run: ChatRun) -> AsyncIterator[Event]:
-    yield run.first
-    async with aclosing(run.events) as rest:
-        async for event in rest:
-            yield event
+def wire_logprobs(entries: list[TokenLogprob] | tuple[TokenLogprob, ...]) -> ChoiceLogprobs:
+    return ChoiceLogprobs(
+        content=[
+            WireTokenLogprob(
+                token=e.token,
+                logprob=e.logprob,
+                bytes=list(e.bytes),
+                top_logprobs=[
+                    TopLogprob(token=t.token, logprob=t.logprob, bytes=list(t.bytes)) for t in e.top
+                ],
+            )
+            for e in entries
+        ]
+    )
+
+
+def finish_reason(choice: Choice, tool_calls: list[ToolCall]) -> str:
+    return "tool_calls" if tool_calls else choice.done.finish_reason
 
 
 async def complete_chat(run: ChatRun) -> ChatCompletion:
-    parts: list[str] = []
-    async with aclosing(run_events(run)) as events:
-        async for event in events:
-            if isinstance(event, Delta):
-                parts.append(event.text)
-            elif isinstance(event, Failed):
-                raise api_error(event.error)
-            else:
-                done = event
+    await run.generation.finish()
+    choices = []
+    for choice in run.generation.choices.values():
+        reply = split_reply(run.request, run.resolved.adapter, choice.text)
+        choices.append(
+            ChatChoice(
+                index=choice.index,
+                message=AssistantMessage(
+                    content=reply.content, tool_calls=reply.tool_calls or None
+                ),
+                logprobs=wire_logprobs(choice.logprobs) if run.request.logprobs else None,
+                finish_reason=finish_reason(choice, reply.tool_calls),
+            )
+        )
     return ChatCompletion(
-        id=run.id,
-        created=run.created,
+        id=run.generation.id,
+        created=run.generation.created,
         model=run.request.model,
         system_fingerprint=system_fingerprint(),
-        choices=[
-            ChatChoice(
-                index=0,
-                message=AssistantMessage(content="".join(parts)),
-                finish_reason=done.finish_reason,
-            )
-        ],
-        usage=usage_of(done),
+        choices=choices,
+        usage=run.generation.usage(),
     )
 
 
-def usage_of(done: Done) -> Usage:
-    return Usage(
-        prompt_tokens=done.prompt_tokens,
-        completion_tokens=done.completion_tokens,
-        total_tokens=done.prompt_tokens + done.completion_tokens,
-    )
+def tool_call_deltas(calls: list[ToolCall]) -> list[ToolCallDelta]:
+    return [
+        ToolCallDelta(
+            index=i,
+            id=call.id,
+            type="function",
+            function=FunctionCallDelta(name=call.function.name, arguments=call.function.arguments),
+        )
+        for i, call in enumerate(calls)
+    ]
 
 
 async def stream_chat(run: ChatRun) -> AsyncIterator[str]:
-    """SSE lines: a role chunk, content chunks, a finish chunk, optional usage, [DONE]."""
-    include_usage = bool(run.request.stream_options and run.request.stream_options.include_usage)
+    """SSE lines: role chunks, content chunks, finish chunks, optional usage, [DONE]."""
+    request, generation = run.request, run.generation
+    include_usage = request.include_usage()
 
     def chunk(choices: list[ChunkChoice], usage: Usage | None = None) -> str:
         payload = ChatCompletionChunk(
-            id=run.id,
-            created=run.created,
-            model=run.request.model,
+            id=generation.id,
+            created=generation.created,
+            model=request.model,
             system_fingerprint=system_fingerprint(),
             choices=choices,
             usage=usage,
@@ -161,19 +154,30 @@ async def stream_chat(run: ChatRun) -> AsyncIterator[str]:
         # With include_usage every chunk says "usage": null but the last; without, no key.
         return sse_event(payload, exclude=None if include_usage else {"usage"})
 
-    def choice(delta: ChunkDelta, finish_reason: str | None = None) -> ChunkChoice:
-        return ChunkChoice(index=0, delta=delta, logprobs=None, finish_reason=finish_reason)
-
-    yield chunk([choice(ChunkDelta(role="assistant", content=""))])
-    async with aclosing(run_events(run)) as events:
-        async for event in events:
-            if isinstance(event, Delta):
-                yield chunk([choice(ChunkDelta(content=event.text))])
-            elif isinstance(event, Failed):
-                yield sse_event(api_error(event.error).body())
-                break
-            else:
-                yield chunk([choice(ChunkDelta(), event.finish_reason)])
-                if include_usage:
-                    yield chunk([], usage_of(event))
+    replies = {i: StreamedReply(request, run.resolved.adapter) for i in generation.choices}
+    for index in generation.choices:
+        yield chunk([ChunkChoice(index=index, delta=ChunkDelta(role="assistant", content=""))])
+    async for choice, event in generation.events():
+        if isinstance(event, Failed):
+            yield sse_event(api_error(event.error).body())
+            break
+        reply = replies[choice.index]
+        if isinstance(event, Delta):
+            content = reply.feed(event.text)
+            logprobs = wire_logprobs(event.logprobs) if request.logprobs else None
+            if content or logprobs:
+                delta = ChunkDelta(content=content) if content else ChunkDelta()
+                yield chunk([ChunkChoice(index=choice.index, delta=delta, logprobs=logprobs)])
+            continue
+        content, calls = reply.finish()
+        if content:
+            yield chunk([ChunkChoice(index=choice.index, delta=ChunkDelta(content=content))])
+        if calls:
+            delta = ChunkDelta(tool_calls=tool_call_deltas(calls))
+            yield chunk([ChunkChoice(index=choice.index, delta=delta)])
+        finish = finish_reason(choice, calls)
+        yield chunk([ChunkChoice(index=choice.index, delta=ChunkDelta(), finish_reason=finish)])
+    else:
+        if include_usage:
+            yield chunk([], generation.usage())
     yield DONE

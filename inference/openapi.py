@@ -1,0 +1,110 @@
+"""GET /openapi.json: the API description, generated from the pydantic protocol models."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from pydantic.json_schema import models_json_schema
+
+from inference.protocol.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
+from inference.protocol.completions import Completion, CompletionRequest
+from inference.protocol.errors import ErrorResponse
+from inference.protocol.models import ModelCard, ModelList
+
+REF = "#/components/schemas/{model}"
+
+
+def _ref(model: type) -> dict:
+    return {"$ref": REF.format(model=model.__name__)}
+
+
+def _errors(*statuses: int) -> dict:
+    content = {"application/json": {"schema": _ref(ErrorResponse)}}
+    return {str(status): {"description": "Error", "content": content} for status in statuses}
+
+
+def _generation(request: type, response: type, chunk: type, summary: str) -> dict:
+    return {
+        "post": {
+            "summary": summary,
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref(request)}},
+            },
+            "responses": {
+                "200": {
+                    "description": "The completion, or with stream: true server-sent events of "
+                    "chunks ending in data: [DONE]",
+                    "content": {
+                        "application/json": {"schema": _ref(response)},
+                        "text/event-stream": {"schema": _ref(chunk)},
+                    },
+                },
+                **_errors(400, 404, 405, 413, 500, 503),
+            },
+        }
+    }
+
+
+@cache
+def openapi_document() -> dict:
+    models = [
+        ChatCompletionRequest,
+        ChatCompletion,
+        ChatCompletionChunk,
+        CompletionRequest,
+        Completion,
+        ModelList,
+        ModelCard,
+        ErrorResponse,
+    ]
+    _, schemas = models_json_schema(
+        [(m, "validation" if m.__name__.endswith("Request") else "serialization") for m in models],
+        ref_template=REF,
+    )
+    model_ok = {
+        "description": "The model",
+        "content": {"application/json": {"schema": _ref(ModelCard)}},
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "mlx-django-server",
+            "version": "1",
+            "description": "OpenAI-compatible API",
+        },
+        "paths": {
+            "/v1/chat/completions": _generation(
+                ChatCompletionRequest, ChatCompletion, ChatCompletionChunk, "Chat completion"
+            ),
+            "/v1/completions": _generation(
+                CompletionRequest, Completion, Completion, "Text completion (legacy)"
+            ),
+            "/v1/models": {
+                "get": {
+                    "summary": "Enabled catalog models",
+                    "responses": {
+                        "200": {
+                            "description": "The models",
+                            "content": {"application/json": {"schema": _ref(ModelList)}},
+                        }
+                    },
+                }
+            },
+            "/v1/models/{model}": {
+                "get": {
+                    "summary": "One catalog model",
+                    "parameters": [
+                        {
+                            "name": "model",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        }
+                    ],
+                    "responses": {"200": model_ok, **_errors(404)},
+                }
+            },
+        },
+        "components": {"schemas": schemas["$defs"]},
+    }

@@ -1,0 +1,133 @@
+"""POST /v1/completions (legacy): raw prompts, one choice per prompt and n."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from inference.engine.client import JobRequest
+from inference.engine.types import Delta, Failed, Prompt, TextPrompt, TokenLogprob, TokenPrompt
+from inference.protocol.common import LegacyLogprobs, Usage
+from inference.protocol.completions import Completion, CompletionChoice, CompletionRequest
+from inference.serving.errors import api_error
+from inference.serving.generation import Choice, Generation
+from inference.serving.ids import system_fingerprint
+from inference.serving.resolve import resolve_model
+from inference.serving.sampling import per_choice, sampling_params
+from inference.serving.sse import DONE, sse_event
+
+
+@dataclass
+class CompletionRun:
+    request: CompletionRequest
+    prompts: list[Prompt]
+    generation: Generation
+    # Where each choice's next token starts in its text (echo included), for text_offset.
+    offsets: dict[int, int] = field(default_factory=dict)
+
+    def prompt_of(self, choice: Choice) -> Prompt:
+        return self.prompts[choice.index // self.request.n]
+
+    def echo_text(self, choice: Choice) -> str:
+        if not self.request.echo:
+            return ""
+        prompt = self.prompt_of(choice)
+        return prompt.text if isinstance(prompt, TextPrompt) else choice.started.prompt_text or ""
+
+    def usage(self) -> Usage:
+        return self.generation.usage(list(range(0, len(self.generation.choices), self.request.n)))
+
+    def logprobs(self, choice: Choice, entries: tuple[TokenLogprob, ...] | list[TokenLogprob]):
+        if self.request.logprobs is None:
+            return None
+        offset = self.offsets.setdefault(choice.index, len(self.echo_text(choice)))
+        offsets = []
+        for entry in entries:
+            offsets.append(offset)
+            offset += len(entry.token)
+        self.offsets[choice.index] = offset
+        return LegacyLogprobs(
+            tokens=[e.token for e in entries],
+            token_logprobs=[e.logprob for e in entries],
+            top_logprobs=[{t.token: t.logprob for t in e.top} for e in entries],
+            text_offset=offsets,
+        )
+
+
+async def start_completion(request: CompletionRequest) -> CompletionRun:
+    resolved = await resolve_model(request.model)
+    params = sampling_params(
+        request,
+        resolved.entry,
+        max_tokens=request.max_tokens,
+        logprobs=request.logprobs is not None,
+        top_logprobs=request.logprobs or 0,
+    )
+    prompts: list[Prompt] = [
+        TextPrompt(p) if isinstance(p, str) else TokenPrompt(tuple(p)) for p in request.prompts()
+    ]
+    jobs = [
+        JobRequest(resolved.spec, resolved.adapter, prompt, choice_params, echo=request.echo)
+        for prompt in prompts
+        for choice_params in per_choice(params, request.n)
+    ]
+    return CompletionRun(request, prompts, await Generation.start(jobs, "cmpl"))
+
+
+async def complete(run: CompletionRun) -> Completion:
+    await run.generation.finish()
+    choices = [
+        CompletionChoice(
+            index=choice.index,
+            text=run.echo_text(choice) + choice.text,
+            logprobs=run.logprobs(choice, choice.logprobs),
+            finish_reason=choice.done.finish_reason,
+        )
+        for choice in run.generation.choices.values()
+    ]
+    return Completion(
+        id=run.generation.id,
+        created=run.generation.created,
+        model=run.request.model,
+        system_fingerprint=system_fingerprint(),
+        choices=choices,
+        usage=run.usage(),
+    )
+
+
+async def stream_completion(run: CompletionRun) -> AsyncIterator[str]:
+    request, generation = run.request, run.generation
+    include_usage = request.include_usage()
+
+    def chunk(choices: list[CompletionChoice], usage: Usage | None = None) -> str:
+        payload = Completion(
+            id=generation.id,
+            created=generation.created,
+            model=request.model,
+            system_fingerprint=system_fingerprint(),
+            choices=choices,
+            usage=usage,
+        )
+        return sse_event(payload, exclude=None if include_usage else {"usage"})
+
+    def text_choice(choice: Choice, text: str, logprobs=None, finish=None) -> CompletionChoice:
+        return CompletionChoice(
+            index=choice.index, text=text, logprobs=logprobs, finish_reason=finish
+        )
+
+    for choice in generation.choices.values():
+        if echo := run.echo_text(choice):
+            yield chunk([text_choice(choice, echo)])
+    async for choice, event in generation.events():
+        if isinstance(event, Failed):
+            yield sse_event(api_error(event.error).body())
+            break
+        if isinstance(event, Delta):
+            logprobs = run.logprobs(choice, event.logprobs)
+            yield chunk([text_choice(choice, event.text, logprobs)])
+        else:
+            yield chunk([text_choice(choice, "", finish=event.finish_reason)])
+    else:
+        if include_usage:
+            yield chunk([], run.usage())
+    yield DONE

@@ -1,0 +1,96 @@
+"""Starting a request's engine jobs, and gathering their events choice by choice."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass, field
+
+from inference.engine.client import JobRequest, generate
+from inference.engine.types import Delta, Done, Event, Failed, Started, TokenLogprob
+from inference.protocol.common import Usage
+from inference.serving.errors import api_error
+from inference.serving.ids import completion_id, now
+
+
+@dataclass
+class Choice:
+    """One choice's output so far."""
+
+    index: int
+    started: Started
+    parts: list[str] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    done: Done | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def add(self, event: Delta | Done) -> None:
+        if isinstance(event, Delta):
+            self.parts.append(event.text)
+            self.logprobs.extend(event.logprobs)
+        else:
+            self.done = event
+
+
+class Generation:
+    """A request's jobs, all admitted by the engine (early failures were raised as HTTP errors)."""
+
+    def __init__(self, stream, started: dict[int, Started], early: list[tuple[int, Event]]) -> None:
+        self._stream = stream
+        self._early = early
+        self.choices = {i: Choice(i, s) for i, s in sorted(started.items())}
+        self.id = ""
+        self.created = now()
+
+    @classmethod
+    async def start(cls, requests: list[JobRequest], id_prefix: str) -> Generation:
+        stream = generate(requests)
+        started: dict[int, Started] = {}
+        early: list[tuple[int, Event]] = []
+        try:
+            while len(started) < len(requests):
+                index, event = await anext(stream)
+                if isinstance(event, Failed):
+                    raise api_error(event.error)
+                if isinstance(event, Started):
+                    started[index] = event
+                else:
+                    early.append((index, event))
+        except BaseException:
+            await stream.aclose()
+            raise
+        generation = cls(stream, started, early)
+        generation.id = completion_id(id_prefix)
+        return generation
+
+    async def events(self) -> AsyncIterator[tuple[Choice, Delta | Done | Failed]]:
+        """Each event with its choice, already recorded there; ends after the last Done."""
+        async with aclosing(self._stream) as stream:
+            for index, event in self._early:
+                yield self._record(index, event)
+            async for index, event in stream:
+                yield self._record(index, event)
+
+    def _record(self, index: int, event: Event) -> tuple[Choice, Delta | Done | Failed]:
+        choice = self.choices[index]
+        if isinstance(event, Delta | Done):
+            choice.add(event)
+        return choice, event  # type: ignore[return-value]
+
+    async def finish(self) -> None:
+        """Runs every job to its end (non-streaming responses)."""
+        async for _, event in self.events():
+            if isinstance(event, Failed):
+                raise api_error(event.error)
+
+    def usage(self, prompts_counted: list[int] | None = None) -> Usage:
+        """Prompt tokens count once per distinct prompt (n choices share theirs)."""
+        counted = prompts_counted if prompts_counted is not None else [0]
+        prompt = sum(self.choices[i].started.prompt_tokens for i in counted)
+        completion = sum(c.done.completion_tokens for c in self.choices.values() if c.done)
+        return Usage(
+            prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+        )

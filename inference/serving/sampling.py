@@ -1,0 +1,47 @@
+"""Request fields and catalog defaults into the engine's SamplingParams."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from catalog.models import CatalogModel
+from inference.engine.types import SamplingParams
+from inference.protocol.common import SamplingFields
+
+
+def _first(*values: float | None) -> float:
+    return next(v for v in values if v is not None)
+
+
+def sampling_params(
+    request: SamplingFields,
+    entry: CatalogModel,
+    *,
+    max_tokens: int | None,
+    logprobs: bool = False,
+    top_logprobs: int = 0,
+    grammar: str | None = None,
+) -> SamplingParams:
+    return SamplingParams(
+        max_tokens=max_tokens or entry.default_max_tokens,
+        temperature=_first(request.temperature, entry.default_temperature, 1.0),
+        top_p=_first(request.top_p, entry.default_top_p, 1.0),
+        top_k=request.top_k or 0,
+        min_p=request.min_p or 0.0,
+        seed=request.seed,
+        presence_penalty=request.presence_penalty or 0.0,
+        frequency_penalty=request.frequency_penalty or 0.0,
+        repetition_penalty=request.repetition_penalty or 1.0,
+        logit_bias={int(k): v for k, v in (request.logit_bias or {}).items()},
+        stop=tuple(request.stop or ()),
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
+        grammar=grammar,
+    )
+
+
+def per_choice(params: SamplingParams, n: int) -> list[SamplingParams]:
+    """n choices must differ yet stay reproducible under a seed: choice i samples with seed+i."""
+    if params.seed is None:
+        return [params] * n
+    return [replace(params, seed=params.seed + i) for i in range(n)]
