@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -181,3 +182,144 @@ def test_hung_up_stream_leaves_the_engine_within_a_second(base_url, client):
         model=DEMO_ID, messages=QUESTION, temperature=0, max_tokens=16
     )
     assert "Paris" in completion.choices[0].message.content
+
+
+def test_streaming_never_splits_a_character(client):
+    messages = [{"role": "user", "content": "Write 'café, naïve, 東京 🎉' three times."}]
+    deltas = [
+        c.choices[0].delta.content or ""
+        for c in client.chat.completions.create(
+            model=DEMO_ID, messages=messages, temperature=0, max_tokens=48, stream=True
+        )
+        if c.choices
+    ]
+    text = "".join(deltas)
+    assert any(ch in text for ch in "éï東🎉")  # the reply does contain multi-byte characters
+    assert not any("\ufffd" in d for d in deltas)
+    plain = client.chat.completions.create(
+        model=DEMO_ID, messages=messages, temperature=0, max_tokens=48
+    )
+    assert plain.choices[0].message.content == text
+
+
+def test_json_schema_answer_validates(client):
+    schema = {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 40},
+            "is_capital": {"type": "boolean"},
+        },
+        "required": ["city", "is_capital"],
+        "additionalProperties": False,
+    }
+    completion = client.chat.completions.create(
+        model=DEMO_ID,
+        messages=[{"role": "user", "content": "What is the capital of France? Answer in JSON."}],
+        temperature=0,
+        max_tokens=60,
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "answer", "schema": schema},
+        },
+    )
+    answer = json.loads(completion.choices[0].message.content)
+    assert set(answer) == {"city", "is_capital"}
+    assert "Paris" in answer["city"]
+    assert isinstance(answer["is_capital"], bool)
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 40}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def test_required_tool_call_through_the_sdk(client):
+    messages = [{"role": "user", "content": "What's the weather in Paris?"}]
+    completion = client.chat.completions.create(
+        model=DEMO_ID,
+        messages=messages,
+        tools=[WEATHER_TOOL],
+        tool_choice="required",
+        temperature=0,
+        max_tokens=60,
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather"
+    assert "Paris" in json.loads(call.function.arguments)["city"]
+    # The call and its result go back into the conversation.
+    follow_up = client.chat.completions.create(
+        model=DEMO_ID,
+        messages=[
+            *messages,
+            choice.message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": "22 degrees and sunny"},
+        ],
+        tools=[WEATHER_TOOL],
+        temperature=0,
+        max_tokens=40,
+    )
+    assert follow_up.choices[0].finish_reason in {"stop", "length", "tool_calls"}
+
+
+def test_streamed_tool_call_deltas(client):
+    chunks = list(
+        client.chat.completions.create(
+            model=DEMO_ID,
+            messages=[{"role": "user", "content": "Weather in Rome?"}],
+            tools=[WEATHER_TOOL],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            temperature=0,
+            max_tokens=60,
+            stream=True,
+        )
+    )
+    calls = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or []]
+    assert len(calls) == 1
+    assert (calls[0].index, calls[0].type, calls[0].function.name) == (0, "function", "get_weather")
+    assert calls[0].id.startswith("call_")
+    assert "city" in json.loads(calls[0].function.arguments)
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_legacy_completion_through_the_sdk(client):
+    completion = client.completions.create(
+        model=DEMO_ID, prompt="The capital of France is", max_tokens=5, temperature=0, logprobs=2
+    )
+    choice = completion.choices[0]
+    assert choice.text.startswith(" Paris")
+    assert choice.logprobs.tokens[0] == " Paris"
+    assert completion.object == "text_completion"
+
+
+def test_n_choices_stream_with_their_index(client):
+    chunks = list(
+        client.chat.completions.create(
+            model=DEMO_ID,
+            messages=QUESTION,
+            n=2,
+            temperature=0.7,
+            seed=11,
+            max_tokens=24,
+            stream=True,
+            logprobs=True,
+        )
+    )
+    finishes = {
+        c.choices[0].index: c.choices[0].finish_reason
+        for c in chunks
+        if c.choices and c.choices[0].finish_reason
+    }
+    assert set(finishes) == {0, 1}
+    assert any(c.choices[0].logprobs for c in chunks if c.choices)

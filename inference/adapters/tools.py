@@ -41,9 +41,7 @@ def inline_tool_history(messages: list[dict], tools: list[dict]) -> list[dict]:
         if message["role"] == "assistant" and message.get("tool_calls"):
             calls = "\n".join(
                 "<tool_call>\n"
-                + json.dumps(
-                    {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
-                )
+                + json.dumps({"name": c["function"]["name"], "arguments": _as_object(c)})
                 + "\n</tool_call>"
                 for c in message["tool_calls"]
             )
@@ -64,6 +62,14 @@ def inline_tool_history(messages: list[dict], tools: list[dict]) -> list[dict]:
     else:
         out.insert(0, {"role": "system", "content": prompt})
     return out
+
+
+def _as_object(call: dict) -> object:
+    arguments = call["function"]["arguments"]
+    if isinstance(arguments, str):
+        parsed = _loads(arguments)
+        return parsed if parsed is not None else arguments
+    return arguments
 
 
 def _call_from(obj: object) -> ParsedCall | None:

@@ -8,6 +8,7 @@ import mlx.core as mx
 from mlx_lm.generate import generate_step
 
 from inference.adapters.base import ChatTemplateMissing
+from inference.engine.detokenize import make_detokenizer
 from inference.engine.pool import LoadedModel
 from inference.engine.sampling import make_processors, make_sampler
 from inference.engine.stops import StopStringMatcher
@@ -73,7 +74,7 @@ class Sequence:
         )
         self._stop_ids = job.adapter.stop_token_ids(loaded.tokenizer)
         self._stops = StopStringMatcher((*job.adapter.stop_strings(), *params.stop))
-        self._detokenizer = loaded.tokenizer.detokenizer
+        self._detokenizer = make_detokenizer(loaded.tokenizer)
         self._pending_logprobs: list[TokenLogprob] = []
         self.completion_tokens = 0
         self._steps: Iterator = generate_step(
