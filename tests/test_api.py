@@ -6,6 +6,7 @@ import logging
 import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from catalog.models import CatalogModel
 
@@ -50,6 +51,7 @@ def test_chat_completion_shape(client, tiny_entry):
     response = chat(client, max_tokens=4, temperature=0, logit_bias=NO_EOS)
     assert response.status_code == 200
     body = response.json()
+    ChatCompletion.model_validate(body)  # the official SDK's own model of the response
     assert body["id"].startswith("chatcmpl-")
     assert body["object"] == "chat.completion"
     assert body["model"] == "tiny"
@@ -313,6 +315,8 @@ def test_stream_chunks(tiny_dir):
     assert (status, content_type) == (200, "text/event-stream")
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
+    for c in chunks:
+        ChatCompletionChunk.model_validate(c)
     assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
     assert len({c["id"] for c in chunks}) == 1
     assert len({c["created"] for c in chunks}) == 1

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from openai.types.chat import ChatCompletion
 
 from catalog.models import CatalogModel
 
@@ -20,6 +21,7 @@ def ask(client, **body) -> dict:
     payload = {"model": "tiny", "messages": MESSAGES, "max_tokens": 12, "logit_bias": NO_EOS}
     response = client.post(CHAT, {**payload, **body}, content_type="application/json")
     assert response.status_code == 200, response.content
+    ChatCompletion.model_validate(response.json())  # the official SDK's model of it
     return response.json()
 
 

@@ -141,5 +141,10 @@ class Sequence:
         events.append(self._done("stop" if hit else reason))
         return events
 
+    def close(self) -> None:
+        """Ends generation here, on the engine thread: MLX's stream context must not be torn
+        down by the garbage collector on some other thread."""
+        self._steps.close()
+
     def _done(self, reason: str) -> Done:
         return Done(reason, self.prompt_tokens, self.completion_tokens)

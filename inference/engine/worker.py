@@ -50,6 +50,8 @@ class Engine:
             except queue.Empty:
                 return True
             if item is _STOP:
+                for sequence in list(self._running):
+                    self._retire(sequence)
                 return False
             self._start(item)
             block = False
@@ -89,6 +91,10 @@ class Engine:
     def _retire(self, sequence: Sequence) -> None:
         self._running.remove(sequence)
         sequence.loaded.active -= 1
+        try:
+            sequence.close()
+        except Exception:
+            log.exception("closing a sequence failed")
 
     @staticmethod
     def _emit(job: GenerationJob, event: Event) -> None:

@@ -1,0 +1,67 @@
+"""Failures inside the server: generic 500s, and errors in the middle of a stream."""
+
+import json
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.test import AsyncClient
+from openai.types.chat import ChatCompletionChunk
+
+from catalog.models import CatalogModel
+from inference.engine.sequence import Sequence
+from inference.serving import chat as chat_serving
+
+CHAT = "/v1/chat/completions"
+BODY = {
+    "model": "tiny",
+    "messages": [{"role": "user", "content": "Hi"}],
+    "max_tokens": 20,
+    "temperature": 0,
+    "logit_bias": {"2": -100},
+}
+
+
+def test_unexpected_errors_are_generic_500s(client, db, monkeypatch, caplog):
+    async def broken(request):
+        raise RuntimeError("secret internals at /home/admin/.ssh")
+
+    monkeypatch.setattr(chat_serving, "resolve_model", broken)
+    response = client.post(CHAT, BODY, content_type="application/json")
+    assert response.status_code == 500
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == ("server_error", "server_error")
+    assert "secret" not in response.content.decode()
+    assert "secret internals" in caplog.text  # logged for the operator, not sent to the client
+
+
+@pytest.mark.django_db(transaction=True)
+def test_failure_mid_stream_sends_an_error_event_then_done(tiny_dir, monkeypatch):
+    CatalogModel.objects.create(public_id="tiny", location=str(tiny_dir))
+    real_advance = Sequence.advance
+
+    def advance_then_break(self):
+        if self.completion_tokens >= 3:
+            raise RuntimeError("device lost")
+        return real_advance(self)
+
+    monkeypatch.setattr(Sequence, "advance", advance_then_break)
+
+    async def go():
+        response = await AsyncClient().post(
+            CHAT, {**BODY, "stream": True}, content_type="application/json"
+        )
+        return response.status_code, b"".join([c async for c in response.streaming_content])
+
+    status, raw = async_to_sync(go)()
+    assert status == 200
+    events = [e.removeprefix("data: ") for e in raw.decode().split("\n\n") if e]
+    assert events[-1] == "[DONE]"
+    error = json.loads(events[-2])["error"]
+    assert error["type"] == "server_error"
+    assert "device lost" not in raw.decode()
+    chunks = [ChatCompletionChunk.model_validate_json(e) for e in events[:-2]]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks)  # some text came first
+    monkeypatch.undo()
+    # The engine keeps serving.
+    again = async_to_sync(AsyncClient().post)(CHAT, BODY, content_type="application/json")
+    assert again.status_code == 200
