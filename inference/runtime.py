@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 
+from inference.engine.config import EngineConfig
+
 if TYPE_CHECKING:
     from inference.engine.worker import Engine
 
@@ -19,11 +21,20 @@ def get_engine() -> Engine:
     with _lock:
         if _engine is None:
             # Imported here: importing the worker imports MLX, which only the engine needs.
-            from inference.engine.pool import ModelPool
             from inference.engine.worker import Engine
 
-            _engine = Engine(ModelPool(settings.POOL_MEMORY_BUDGET))
+            _engine = Engine(engine_config())
         return _engine
+
+
+def engine_config() -> EngineConfig:
+    return EngineConfig(
+        pool_budget_bytes=settings.POOL_MEMORY_BUDGET,
+        max_batch=settings.ENGINE_MAX_BATCH,
+        prefill_batch=settings.ENGINE_PREFILL_BATCH,
+        prefill_step=settings.ENGINE_PREFILL_STEP,
+        prompt_cache_bytes=settings.PROMPT_CACHE_BYTES,
+    )
 
 
 def shutdown_engine() -> None:

@@ -43,9 +43,9 @@ def smollm_spec(smollm_dir: Path) -> ModelSpec:
 
 @pytest.fixture(scope="session")
 def engine():
-    from inference.engine.pool import ModelPool
+    from inference.engine.config import EngineConfig
     from inference.engine.worker import Engine
 
-    engine = Engine(ModelPool(budget_bytes=8 * 2**30))
+    engine = Engine(EngineConfig(pool_budget_bytes=8 * 2**30))
     yield engine
     engine.stop()

@@ -42,9 +42,25 @@ def test_smollm2_answers_paris_and_stops_on_its_own(engine, smollm_spec):
 
 def test_greedy_is_deterministic(engine, smollm_spec):
     params = SamplingParams(temperature=0, max_tokens=24)
-    first = run_job(engine, smollm_spec, "Name a colour.", params)
-    second = run_job(engine, smollm_spec, "Name a colour.", params)
-    assert first == second
+    first_text, first = run_job(engine, smollm_spec, "Name a colour.", params)
+    second_text, second = run_job(engine, smollm_spec, "Name a colour.", params)
+    assert first_text == second_text
+    assert first.completion_tokens == second.completion_tokens
+    # The second run reused the first one's prompt KV (all but the token it must feed).
+    assert second.cached_tokens == second.prompt_tokens - 1
+
+
+def test_second_turn_prefills_only_new_tokens(engine, smollm_spec):
+    turn = [{"role": "user", "content": "Tell me about Paris in one sentence."}]
+    params = SamplingParams(temperature=0, max_tokens=32)
+    reply, first = run_job(engine, smollm_spec, turn, params)
+    turn += [
+        {"role": "assistant", "content": reply},
+        {"role": "user", "content": "And about Rome?"},
+    ]
+    _, second = run_job(engine, smollm_spec, turn, params)
+    assert second.cached_tokens >= first.prompt_tokens
+    assert second.prompt_tokens - second.cached_tokens < 20
 
 
 def test_max_tokens_ends_with_length(engine, tiny_spec):

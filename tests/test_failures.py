@@ -37,14 +37,14 @@ def test_unexpected_errors_are_generic_500s(client, db, monkeypatch, caplog):
 @pytest.mark.django_db(transaction=True)
 def test_failure_mid_stream_sends_an_error_event_then_done(tiny_dir, monkeypatch):
     CatalogModel.objects.create(public_id="tiny", location=str(tiny_dir))
-    real_advance = Sequence.advance
+    real_on_token = Sequence.on_token
 
-    def advance_then_break(self):
+    def break_after_three(self, *args):
         if self.completion_tokens >= 3:
             raise RuntimeError("device lost")
-        return real_advance(self)
+        return real_on_token(self, *args)
 
-    monkeypatch.setattr(Sequence, "advance", advance_then_break)
+    monkeypatch.setattr(Sequence, "on_token", break_after_three)
 
     async def go():
         response = await AsyncClient().post(

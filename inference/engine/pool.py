@@ -6,6 +6,7 @@ import gc
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -65,8 +66,11 @@ def context_length_of(spec: ModelSpec, config: dict) -> int:
 
 
 class ModelPool:
-    def __init__(self, budget_bytes: int) -> None:
+    def __init__(
+        self, budget_bytes: int, on_unload: Callable[[str], None] = lambda model_id: None
+    ) -> None:
         self.budget = budget_bytes
+        self._on_unload = on_unload  # lets the engine drop what it keeps for the model
         self._models: OrderedDict[str, LoadedModel] = OrderedDict()
 
     def loaded(self) -> list[LoadedModel]:
@@ -89,6 +93,7 @@ class ModelPool:
         entry = self._models.pop(model_id, None)
         if entry is None:
             return False
+        self._on_unload(model_id)
         del entry
         gc.collect()
         mx.clear_cache()

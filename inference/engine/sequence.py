@@ -1,11 +1,14 @@
-"""One request's generation: prompt, sampling, constraints, stop tokens and stop strings."""
+"""One request's generation: prompt, sampling, constraints, stop tokens and stop strings.
+
+The batch generator produces the tokens; a Sequence turns each into text events and decides
+when the request is over.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
 
 import mlx.core as mx
-from mlx_lm.generate import generate_step
 
 from inference.adapters.base import ChatTemplateMissing
 from inference.engine.detokenize import make_detokenizer
@@ -50,40 +53,48 @@ class Sequence:
     def __init__(self, job: GenerationJob, loaded: LoadedModel) -> None:
         self.job = job
         self.loaded = loaded
-        prompt = render_prompt(job, loaded)
-        self.prompt_tokens = len(prompt)
-        room = loaded.context_length - self.prompt_tokens
-        if room <= 0 or not prompt:
-            raise EngineError(
-                ErrorKind.CONTEXT_LENGTH_EXCEEDED if prompt else ErrorKind.INVALID_REQUEST,
-                f"This model's maximum context length is {loaded.context_length} tokens; "
-                f"the prompt takes {self.prompt_tokens}."
-                if prompt
-                else "The prompt is empty.",
-                "messages" if isinstance(job.prompt, ChatPrompt) else "prompt",
-            )
+        self.prompt = render_prompt(job, loaded)
+        self._check_length()
         params = job.params
         self._check_logit_bias(loaded.vocab_size)
-        processors = make_processors(params)
+        self.max_tokens = min(params.max_tokens or self.room, self.room)
+        self.sampler = make_sampler(params)
+        self.processors = make_processors(params)
         if params.grammar:
             from inference.engine.constraints import GrammarConstraint
 
-            processors.append(GrammarConstraint(loaded.ll_tokenizer, params.grammar, len(prompt)))
-        self.started = Started(
-            self.prompt_tokens, loaded.tokenizer.decode(prompt) if job.echo else None
-        )
+            constraint = GrammarConstraint(loaded.ll_tokenizer, params.grammar, len(self.prompt))
+            self.processors.append(constraint)
         self._stop_ids = job.adapter.stop_token_ids(loaded.tokenizer)
         self._stops = StopStringMatcher((*job.adapter.stop_strings(), *params.stop))
         self._detokenizer = make_detokenizer(loaded.tokenizer)
         self._pending_logprobs: list[TokenLogprob] = []
+        self.cached_tokens = 0
         self.completion_tokens = 0
-        self._steps: Iterator = generate_step(
-            mx.array(prompt),
-            loaded.model,
-            max_tokens=min(params.max_tokens or room, room),
-            sampler=make_sampler(params),
-            logits_processors=processors,
-        )
+        self.finished = False
+        self.submitted_at = time.monotonic()
+        self.first_token_at: float | None = None
+
+    @property
+    def room(self) -> int:
+        return self.loaded.context_length - len(self.prompt)
+
+    def started(self) -> Started:
+        echo = self.loaded.tokenizer.decode(self.prompt) if self.job.echo else None
+        return Started(len(self.prompt), echo, self.cached_tokens)
+
+    def _check_length(self) -> None:
+        chat = isinstance(self.job.prompt, ChatPrompt)
+        param = "messages" if chat else "prompt"
+        if not self.prompt:
+            raise EngineError(ErrorKind.INVALID_REQUEST, "The prompt is empty.", param)
+        if self.room <= 0:
+            raise EngineError(
+                ErrorKind.CONTEXT_LENGTH_EXCEEDED,
+                f"This model's maximum context length is {self.loaded.context_length} tokens; "
+                f"the prompt takes {len(self.prompt)}.",
+                param,
+            )
 
     def _check_logit_bias(self, vocab_size: int) -> None:
         bad = [t for t in self.job.params.logit_bias if not 0 <= t < vocab_size]
@@ -94,13 +105,10 @@ class Sequence:
                 "logit_bias",
             )
 
-    def advance(self) -> list[Event]:
-        """Generates one token; returns the events it produced (the last may be Done)."""
-        try:
-            token, logprobs = next(self._steps)
-        except StopIteration:
-            return self._finish("length")
-        token = int(token)
+    def on_token(self, token: int, logprobs: mx.array, last: bool) -> list[Event]:
+        """One generated token; `last` when the generator reached max_tokens with it."""
+        if self.first_token_at is None:
+            self.first_token_at = time.monotonic()
         self.completion_tokens += 1
         if token in self._stop_ids:
             return self._finish("stop")
@@ -110,7 +118,10 @@ class Sequence:
         text, hit = self._stops.feed(self._detokenizer.last_segment)
         events: list[Event] = self._delta(text)
         if hit:
+            self.finished = True
             events.append(self._done("stop"))
+        elif last:
+            events.extend(self._finish("length"))
         return events
 
     def _logprob(self, token: int, logprobs: mx.array) -> TokenLogprob:
@@ -132,6 +143,7 @@ class Sequence:
         return [Delta(text, entries)]
 
     def _finish(self, reason: str) -> list[Event]:
+        self.finished = True
         self._detokenizer.finalize()
         text, hit = self._stops.feed(self._detokenizer.last_segment)
         text += "" if hit else self._stops.flush()
@@ -141,10 +153,5 @@ class Sequence:
         events.append(self._done("stop" if hit else reason))
         return events
 
-    def close(self) -> None:
-        """Ends generation here, on the engine thread: MLX's stream context must not be torn
-        down by the garbage collector on some other thread."""
-        self._steps.close()
-
     def _done(self, reason: str) -> Done:
-        return Done(reason, self.prompt_tokens, self.completion_tokens)
+        return Done(reason, len(self.prompt), self.completion_tokens, self.cached_tokens)

@@ -94,6 +94,7 @@ class Started:
 
     prompt_tokens: int
     prompt_text: str | None = None  # only when the job asked for an echo
+    cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class Done:
     finish_reason: str  # "stop" or "length"
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The engine thread: admits jobs, steps every running sequence one token at a time."""
+"""The engine thread: admits jobs, steps every model's batch, routes tokens to their requests."""
 
 from __future__ import annotations
 
@@ -6,21 +6,25 @@ import logging
 import queue
 import threading
 
-from inference.engine.pool import ModelPool
+from inference.engine.batching import ModelRunner
+from inference.engine.config import EngineConfig
+from inference.engine.pool import LoadedModel, ModelPool
 from inference.engine.sequence import Sequence
-from inference.engine.types import Done, EngineError, ErrorKind, Event, Failed, GenerationJob
+from inference.engine.types import EngineError, ErrorKind, Event, Failed, GenerationJob
 
 log = logging.getLogger(__name__)
 _STOP = object()
 
 
 class Engine:
-    """Owns the pool and every MLX call. Other threads only call submit() and stop()."""
+    """Owns the pool and every MLX call. Other threads only call submit(), stop() and read
+    the counters."""
 
-    def __init__(self, pool: ModelPool) -> None:
-        self.pool = pool
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.pool = ModelPool(config.pool_budget_bytes, on_unload=self._drop_runner)
+        self._runners: dict[str, ModelRunner] = {}
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._running: list[Sequence] = []
         self._thread = threading.Thread(target=self._run, name="mlx-engine", daemon=True)
         self._thread.start()
 
@@ -33,15 +37,18 @@ class Engine:
 
     @property
     def running(self) -> int:
-        return len(self._running)
+        return sum(len(r.sequences) for r in list(self._runners.values()))
 
     def _run(self) -> None:
         while True:
+            busy = any(r.sequences for r in self._runners.values())
             # Sleep on the inbox only when there is nothing to generate.
-            if not self._admit(block=not self._running):
-                return
-            for sequence in list(self._running):
-                self._step(sequence)
+            if not self._admit(block=not busy):
+                break
+            for runner in list(self._runners.values()):
+                self._step(runner)
+        for runner in list(self._runners.values()):
+            runner.close()
 
     def _admit(self, block: bool) -> bool:
         while True:
@@ -50,8 +57,6 @@ class Engine:
             except queue.Empty:
                 return True
             if item is _STOP:
-                for sequence in list(self._running):
-                    self._retire(sequence)
                 return False
             self._start(item)
             block = False
@@ -62,6 +67,7 @@ class Engine:
         try:
             loaded = self.pool.get(job.spec)
             sequence = Sequence(job, loaded)
+            self._runner(loaded).add(sequence)
         except EngineError as exc:
             self._emit(job, Failed(exc))
             return
@@ -69,32 +75,41 @@ class Engine:
             log.exception("could not start a sequence for %s", job.spec.model_id)
             self._emit(job, Failed(EngineError(ErrorKind.INTERNAL, "generation failed")))
             return
-        loaded.active += 1
-        self._running.append(sequence)
-        self._emit(job, sequence.started)
+        self._emit(job, sequence.started())
 
-    def _step(self, sequence: Sequence) -> None:
-        job = sequence.job
-        if job.cancelled.is_set():
-            self._retire(sequence)
+    def _runner(self, loaded: LoadedModel) -> ModelRunner:
+        runner = self._runners.get(loaded.spec.model_id)
+        if runner is None or runner.loaded is not loaded:
+            runner = self._runners[loaded.spec.model_id] = ModelRunner(loaded, self.config)
+        return runner
+
+    def _drop_runner(self, model_id: str) -> None:
+        runner = self._runners.pop(model_id, None)
+        if runner is not None:
+            runner.close()
+
+    def _step(self, runner: ModelRunner) -> None:
+        for sequence in runner.sequences:
+            if sequence.job.cancelled.is_set():
+                runner.cancel(sequence)
+        if not runner.sequences:
             return
         try:
-            events = sequence.advance()
+            results = runner.step()
         except Exception:
-            log.exception("generation failed for %s", job.spec.model_id)
-            events = [Failed(EngineError(ErrorKind.INTERNAL, "generation failed"))]
-        for event in events:
-            self._emit(job, event)
-        if events and isinstance(events[-1], Done | Failed):
-            self._retire(sequence)
+            log.exception("a decode step failed for %s", runner.loaded.spec.model_id)
+            self._fail_all(runner)
+            return
+        for sequence, events in results:
+            for event in events:
+                self._emit(sequence.job, event)
 
-    def _retire(self, sequence: Sequence) -> None:
-        self._running.remove(sequence)
-        sequence.loaded.active -= 1
-        try:
-            sequence.close()
-        except Exception:
-            log.exception("closing a sequence failed")
+    def _fail_all(self, runner: ModelRunner) -> None:
+        """A step broke the batch: its requests end with an error, the model gets a fresh batch."""
+        error = Failed(EngineError(ErrorKind.INTERNAL, "generation failed"))
+        for sequence in runner.sequences:
+            self._emit(sequence.job, error)
+        self._drop_runner(runner.loaded.spec.model_id)
 
     @staticmethod
     def _emit(job: GenerationJob, event: Event) -> None:

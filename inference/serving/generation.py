@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from inference.engine.client import JobRequest, generate
 from inference.engine.types import Delta, Done, Event, Failed, Started, TokenLogprob
-from inference.protocol.common import Usage
+from inference.protocol.common import PromptTokensDetails, Usage
 from inference.serving.errors import api_error
 from inference.serving.ids import completion_id, now
 
@@ -90,7 +90,11 @@ class Generation:
         """Prompt tokens count once per distinct prompt (n choices share theirs)."""
         counted = prompts_counted if prompts_counted is not None else [0]
         prompt = sum(self.choices[i].started.prompt_tokens for i in counted)
+        cached = sum(self.choices[i].started.cached_tokens for i in counted)
         completion = sum(c.done.completion_tokens for c in self.choices.values() if c.done)
         return Usage(
-            prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=cached),
         )

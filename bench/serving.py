@@ -1,0 +1,278 @@
+"""Serving benchmark: our server against mlx_lm.server, same model, same weights, one run.
+
+    .venv/bin/python bench/serving.py [--concurrency 1,8,32] [--max-tokens 64]
+
+Prints raw mlx_lm.stream_generate speed, then for each server and concurrency: aggregate output
+tok/s, time to first token (p50/p95), inter-token latency (p50) and peak RSS, then the multi-turn
+scenario (1,000-token shared system prompt, 4 turns: cold vs warm TTFT). Loopback only; every
+loop is bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_ID = "smollm2-135m-instruct"
+TOPICS = [
+    "dragons",
+    "the sea",
+    "a lighthouse",
+    "robots",
+    "autumn",
+    "a train journey",
+    "bees",
+    "the moon",
+    "a bakery",
+    "mountains",
+    "a library",
+    "rain",
+    "chess",
+    "a city at night",
+    "volcanoes",
+    "a garden",
+]
+
+
+@dataclass
+class Result:
+    ttft: float | None = None
+    gaps: list[float] = field(default_factory=list)
+    tokens: int = 0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def peak_rss_mib(pid: int) -> float | None:
+    try:  # Linux; elsewhere the figure is left out
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def one_stream(
+    client: httpx.AsyncClient, url: str, model: str, messages: list[dict], max_tokens: int
+) -> Result:
+    body = {
+        "model": model,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    result, started, last = Result(), time.perf_counter(), None
+    async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                result.tokens = chunk["usage"]["completion_tokens"]
+            choices = chunk.get("choices") or []
+            if choices and choices[0].get("delta", {}).get("content"):
+                now = time.perf_counter()
+                if result.ttft is None:
+                    result.ttft = now - started
+                else:
+                    result.gaps.append(now - last)
+                last = now
+    return result
+
+
+async def drive(url: str, model: str, concurrency: int, max_tokens: int) -> dict:
+    prompts = [
+        [{"role": "user", "content": f"Write a long story about {TOPICS[i % len(TOPICS)]}."}]
+        for i in range(concurrency)
+    ]
+    async with httpx.AsyncClient(timeout=1800) as client:
+        started = time.perf_counter()
+        results = await asyncio.gather(
+            *(one_stream(client, url, model, p, max_tokens) for p in prompts)
+        )
+        elapsed = time.perf_counter() - started
+    tokens = sum(r.tokens for r in results)
+    ttfts = [r.ttft for r in results if r.ttft is not None]
+    return {
+        "tok_s": tokens / elapsed,
+        "ttft_p50": percentile(ttfts, 0.5),
+        "ttft_p95": percentile(ttfts, 0.95),
+        "itl_p50": percentile([g for r in results for g in r.gaps], 0.5),
+        "tokens": tokens,
+    }
+
+
+async def multi_turn(url: str, model: str, turns: int = 4) -> dict:
+    system = " ".join(f"Rule {i}: answer politely and mention topic {i}." for i in range(100))
+    messages = [{"role": "system", "content": system}]
+    ttfts = []
+    async with httpx.AsyncClient(timeout=600) as client:
+        for turn in range(turns):
+            messages.append({"role": "user", "content": f"Question {turn}: name a colour."})
+            result = await one_stream(client, url, model, messages, 24)
+            ttfts.append(result.ttft)
+            reply = await client.post(
+                f"{url}/v1/chat/completions",
+                json={"model": model, "messages": messages, "max_tokens": 24, "temperature": 0},
+            )
+            messages.append(
+                {"role": "assistant", "content": reply.json()["choices"][0]["message"]["content"]}
+            )
+    return {"cold_ttft": ttfts[0], "warm_ttft": statistics.mean(ttfts[1:])}
+
+
+def wait_up(url: str, process: subprocess.Popen, path: str) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"{url} exited with {process.returncode}")
+        try:
+            if httpx.get(f"{url}{path}", timeout=2).status_code < 500:
+                return
+        except httpx.TransportError:
+            time.sleep(0.3)
+    raise SystemExit(f"{url} did not come up")
+
+
+def start_ours(gguf: Path, workdir: Path, env: dict) -> tuple[subprocess.Popen, str, Path]:
+    env = {
+        **env,
+        "VAR_DIR": str(workdir),
+        "DATABASE_URL": f"sqlite:///{workdir / 'db.sqlite3'}",
+        "MODEL_STORAGE_DIR": str(workdir / "models"),
+        "LOG_LEVEL": "WARNING",
+    }
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    subprocess.run([*manage, "migrate", "-v0"], env=env, check=True)
+    subprocess.run(
+        [*manage, "import_gguf", str(gguf), "--id", DEMO_ID],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    port = free_port()
+    process = subprocess.Popen(
+        [*manage, "serve", "--port", str(port), "--log-level", "warning"], env=env
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_up(url, process, "/v1/models")
+    return process, url, workdir / "models" / DEMO_ID
+
+
+def start_peer(model_dir: Path, env: dict) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mlx_lm.server", "--model", str(model_dir), "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_up(url, process, "/v1/models")
+    return process, url
+
+
+def raw_stream_generate(model_dir: Path, max_tokens: int) -> float:
+    from mlx_lm import load, stream_generate
+
+    model, tokenizer = load(str(model_dir))
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Write a long story about dragons."}],
+        add_generation_prompt=True,
+    )
+    responses = list(stream_generate(model, tokenizer, prompt, max_tokens=max_tokens))
+    return responses[-1].generation_tps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--gguf", type=Path, default=ROOT / "var/cache/SmolLM2-135M-Instruct.Q4_1.gguf"
+    )
+    parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--no-peer", action="store_true", help="skip mlx_lm.server")
+    args = parser.parse_args()
+    levels = [int(c) for c in args.concurrency.split(",")]
+    env = dict(os.environ)
+    workdir = Path(tempfile.mkdtemp(prefix="bench-"))
+    servers = {}
+    try:
+        ours, ours_url, model_dir = start_ours(args.gguf, workdir, env)
+        servers["ours"] = (ours, ours_url, DEMO_ID)
+        if not args.no_peer:
+            peer, peer_url = start_peer(model_dir, env)
+            servers["mlx_lm.server"] = (peer, peer_url, str(model_dir))
+        raw = raw_stream_generate(model_dir, args.max_tokens)
+        print(f"raw mlx_lm.stream_generate: {raw:.1f} tok/s (single stream)")
+        table = {}
+        for name, (process, url, model) in servers.items():
+            asyncio.run(drive(url, model, 1, 8))  # warm-up: load and first compile
+            for level in levels:
+                row = asyncio.run(drive(url, model, level, args.max_tokens))
+                table[(name, level)] = row
+                print(
+                    f"{name:>14} c={level:<3} {row['tok_s']:6.1f} tok/s  "
+                    f"TTFT p50 {row['ttft_p50']:6.2f}s p95 {row['ttft_p95']:6.2f}s  "
+                    f"ITL p50 {row['itl_p50'] * 1000:6.0f}ms  ({row['tokens']} tokens)",
+                    flush=True,
+                )
+            turns = asyncio.run(multi_turn(url, model))
+            print(
+                f"{name:>14} multi-turn: cold TTFT {turns['cold_ttft']:.2f}s, warm TTFT "
+                f"{turns['warm_ttft']:.2f}s ({turns['warm_ttft'] / turns['cold_ttft']:.2f}x)"
+            )
+            print(
+                f"{name:>14} peak RSS {peak_rss_mib(process.pid) or float('nan'):.0f} MiB",
+                flush=True,
+            )
+        if "mlx_lm.server" in servers:
+            for level in levels:
+                ours_row, peer_row = table[("ours", level)], table[("mlx_lm.server", level)]
+                print(
+                    f"c={level}: ours/mlx_lm.server throughput "
+                    f"{ours_row['tok_s'] / peer_row['tok_s']:.2f}x, TTFT p50 "
+                    f"{ours_row['ttft_p50']:.2f}s vs {peer_row['ttft_p50']:.2f}s"
+                )
+        print(
+            f"ours vs raw stream_generate at c=1: {table[('ours', levels[0])]['tok_s'] / raw:.2f}x"
+        )
+    finally:
+        for process, _, _ in servers.values():
+            process.terminate()
+            process.wait(timeout=30)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

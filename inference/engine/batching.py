@@ -1,0 +1,113 @@
+"""Continuous batching for one loaded model: mlx-lm's BatchGenerator plus prefix-cache reuse."""
+
+from __future__ import annotations
+
+import logging
+
+from mlx_lm.generate import BatchGenerator, StopSequences
+from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
+
+from inference.engine.config import EngineConfig
+from inference.engine.pool import LoadedModel
+from inference.engine.sequence import Sequence
+from inference.engine.types import Event
+
+log = logging.getLogger(__name__)
+# Sequences decide for themselves when to stop (stop tokens and strings, across tokens).
+NO_STOPS = StopSequences(None)
+
+
+class ModelRunner:
+    """Engine thread only. New sequences join between decode steps; finished ones leave at once."""
+
+    def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
+        self.loaded = loaded
+        self._batch = BatchGenerator(
+            loaded.model,
+            stop_tokens=None,
+            completion_batch_size=config.max_batch,
+            prefill_batch_size=config.prefill_batch,
+            prefill_step_size=config.prefill_step,
+        )
+        self._prefixes = (
+            LRUPromptCache(max_size=64, max_bytes=config.prompt_cache_bytes)
+            if config.prompt_cache_bytes
+            else None
+        )
+        self._by_uid: dict[int, Sequence] = {}
+
+    @property
+    def sequences(self) -> list[Sequence]:
+        return list(self._by_uid.values())
+
+    @property
+    def prefix_cache_bytes(self) -> int:
+        return self._prefixes.nbytes if self._prefixes else 0
+
+    def add(self, sequence: Sequence) -> None:
+        cache, rest = self._cached_prefix(sequence.prompt)
+        cached = len(sequence.prompt) - len(rest)
+        sequence.cached_tokens = cached
+        (uid,) = self._batch.insert(
+            [rest],
+            max_tokens=[sequence.max_tokens],
+            caches=[cache],
+            all_tokens=[sequence.prompt[:cached]],
+            samplers=[sequence.sampler],
+            logits_processors=[sequence.processors],
+            stop_sequences=[NO_STOPS],
+        )
+        self._by_uid[uid] = sequence
+        sequence.uid = uid  # type: ignore[attr-defined]
+        self.loaded.active += 1
+
+    def _cached_prefix(self, prompt: list[int]):
+        if self._prefixes is None:
+            return None, prompt
+        cache, rest = self._prefixes.fetch_nearest_cache(self.loaded.spec.model_id, prompt)
+        if cache is not None and not rest:
+            # The whole prompt is cached, but generation needs one token to feed.
+            if not can_trim_prompt_cache(cache):
+                return None, prompt
+            trim_prompt_cache(cache, 1)
+            rest = prompt[-1:]
+        return cache, rest
+
+    def step(self) -> list[tuple[Sequence, list[Event]]]:
+        """One decode step for the batch (and a prefill chunk for newcomers)."""
+        _, responses = self._batch.next()
+        out = []
+        for response in responses:
+            sequence = self._by_uid.get(response.uid)
+            if sequence is None:
+                continue
+            last = response.finish_reason is not None
+            events = sequence.on_token(response.token, response.logprobs, last)
+            if sequence.finished:
+                self._retire(sequence, response if last else None)
+            out.append((sequence, events))
+        return out
+
+    def cancel(self, sequence: Sequence) -> None:
+        """Drops the sequence from the batch now; its KV memory goes with it."""
+        if self._by_uid.pop(sequence.uid, None) is not None:  # type: ignore[attr-defined]
+            self._batch.remove([sequence.uid])  # type: ignore[attr-defined]
+            self.loaded.active -= 1
+
+    def _retire(self, sequence: Sequence, response) -> None:
+        uid = sequence.uid  # type: ignore[attr-defined]
+        del self._by_uid[uid]
+        self.loaded.active -= 1
+        if response is not None:  # the generator already let it go, with its cache
+            cache, tokens = response.prompt_cache, response.all_tokens
+        else:
+            extracted = self._batch.remove([uid], return_prompt_caches=self._prefixes is not None)
+            cache, tokens = extracted.get(uid, (None, None))
+        if self._prefixes is not None and cache is not None:
+            # A later turn of the same conversation starts with these tokens.
+            self._prefixes.insert_cache(self.loaded.spec.model_id, list(tokens), cache)
+
+    def close(self) -> None:
+        for sequence in self.sequences:
+            self.cancel(sequence)
+        self._batch.close()
