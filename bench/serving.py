@@ -114,12 +114,16 @@ async def drive(url: str, model: str, concurrency: int, max_tokens: int) -> dict
         [{"role": "user", "content": f"Write a long story about {TOPICS[i % len(TOPICS)]}."}]
         for i in range(concurrency)
     ]
-    async with httpx.AsyncClient(timeout=1800) as client:
+    limits = httpx.Limits(max_connections=concurrency)
+    async with httpx.AsyncClient(timeout=1800, limits=limits) as client:
         started = time.perf_counter()
-        results = await asyncio.gather(
-            *(one_stream(client, url, model, p, max_tokens) for p in prompts)
+        outcomes = await asyncio.gather(
+            *(one_stream(client, url, model, p, max_tokens) for p in prompts),
+            return_exceptions=True,
         )
         elapsed = time.perf_counter() - started
+    results = [r for r in outcomes if isinstance(r, Result)]
+    errors = [r for r in outcomes if not isinstance(r, Result)]
     tokens = sum(r.tokens for r in results)
     ttfts = [r.ttft for r in results if r.ttft is not None]
     return {
@@ -128,6 +132,8 @@ async def drive(url: str, model: str, concurrency: int, max_tokens: int) -> dict
         "ttft_p95": percentile(ttfts, 0.95),
         "itl_p50": percentile([g for r in results for g in r.gaps], 0.5),
         "tokens": tokens,
+        "failed": len(errors),
+        "first_error": repr(errors[0]) if errors else "",
     }
 
 
@@ -221,16 +227,24 @@ def main() -> None:
     )
     parser.add_argument("--concurrency", default="1,8,32")
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--no-peer", action="store_true", help="skip mlx_lm.server")
+    parser.add_argument(
+        "--servers",
+        default="ours,mlx_lm.server",
+        help="which to drive: ours, mlx_lm.server or both (comma-separated)",
+    )
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     env = dict(os.environ)
     workdir = Path(tempfile.mkdtemp(prefix="bench-"))
     servers = {}
     try:
+        wanted = args.servers.split(",")
         ours, ours_url, model_dir = start_ours(args.gguf, workdir, env)
-        servers["ours"] = (ours, ours_url, DEMO_ID)
-        if not args.no_peer:
+        if "ours" in wanted:
+            servers["ours"] = (ours, ours_url, DEMO_ID)
+        else:
+            ours.terminate()
+        if "mlx_lm.server" in wanted:
             peer, peer_url = start_peer(model_dir, env)
             servers["mlx_lm.server"] = (peer, peer_url, str(model_dir))
         raw = raw_stream_generate(model_dir, args.max_tokens)
@@ -256,7 +270,7 @@ def main() -> None:
                 f"{name:>14} peak RSS {peak_rss_mib(process.pid) or float('nan'):.0f} MiB",
                 flush=True,
             )
-        if "mlx_lm.server" in servers:
+        if len(servers) == 2:
             for level in levels:
                 ours_row, peer_row = table[("ours", level)], table[("mlx_lm.server", level)]
                 print(

@@ -1,6 +1,9 @@
-from django.contrib import admin
+from asgiref.sync import async_to_sync
+from django.contrib import admin, messages
 
 from catalog.models import CatalogModel, ModelFamily
+from inference.protocol.errors import APIError
+from inference.serving.control import unload_model, warm_model
 
 
 @admin.register(ModelFamily)
@@ -25,8 +28,9 @@ class CatalogModelAdmin(admin.ModelAdmin):
     list_filter = ("enabled", "source", "family")
     search_fields = ("public_id", "display_name", "location")
     readonly_fields = ("created", "updated")
+    actions = ("warm", "unload")
     fieldsets = (
-        (None, {"fields": ("public_id", "display_name", "enabled", "preload")}),
+        (None, {"fields": ("public_id", "display_name", "enabled", "preload", "pinned")}),
         ("Weights", {"fields": ("source", "location", "family", "context_length")}),
         (
             "Generation defaults",
@@ -41,3 +45,22 @@ class CatalogModelAdmin(admin.ModelAdmin):
         ),
         ("History", {"fields": ("created", "updated")}),
     )
+
+    @admin.action(description="Warm (load into the running server)")
+    def warm(self, request, queryset) -> None:
+        for entry in queryset:
+            try:
+                result = async_to_sync(warm_model)(entry.public_id)
+            except APIError as exc:
+                self.message_user(request, f"{entry}: {exc.message}", messages.ERROR)
+                continue
+            seconds = result["load_seconds"]
+            note = "already loaded" if result["already_loaded"] else f"loaded in {seconds:.1f}s"
+            self.message_user(request, f"{entry}: {note}", messages.SUCCESS)
+
+    @admin.action(description="Unload (free its memory)")
+    def unload(self, request, queryset) -> None:
+        for entry in queryset:
+            result = async_to_sync(unload_model)(entry.public_id)
+            note = "unloaded" if result["unloaded"] else "was not loaded"
+            self.message_user(request, f"{entry}: {note}", messages.SUCCESS)

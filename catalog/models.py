@@ -14,6 +14,7 @@ from catalog.validators import (
     validate_string_list,
 )
 from inference.adapters import FamilyProfile, adapter_choices
+from inference.engine.types import ModelSpec
 
 
 class ModelFamily(models.Model):
@@ -104,6 +105,9 @@ class CatalogModel(models.Model):
     )
     enabled = models.BooleanField(default=True)
     preload = models.BooleanField("preload on start", default=False)
+    pinned = models.BooleanField(
+        default=False, help_text="Never unloaded to make room for other models, nor when idle."
+    )
     default_max_tokens = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)]
     )
@@ -128,6 +132,16 @@ class CatalogModel(models.Model):
 
     def __str__(self) -> str:
         return self.public_id
+
+    def spec(self) -> ModelSpec:
+        """What the engine needs to load this model."""
+        return ModelSpec(
+            model_id=self.public_id,
+            location=self.location,
+            from_hub=self.source == self.Source.HUGGING_FACE,
+            context_length=self.context_length,
+            pinned=self.pinned,
+        )
 
     def clean(self) -> None:
         super().clean()

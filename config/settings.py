@@ -91,6 +91,15 @@ ENGINE_PREFILL_BATCH = env.int("ENGINE_PREFILL_BATCH", default=8)
 ENGINE_PREFILL_STEP = env.int("ENGINE_PREFILL_STEP", default=512)
 # Reusable prompt KV cache per model: a conversation's next turn prefills only its new tokens.
 PROMPT_CACHE_BYTES = parse_size(env.str("PROMPT_CACHE_BYTES", default="1GiB"))
+# Seconds after which an unused, unpinned model is unloaded (0: keep until evicted).
+MODEL_IDLE_TTL = env.float("MODEL_IDLE_TTL", default=0)
+# The control API (pool status, warm, unload) takes this bearer token, or a staff session.
+# Unset, each install makes one and keeps it in var/, where manage.py's commands find it too.
+ADMIN_TOKEN = env.str("ADMIN_TOKEN", default="") or read_or_create_secret(VAR_DIR / "admin_token")
+# Where `manage.py warm|unload|pool` reach the running server.
+SERVER_URL = env.str("SERVER_URL", default=f"http://127.0.0.1:{env.int('PORT', default=8000)}")
+# Seconds a request may take from arrival to its last token (model load included).
+REQUEST_TIMEOUT = env.float("REQUEST_TIMEOUT", default=600)
 # Largest request body /v1 accepts (bytes).
 DATA_UPLOAD_MAX_MEMORY_SIZE = parse_size(env.str("MAX_REQUEST_BODY", default="4MiB"))
 

@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from inference import control_views
 from inference.views import health, openapi
 
 urlpatterns = [
@@ -8,4 +9,7 @@ urlpatterns = [
     path("v1/", include("inference.urls")),
     path("health", health),
     path("openapi.json", openapi),
+    path("control/pool", control_views.pool),
+    path("control/models/<str:model_id>/warm", control_views.warm),
+    path("control/models/<str:model_id>/unload", control_views.unload),
 ]

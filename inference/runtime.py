@@ -34,6 +34,7 @@ def engine_config() -> EngineConfig:
         prefill_batch=settings.ENGINE_PREFILL_BATCH,
         prefill_step=settings.ENGINE_PREFILL_STEP,
         prompt_cache_bytes=settings.PROMPT_CACHE_BYTES,
+        idle_ttl=settings.MODEL_IDLE_TTL,
     )
 
 

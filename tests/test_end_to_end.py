@@ -18,6 +18,7 @@ import pytest
 from tests.conftest import DEMO_ID, ROOT
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+ADMIN_TOKEN = "e2e-admin-token"
 
 
 def free_port() -> int:
@@ -52,6 +53,7 @@ def base_url(demo_gguf: Path, tmp_path_factory: pytest.TempPathFactory):
         "DATABASE_URL": f"sqlite:///{var / 'db.sqlite3'}",
         "MODEL_STORAGE_DIR": str(var / "models"),
         "PYTHONUNBUFFERED": "1",
+        "ADMIN_TOKEN": ADMIN_TOKEN,
     }
     manage(env, "migrate", "--noinput", "-v0")
     manage(env, "import_gguf", str(demo_gguf), "--id", DEMO_ID)
@@ -323,3 +325,85 @@ def test_n_choices_stream_with_their_index(client):
     }
     assert set(finishes) == {0, 1}
     assert any(c.choices[0].logprobs for c in chunks if c.choices)
+
+
+def control(base_url: str, *args: str) -> subprocess.CompletedProcess:
+    """manage.py warm|unload|pool against the live server, as an operator runs them."""
+    server = base_url.removesuffix("/v1")
+    return subprocess.run(
+        [sys.executable, "manage.py", *args, "--url", server, "--token", ADMIN_TOKEN],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_operator_commands_against_the_live_server(base_url):
+    unloaded = control(base_url, "unload", DEMO_ID)
+    assert unloaded.returncode == 0, unloaded.stderr
+    warmed = control(base_url, "warm", DEMO_ID)
+    assert warmed.returncode == 0, warmed.stderr
+    assert f"loaded {DEMO_ID} in" in warmed.stdout
+    assert "warming" in warmed.stderr  # the progress line
+    table = control(base_url, "pool")
+    assert table.returncode == 0
+    assert table.stdout.splitlines()[0].split()[:2] == ["model", "memory"]
+    assert DEMO_ID in table.stdout
+    again = control(base_url, "unload", DEMO_ID)
+    assert f"unloaded {DEMO_ID}" in again.stdout
+
+
+def test_operator_commands_fail_clearly(base_url):
+    unknown = control(base_url, "warm", "no-such-model")
+    assert unknown.returncode != 0
+    assert "404" in unknown.stderr and "no-such-model" in unknown.stderr
+    unreachable = subprocess.run(
+        [sys.executable, "manage.py", "pool", "--url", f"http://127.0.0.1:{free_port()}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert unreachable.returncode != 0
+    assert "cannot reach the server" in unreachable.stderr
+    wrong_token = subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "pool",
+            "--url",
+            base_url.removesuffix("/v1"),
+            "--token",
+            "x",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert wrong_token.returncode != 0
+    assert "401" in wrong_token.stderr
+
+
+def test_cancelled_stream_leaves_the_pool_status_at_once(base_url, client):
+    server = base_url.removesuffix("/v1")
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    body = {
+        "model": DEMO_ID,
+        "messages": [{"role": "user", "content": "Write a long story about a dragon."}],
+        "max_tokens": 500,
+        "stream": True,
+    }
+    with httpx.stream("POST", f"{base_url}/chat/completions", json=body, timeout=60) as response:
+        lines = response.iter_lines()
+        for _ in range(4):
+            next(lines)
+        status = httpx.get(f"{server}/control/pool", headers=headers).json()
+        assert status["running_sequences"] == 1
+    hung_up = time.monotonic()
+    while time.monotonic() - hung_up < 1:
+        status = httpx.get(f"{server}/control/pool", headers=headers).json()
+        if status["running_sequences"] == 0:
+            break
+    assert status["running_sequences"] == 0

@@ -1,6 +1,7 @@
 """Failures inside the server: generic 500s, and errors in the middle of a stream."""
 
 import json
+import time
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -65,3 +66,17 @@ def test_failure_mid_stream_sends_an_error_event_then_done(tiny_dir, monkeypatch
     # The engine keeps serving.
     again = async_to_sync(AsyncClient().post)(CHAT, BODY, content_type="application/json")
     assert again.status_code == 200
+
+
+def test_request_timeout_is_a_504_and_frees_the_engine(client, tiny_dir, db, settings):
+    CatalogModel.objects.create(public_id="tiny", location=str(tiny_dir))
+    settings.REQUEST_TIMEOUT = 0.5
+    response = client.post(CHAT, {**BODY, "max_tokens": 5000}, content_type="application/json")
+    assert response.status_code == 504
+    assert response.json()["error"]["code"] == "timeout"
+    from inference.runtime import get_engine
+
+    deadline = time.monotonic() + 2
+    while get_engine().running and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert get_engine().running == 0

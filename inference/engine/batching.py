@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections import deque
 
 from mlx_lm.generate import BatchGenerator, StopSequences
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
@@ -15,6 +17,7 @@ from inference.engine.types import Event
 log = logging.getLogger(__name__)
 # Sequences decide for themselves when to stop (stop tokens and strings, across tokens).
 NO_STOPS = StopSequences(None)
+RATE_WINDOW = 10.0  # seconds of decode steps behind tokens/s
 
 
 class ModelRunner:
@@ -35,6 +38,7 @@ class ModelRunner:
             else None
         )
         self._by_uid: dict[int, Sequence] = {}
+        self._recent: deque[tuple[float, int]] = deque()  # (when, tokens) of recent steps
 
     @property
     def sequences(self) -> list[Sequence]:
@@ -76,6 +80,7 @@ class ModelRunner:
     def step(self) -> list[tuple[Sequence, list[Event]]]:
         """One decode step for the batch (and a prefill chunk for newcomers)."""
         _, responses = self._batch.next()
+        self._count(len(responses))
         out = []
         for response in responses:
             sequence = self._by_uid.get(response.uid)
@@ -87,6 +92,16 @@ class ModelRunner:
                 self._retire(sequence, response if last else None)
             out.append((sequence, events))
         return out
+
+    def _count(self, tokens: int) -> None:
+        now = time.monotonic()
+        self._recent.append((now, tokens))
+        while self._recent and self._recent[0][0] < now - RATE_WINDOW:
+            self._recent.popleft()
+
+    def tokens_per_second(self) -> float:
+        now = time.monotonic()
+        return sum(n for t, n in self._recent if t >= now - RATE_WINDOW) / RATE_WINDOW
 
     def cancel(self, sequence: Sequence) -> None:
         """Drops the sequence from the batch now; its KV memory goes with it."""

@@ -7,7 +7,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,9 @@ class LoadedModel:
     config: dict
     nbytes: int
     context_length: int
+    load_seconds: float = 0.0
     active: int = 0  # sequences using it right now: never evicted while > 0
+    last_used: float = field(default_factory=time.monotonic)
 
     @cached_property
     def vocab_size(self) -> int:
@@ -84,6 +86,7 @@ class ModelPool:
         entry = self._models.get(spec.model_id)
         if entry is not None and entry.spec == spec:
             self._models.move_to_end(spec.model_id)
+            entry.last_used = time.monotonic()
             return entry
         if entry is not None:  # the catalog entry changed since it was loaded
             self.unload(spec.model_id)
@@ -116,15 +119,29 @@ class ModelPool:
                 ErrorKind.MODEL_UNAVAILABLE, f"model '{spec.model_id}' could not be loaded"
             ) from exc
         nbytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
-        entry = LoadedModel(spec, model, tokenizer, config, nbytes, context_length_of(spec, config))
+        seconds = time.monotonic() - started
+        context = context_length_of(spec, config)
+        entry = LoadedModel(spec, model, tokenizer, config, nbytes, context, seconds)
         self._models[spec.model_id] = entry
-        log.info(
-            "loaded %s (%.1f MiB) in %.1fs",
-            spec.model_id,
-            nbytes / 2**20,
-            time.monotonic() - started,
-        )
+        log.info("loaded %s (%.1f MiB) in %.1fs", spec.model_id, nbytes / 2**20, seconds)
         return entry
+
+    def unload_idle(self, ttl: float) -> list[str]:
+        """Unloads unpinned models nobody used for ttl seconds; returns their ids."""
+        cutoff = time.monotonic() - ttl
+        idle = [
+            m.spec.model_id
+            for m in self._models.values()
+            if not m.spec.pinned and m.active == 0 and m.last_used < cutoff
+        ]
+        for model_id in idle:
+            self.unload(model_id)
+        return idle
+
+    def next_idle_deadline(self, ttl: float) -> float | None:
+        """When the next unpinned model turns idle for ttl seconds (monotonic clock)."""
+        times = [m.last_used for m in self._models.values() if not m.spec.pinned]
+        return min(times) + ttl if times else None
 
     def _make_room(self, needed: int, model_id: str) -> None:
         if needed > self.budget:
@@ -134,8 +151,15 @@ class ModelPool:
                 f"budget of {self.budget / 2**30:.1f} GiB",
             )
         used = sum(m.nbytes for m in self._models.values())
-        for victim in [m for m in self._models.values() if m.active == 0]:
+        evictable = [m for m in self._models.values() if m.active == 0 and not m.spec.pinned]
+        for victim in evictable:  # least recently used first
             if used + needed <= self.budget:
                 break
             used -= victim.nbytes
+            log.info("unloading %s to make room for %s", victim.spec.model_id, model_id)
             self.unload(victim.spec.model_id)
+        if used + needed > self.budget:
+            raise EngineError(
+                ErrorKind.MODEL_UNAVAILABLE,
+                f"no room for '{model_id}': the pool's budget is taken by models in use or pinned",
+            )

@@ -18,6 +18,7 @@ class ModelSpec:
     location: str
     from_hub: bool = False
     context_length: int | None = None
+    pinned: bool = False  # never unloaded to make room, nor for being idle
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class ErrorKind(Enum):
     INVALID_REQUEST = "invalid_request"
     CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
     MODEL_UNAVAILABLE = "model_unavailable"
+    TIMEOUT = "timeout"
     INTERNAL = "internal"
 
 

@@ -5,15 +5,35 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
 
 from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
 from inference.engine.pool import LoadedModel, ModelPool
 from inference.engine.sequence import Sequence
-from inference.engine.types import EngineError, ErrorKind, Event, Failed, GenerationJob
+from inference.engine.types import (
+    EngineError,
+    ErrorKind,
+    Event,
+    Failed,
+    GenerationJob,
+    ModelSpec,
+)
 
 log = logging.getLogger(__name__)
 _STOP = object()
+
+
+@dataclass
+class Command:
+    """Work for the engine thread from elsewhere (warm, unload, status), answered by a future."""
+
+    run: Callable[[Engine], Any]
+    future: Future = field(default_factory=Future)
 
 
 class Engine:
@@ -30,6 +50,12 @@ class Engine:
 
     def submit(self, job: GenerationJob) -> None:
         self._inbox.put(job)
+
+    def call(self, run: Callable[[Engine], Any]) -> Future:
+        """Runs `run(engine)` on the engine thread between steps."""
+        command = Command(run)
+        self._inbox.put(command)
+        return command.future
 
     def stop(self) -> None:
         self._inbox.put(_STOP)
@@ -53,13 +79,81 @@ class Engine:
     def _admit(self, block: bool) -> bool:
         while True:
             try:
-                item = self._inbox.get(block=block)
+                item = self._inbox.get(block=block, timeout=self._idle_wait() if block else None)
             except queue.Empty:
+                if self.config.idle_ttl:
+                    self.pool.unload_idle(self.config.idle_ttl)
                 return True
             if item is _STOP:
                 return False
-            self._start(item)
+            if isinstance(item, Command):
+                self._execute(item)
+            else:
+                self._start(item)
             block = False
+
+    def _idle_wait(self) -> float | None:
+        """How long an idle engine may sleep before an idle model is due for unloading."""
+        if not self.config.idle_ttl:
+            return None
+        deadline = self.pool.next_idle_deadline(self.config.idle_ttl)
+        return None if deadline is None else max(0.0, deadline - time.monotonic()) + 0.05
+
+    def _execute(self, command: Command) -> None:
+        if not command.future.set_running_or_notify_cancel():
+            return
+        try:
+            command.future.set_result(command.run(self))
+        except BaseException as exc:  # delivered to the caller, never raised here
+            command.future.set_exception(exc)
+
+    # Commands (run on the engine thread through call()).
+
+    def warm(self, spec: ModelSpec) -> dict:
+        was_loaded = spec.model_id in self.pool.loaded_ids()
+        loaded = self.pool.get(spec)
+        return {
+            "id": spec.model_id,
+            "bytes": loaded.nbytes,
+            "load_seconds": 0.0 if was_loaded else round(loaded.load_seconds, 3),
+            "already_loaded": was_loaded,
+        }
+
+    def unload(self, model_id: str) -> bool:
+        runner = self._runners.get(model_id)
+        if runner is not None:
+            error = Failed(
+                EngineError(ErrorKind.MODEL_UNAVAILABLE, f"model '{model_id}' was unloaded")
+            )
+            for sequence in runner.sequences:
+                self._emit(sequence.job, error)
+        return self.pool.unload(model_id)
+
+    def status(self) -> dict:
+        models = []
+        for loaded in self.pool.loaded():
+            runner = self._runners.get(loaded.spec.model_id)
+            sequences = runner.sequences if runner else []
+            queued = sum(1 for s in sequences if s.first_token_at is None)
+            models.append(
+                {
+                    "id": loaded.spec.model_id,
+                    "bytes": loaded.nbytes,
+                    "pinned": loaded.spec.pinned,
+                    "load_seconds": round(loaded.load_seconds, 3),
+                    "idle_seconds": round(time.monotonic() - loaded.last_used, 1),
+                    "active_sequences": len(sequences) - queued,
+                    "queued_sequences": queued,
+                    "tokens_per_second": round(runner.tokens_per_second(), 2) if runner else 0.0,
+                    "prefix_cache_bytes": runner.prefix_cache_bytes if runner else 0,
+                }
+            )
+        return {
+            "budget_bytes": self.pool.budget,
+            "used_bytes": sum(m["bytes"] for m in models),
+            "running_sequences": sum(m["active_sequences"] + m["queued_sequences"] for m in models),
+            "models": models,
+        }
 
     def _start(self, job: GenerationJob) -> None:
         if job.cancelled.is_set():

@@ -20,14 +20,13 @@ from inference.protocol.chat import (
     ToolCall,
     ToolCallDelta,
 )
-from inference.protocol.common import ChoiceLogprobs, TopLogprob, Usage
+from inference.protocol.common import ChoiceLogprobs, TopLogprob
 from inference.protocol.common import TokenLogprob as WireTokenLogprob
 from inference.serving.errors import api_error
 from inference.serving.generation import Choice, Generation
-from inference.serving.ids import system_fingerprint
 from inference.serving.resolve import ResolvedModel, resolve_model
 from inference.serving.sampling import per_choice, sampling_params
-from inference.serving.sse import DONE, sse_event
+from inference.serving.sse import DONE, chunk_writer, sse_event
 from inference.serving.structured import chat_grammar
 from inference.serving.tool_calls import StreamedReply, split_reply
 
@@ -116,10 +115,7 @@ async def complete_chat(run: ChatRun) -> ChatCompletion:
             )
         )
     return ChatCompletion(
-        id=run.generation.id,
-        created=run.generation.created,
-        model=run.request.model,
-        system_fingerprint=system_fingerprint(),
+        **run.generation.envelope(run.request.model),
         choices=choices,
         usage=run.generation.usage(),
     )
@@ -141,18 +137,7 @@ async def stream_chat(run: ChatRun) -> AsyncIterator[str]:
     """SSE lines: role chunks, content chunks, finish chunks, optional usage, [DONE]."""
     request, generation = run.request, run.generation
     include_usage = request.include_usage()
-
-    def chunk(choices: list[ChunkChoice], usage: Usage | None = None) -> str:
-        payload = ChatCompletionChunk(
-            id=generation.id,
-            created=generation.created,
-            model=request.model,
-            system_fingerprint=system_fingerprint(),
-            choices=choices,
-            usage=usage,
-        )
-        # With include_usage every chunk says "usage": null but the last; without, no key.
-        return sse_event(payload, exclude=None if include_usage else {"usage"})
+    chunk = chunk_writer(ChatCompletionChunk, generation.envelope(request.model), include_usage)
 
     replies = {i: StreamedReply(request, run.resolved.adapter) for i in generation.choices}
     for index in generation.choices:

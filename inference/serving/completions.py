@@ -11,10 +11,9 @@ from inference.protocol.common import LegacyLogprobs, Usage
 from inference.protocol.completions import Completion, CompletionChoice, CompletionRequest
 from inference.serving.errors import api_error
 from inference.serving.generation import Choice, Generation
-from inference.serving.ids import system_fingerprint
 from inference.serving.resolve import resolve_model
 from inference.serving.sampling import per_choice, sampling_params
-from inference.serving.sse import DONE, sse_event
+from inference.serving.sse import DONE, chunk_writer, sse_event
 
 
 @dataclass
@@ -86,29 +85,13 @@ async def complete(run: CompletionRun) -> Completion:
         for choice in run.generation.choices.values()
     ]
     return Completion(
-        id=run.generation.id,
-        created=run.generation.created,
-        model=run.request.model,
-        system_fingerprint=system_fingerprint(),
-        choices=choices,
-        usage=run.usage(),
+        **run.generation.envelope(run.request.model), choices=choices, usage=run.usage()
     )
 
 
 async def stream_completion(run: CompletionRun) -> AsyncIterator[str]:
     request, generation = run.request, run.generation
-    include_usage = request.include_usage()
-
-    def chunk(choices: list[CompletionChoice], usage: Usage | None = None) -> str:
-        payload = Completion(
-            id=generation.id,
-            created=generation.created,
-            model=request.model,
-            system_fingerprint=system_fingerprint(),
-            choices=choices,
-            usage=usage,
-        )
-        return sse_event(payload, exclude=None if include_usage else {"usage"})
+    chunk = chunk_writer(Completion, generation.envelope(request.model), request.include_usage())
 
     def text_choice(choice: Choice, text: str, logprobs=None, finish=None) -> CompletionChoice:
         return CompletionChoice(
@@ -128,6 +111,6 @@ async def stream_completion(run: CompletionRun) -> AsyncIterator[str]:
         else:
             yield chunk([text_choice(choice, "", finish=event.finish_reason)])
     else:
-        if include_usage:
+        if request.include_usage():
             yield chunk([], run.usage())
     yield DONE

@@ -7,6 +7,8 @@ def api_error(error: EngineError) -> APIError:
         return APIError(error.message, param=error.param)
     if error.kind is ErrorKind.CONTEXT_LENGTH_EXCEEDED:
         return APIError(error.message, param=error.param, code="context_length_exceeded")
+    if error.kind is ErrorKind.TIMEOUT:
+        return APIError(error.message, status=504, type="server_error", code="timeout")
     if error.kind is ErrorKind.MODEL_UNAVAILABLE:
         return APIError(error.message, status=503, type="server_error", code="model_unavailable")
     return server_error()

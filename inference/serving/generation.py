@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
+from django.conf import settings
+
 from inference.engine.client import JobRequest, generate
-from inference.engine.types import Delta, Done, Event, Failed, Started, TokenLogprob
+from inference.engine.types import (
+    Delta,
+    Done,
+    EngineError,
+    ErrorKind,
+    Event,
+    Failed,
+    Started,
+    TokenLogprob,
+)
 from inference.protocol.common import PromptTokensDetails, Usage
+from inference.protocol.errors import APIError
 from inference.serving.errors import api_error
-from inference.serving.ids import completion_id, now
+from inference.serving.ids import completion_id, now, system_fingerprint
 
 
 @dataclass
@@ -35,12 +48,32 @@ class Choice:
             self.done = event
 
 
+TIMEOUT = EngineError(ErrorKind.TIMEOUT, "The request took longer than the server allows.")
+
+
+async def _before(deadline: float, awaitable):
+    """Awaits, or raises the timeout error once the request's deadline passes. The engine
+    drops the request's sequences when its event stream is closed."""
+    try:
+        async with asyncio.timeout_at(deadline):
+            return await awaitable
+    except TimeoutError:
+        raise api_error(TIMEOUT) from None
+
+
 class Generation:
     """A request's jobs, all admitted by the engine (early failures were raised as HTTP errors)."""
 
-    def __init__(self, stream, started: dict[int, Started], early: list[tuple[int, Event]]) -> None:
+    def __init__(
+        self,
+        stream,
+        started: dict[int, Started],
+        early: list[tuple[int, Event]],
+        deadline: float,
+    ) -> None:
         self._stream = stream
         self._early = early
+        self._deadline = deadline
         self.choices = {i: Choice(i, s) for i, s in sorted(started.items())}
         self.id = ""
         self.created = now()
@@ -50,9 +83,10 @@ class Generation:
         stream = generate(requests)
         started: dict[int, Started] = {}
         early: list[tuple[int, Event]] = []
+        deadline = asyncio.get_running_loop().time() + settings.REQUEST_TIMEOUT
         try:
             while len(started) < len(requests):
-                index, event = await anext(stream)
+                index, event = await _before(deadline, anext(stream))
                 if isinstance(event, Failed):
                     raise api_error(event.error)
                 if isinstance(event, Started):
@@ -62,7 +96,7 @@ class Generation:
         except BaseException:
             await stream.aclose()
             raise
-        generation = cls(stream, started, early)
+        generation = cls(stream, started, early, deadline)
         generation.id = completion_id(id_prefix)
         return generation
 
@@ -71,8 +105,24 @@ class Generation:
         async with aclosing(self._stream) as stream:
             for index, event in self._early:
                 yield self._record(index, event)
-            async for index, event in stream:
+            while True:
+                try:
+                    index, event = await _before(self._deadline, anext(stream))
+                except StopAsyncIteration:
+                    return
+                except APIError:  # the deadline passed
+                    yield next(iter(self.choices.values())), Failed(TIMEOUT)
+                    return
                 yield self._record(index, event)
+
+    def envelope(self, model: str) -> dict:
+        """The fields every response and chunk of this request shares."""
+        return {
+            "id": self.id,
+            "created": self.created,
+            "model": model,
+            "system_fingerprint": system_fingerprint(),
+        }
 
     def _record(self, index: int, event: Event) -> tuple[Choice, Delta | Done | Failed]:
         choice = self.choices[index]

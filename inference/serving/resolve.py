@@ -29,10 +29,4 @@ async def resolve_model(model_id: str) -> ResolvedModel:
     families = [f async for f in ModelFamily.objects.all()]
     family = detect_family(entry, families)
     profile = family.profile() if family else FamilyProfile()
-    spec = ModelSpec(
-        model_id=entry.public_id,
-        location=entry.location,
-        from_hub=entry.source == CatalogModel.Source.HUGGING_FACE,
-        context_length=entry.context_length,
-    )
-    return ResolvedModel(entry, spec, get_adapter(profile))
+    return ResolvedModel(entry, entry.spec(), get_adapter(profile))

@@ -1,9 +1,13 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import uvicorn
+from asgiref.sync import async_to_sync
 from django.core.management.base import BaseCommand, CommandParser
+
+from inference.serving.control import preload_models
 
 
 class Command(BaseCommand):
@@ -15,6 +19,8 @@ class Command(BaseCommand):
         parser.add_argument("--log-level", default="info")
 
     def handle(self, *args, host: str, port: int, log_level: str, **options) -> None:
+        # Preloading runs beside the server starting up; requests meanwhile queue behind it.
+        threading.Thread(target=self._preload, name="preload", daemon=True).start()
         uvicorn.run(
             "config.asgi:application",
             host=host,
@@ -23,3 +29,8 @@ class Command(BaseCommand):
             log_level=log_level,
             lifespan="off",
         )
+
+    def _preload(self) -> None:
+        failed = async_to_sync(preload_models)()
+        for model_id in failed:
+            self.stderr.write(f"could not preload {model_id}; see the log above")

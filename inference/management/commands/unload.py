@@ -1,0 +1,18 @@
+from django.core.management.base import BaseCommand, CommandParser
+
+from inference.management.control_client import add_server_arguments, call
+
+
+class Command(BaseCommand):
+    help = "Unload a model from the running server's pool, freeing its memory."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("model", help="catalog model id")
+        add_server_arguments(parser)
+
+    def handle(self, *args, model: str, url: str, token: str, **options) -> None:
+        result = call(url, token, "POST", f"/control/models/{model}/unload")
+        if result["unloaded"]:
+            self.stdout.write(self.style.SUCCESS(f"unloaded {model}"))
+        else:
+            self.stdout.write(f"{model} was not loaded.")

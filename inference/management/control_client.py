@@ -1,0 +1,68 @@
+"""The HTTP client behind `manage.py warm|unload|pool`: it talks to the running server."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+
+from django.conf import settings
+from django.core.management.base import CommandError, CommandParser
+
+
+def add_server_arguments(parser: CommandParser) -> None:
+    parser.add_argument("--url", default=settings.SERVER_URL, help="the running server")
+    parser.add_argument("--token", default=settings.ADMIN_TOKEN, help="the admin token")
+
+
+def call(url: str, token: str, method: str, path: str, timeout: float = 600) -> dict:
+    request = urllib.request.Request(
+        url.rstrip("/") + path,
+        method=method,
+        headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+        data=b"" if method == "POST" else None,
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.load(response)
+    except urllib.error.HTTPError as exc:
+        raise CommandError(_error_message(exc)) from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise CommandError(f"cannot reach the server at {url}: {reason}") from None
+
+
+def _error_message(exc: urllib.error.HTTPError) -> str:
+    try:
+        return f"{exc.code}: {json.load(exc)['error']['message']}"
+    except (ValueError, KeyError, TypeError):
+        return f"{exc.code}: {exc.reason}"
+
+
+def with_progress(label: str, work: Callable[[], dict], write: Callable[[str], None]) -> dict:
+    """Runs `work` while showing the time it has taken so far."""
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = work()
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    while thread.is_alive():
+        write(f"\r{label}… {time.monotonic() - started:5.1f}s")
+        thread.join(0.2)
+    write("\r")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:,.1f} MiB"

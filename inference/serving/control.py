@@ -1,0 +1,70 @@
+"""Operating the running server: pool status, warming and unloading models.
+
+The API views, manage.py's commands (through the API) and the admin's actions all come here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from catalog.models import CatalogModel
+from inference.engine.types import EngineError
+from inference.protocol.errors import model_not_found
+from inference.runtime import get_engine
+from inference.serving.errors import api_error
+
+
+async def _on_engine(run):
+    try:
+        return await asyncio.wrap_future(get_engine().call(run))
+    except EngineError as exc:
+        raise api_error(exc) from None
+
+
+async def _catalog_entry(model_id: str, enabled_only: bool) -> CatalogModel:
+    entries = CatalogModel.objects.filter(public_id=model_id)
+    if enabled_only:
+        entries = entries.filter(enabled=True)
+    entry = await entries.afirst()
+    if entry is None:
+        raise model_not_found(model_id)
+    return entry
+
+
+async def warm_model(model_id: str) -> dict:
+    entry = await _catalog_entry(model_id, enabled_only=True)
+    spec = entry.spec()
+    return await _on_engine(lambda engine: engine.warm(spec))
+
+
+async def unload_model(model_id: str) -> dict:
+    await _catalog_entry(model_id, enabled_only=False)
+    unloaded = await _on_engine(lambda engine: engine.unload(model_id))
+    return {"id": model_id, "unloaded": unloaded}
+
+
+async def pool_status() -> dict:
+    status = await _on_engine(lambda engine: engine.status())
+    loaded = {m["id"] for m in status["models"]}
+    status["catalog"] = [
+        {
+            "id": entry.public_id,
+            "enabled": entry.enabled,
+            "loaded": entry.public_id in loaded,
+            "pinned": entry.pinned,
+            "preload": entry.preload,
+        }
+        async for entry in CatalogModel.objects.all()
+    ]
+    return status
+
+
+async def preload_models() -> list[str]:
+    """Loads every enabled catalog model marked preload; returns the ids that failed."""
+    failed = []
+    async for entry in CatalogModel.objects.filter(enabled=True, preload=True):
+        try:
+            await warm_model(entry.public_id)
+        except Exception:
+            failed.append(entry.public_id)
+    return failed

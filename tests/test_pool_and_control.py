@@ -1,0 +1,223 @@
+"""The model pool under the engine, the /control API, admin actions and preloading."""
+
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.test import Client
+
+from catalog.models import CatalogModel
+from inference.engine import pool as pool_module
+from inference.engine.config import EngineConfig
+from inference.engine.pool import ModelPool
+from inference.engine.types import Done, ModelSpec, SamplingParams
+from inference.engine.worker import Engine
+from inference.serving.control import preload_models
+from tests.conftest import ROOT
+from tests.helpers import run_job, start_job
+
+NO_EOS = {2: -100.0}
+
+
+@pytest.fixture
+def fresh_engine():
+    engine = Engine(EngineConfig(pool_budget_bytes=8 * 2**30))
+    yield engine
+    engine.stop()
+
+
+def copies_of(tiny_dir, tmp_path, names, pinned=()):
+    specs = []
+    for name in names:
+        shutil.copytree(tiny_dir, tmp_path / name)
+        specs.append(ModelSpec(model_id=name, location=str(tmp_path / name), pinned=name in pinned))
+    return specs
+
+
+def test_pinned_models_are_never_evicted(tiny_dir, tmp_path):
+    a, b, c = copies_of(tiny_dir, tmp_path, "abc", pinned={"a"})
+    size = sum(f.stat().st_size for f in tiny_dir.glob("*.safetensors"))
+    pool = ModelPool(budget_bytes=int(size * 2.5))
+    pool.get(a)
+    pool.get(b)
+    pool.get(c)  # a is the least recently used, but pinned: b goes
+    assert sorted(pool.loaded_ids()) == ["a", "c"]
+
+
+def test_ten_concurrent_first_requests_load_once(fresh_engine, tiny_dir, monkeypatch):
+    loads = []
+    real_load = pool_module.mlx_lm_load
+
+    def counting_load(*args, **kwargs):
+        loads.append(args[0])
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(pool_module, "mlx_lm_load", counting_load)
+    spec = ModelSpec(model_id="cold", location=str(tiny_dir))
+    params = SamplingParams(temperature=0, max_tokens=3, logit_bias=NO_EOS)
+    jobs = [start_job(fresh_engine, spec, params=params) for _ in range(10)]
+    results = [run_to_end(job) for job in jobs]
+    assert all(isinstance(done, Done) for done in results)
+    assert loads == [str(tiny_dir)]
+
+
+def run_to_end(job):
+    from tests.helpers import collect
+
+    return collect(job)[1]
+
+
+MEMORY_PROBE = """
+import sys, mlx.core as mx
+from inference.engine.pool import ModelPool
+from inference.engine.types import ModelSpec
+pool = ModelPool(budget_bytes=8 * 2**30)
+mx.clear_cache()
+before = mx.get_active_memory()
+pool.get(ModelSpec(model_id="smol", location=sys.argv[1]))
+loaded = mx.get_active_memory()
+pool.unload("smol")
+print(before, loaded, mx.get_active_memory())
+"""
+
+
+def test_unload_returns_memory(smollm_dir):
+    # A process of its own: nothing else allocates while it measures.
+    probe = subprocess.run(
+        [sys.executable, "-c", MEMORY_PROBE, str(smollm_dir)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    before, loaded, after = map(int, probe.stdout.split())
+    assert loaded - before > 50 * 2**20  # the weights really were in memory
+    assert abs(after - before) <= 0.05 * max(before, loaded - before)
+
+
+def test_idle_models_unload_after_their_ttl(tiny_dir, tmp_path):
+    engine = Engine(EngineConfig(idle_ttl=0.5))
+    try:
+        (spec,) = copies_of(tiny_dir, tmp_path, ["idle"])
+        assert isinstance(run_job(engine, spec)[1], Done)
+        assert engine.pool.loaded_ids() == ["idle"]
+        deadline = time.monotonic() + 5
+        while engine.pool.loaded_ids() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert engine.pool.loaded_ids() == []
+    finally:
+        engine.stop()
+
+
+def test_status_counts_running_sequences(fresh_engine, tiny_dir):
+    spec = ModelSpec(model_id="busy", location=str(tiny_dir))
+    job = start_job(
+        fresh_engine, spec, params=SamplingParams(temperature=0, max_tokens=300, logit_bias=NO_EOS)
+    )
+    job.events.get(timeout=60)  # Started
+    job.events.get(timeout=60)  # a first token
+    status = fresh_engine.call(lambda e: e.status()).result(timeout=30)
+    (model,) = status["models"]
+    assert model["id"] == "busy"
+    assert model["active_sequences"] == 1
+    assert status["running_sequences"] == 1
+    job.cancelled.set()
+    deadline = time.monotonic() + 1
+    while fresh_engine.running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert fresh_engine.call(lambda e: e.status()).result(timeout=30)["running_sequences"] == 0
+
+
+# The control API, in-process.
+
+
+@pytest.fixture
+def tiny_entry(db, tiny_dir):
+    return CatalogModel.objects.create(public_id="tiny-ctl", location=str(tiny_dir))
+
+
+def auth(settings):
+    return {"HTTP_AUTHORIZATION": f"Bearer {settings.ADMIN_TOKEN}"}
+
+
+def test_control_requires_the_token_or_staff(client, db, settings):
+    assert client.get("/control/pool").status_code == 401
+    wrong = client.get("/control/pool", HTTP_AUTHORIZATION="Bearer nope")
+    assert wrong.status_code == 401
+    assert wrong.json()["error"]["code"] == "invalid_admin_token"
+    assert client.get("/control/pool", **auth(settings)).status_code == 200
+
+
+def test_staff_sessions_need_csrf_for_writes(admin_user, tiny_entry):
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(admin_user)
+    assert browser.get("/control/pool").status_code == 200
+    assert browser.post("/control/models/tiny-ctl/warm").status_code == 403
+
+
+def test_warm_status_unload(client, tiny_entry, settings):
+    warmed = client.post("/control/models/tiny-ctl/warm", **auth(settings)).json()
+    assert warmed["id"] == "tiny-ctl" and warmed["bytes"] > 0
+    again = client.post("/control/models/tiny-ctl/warm", **auth(settings)).json()
+    assert again["already_loaded"] is True
+    status = client.get("/control/pool", **auth(settings)).json()
+    assert "tiny-ctl" in [m["id"] for m in status["models"]]
+    assert {
+        "id": "tiny-ctl",
+        "enabled": True,
+        "loaded": True,
+        "pinned": False,
+        "preload": False,
+    } in status["catalog"]
+    assert client.post("/control/models/tiny-ctl/unload", **auth(settings)).json() == {
+        "id": "tiny-ctl",
+        "unloaded": True,
+    }
+    missing = client.post("/control/models/nope/warm", **auth(settings))
+    assert missing.status_code == 404
+
+
+def test_admin_actions_warm_and_unload(admin_client, tiny_entry, settings):
+    changelist = "/admin/catalog/catalogmodel/"
+    data = {"action": "warm", "_selected_action": [tiny_entry.pk]}
+    page = admin_client.post(changelist, data, follow=True)
+    assert b"Tiny-ctl: loaded in" in page.content  # the admin capitalises messages
+    status = admin_client.get("/control/pool").json()
+    assert "tiny-ctl" in [m["id"] for m in status["models"]]
+    page = admin_client.post(changelist, {**data, "action": "unload"}, follow=True)
+    assert b"Tiny-ctl: unloaded" in page.content
+
+
+@pytest.mark.django_db(transaction=True)
+def test_preload_loads_marked_models(tiny_dir, settings):
+    CatalogModel.objects.create(public_id="pre", location=str(tiny_dir), preload=True)
+    CatalogModel.objects.create(public_id="broken", location="/gone", preload=True)
+    assert async_to_sync(preload_models)() == ["broken"]
+    client = Client()
+    status = client.get("/control/pool", **auth(settings)).json()
+    assert "pre" in [m["id"] for m in status["models"]]
+    client.post("/control/models/pre/unload", **auth(settings))
+
+
+def test_threads_may_ask_for_status_while_generating(fresh_engine, tiny_dir):
+    spec = ModelSpec(model_id="t", location=str(tiny_dir))
+    job = start_job(
+        fresh_engine, spec, params=SamplingParams(temperature=0, max_tokens=40, logit_bias=NO_EOS)
+    )
+    answers = []
+    askers = [
+        threading.Thread(
+            target=lambda: answers.append(fresh_engine.call(lambda e: e.status()).result(30))
+        )
+        for _ in range(5)
+    ]
+    for asker in askers:
+        asker.start()
+    for asker in askers:
+        asker.join()
+    assert len(answers) == 5
+    assert isinstance(run_to_end(job), Done)
