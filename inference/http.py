@@ -1,7 +1,13 @@
+import logging
+from collections.abc import AsyncIterator
+
 from django.http import HttpResponse, StreamingHttpResponse
 from pydantic import BaseModel
 
-from inference.protocol.errors import APIError
+from inference.protocol.errors import APIError, server_error
+from inference.serving.sse import DONE, sse_event
+
+log = logging.getLogger(__name__)
 
 
 def json_response(payload: BaseModel, status: int = 200) -> HttpResponse:
@@ -12,8 +18,19 @@ def error_response(error: APIError) -> HttpResponse:
     return json_response(error.body(), status=error.status)
 
 
-def sse_response(lines) -> StreamingHttpResponse:
-    response = StreamingHttpResponse(lines, content_type="text/event-stream")
+async def _guarded(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    """A bug met mid-stream still ends the stream the OpenAI way: an error event, then [DONE]."""
+    try:
+        async for line in lines:
+            yield line
+    except Exception:
+        log.exception("stream failed")
+        yield sse_event(server_error().body())
+        yield DONE
+
+
+def sse_response(lines: AsyncIterator[str]) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(_guarded(lines), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass chunks through as they come
     return response

@@ -80,3 +80,24 @@ def test_request_timeout_is_a_504_and_frees_the_engine(client, tiny_dir, db, set
     while get_engine().running and time.monotonic() < deadline:
         time.sleep(0.02)
     assert get_engine().running == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_bug_while_streaming_still_ends_the_stream_cleanly(tiny_dir, monkeypatch):
+    CatalogModel.objects.create(public_id="tiny", location=str(tiny_dir))
+
+    def broken_feed(self, text):
+        raise KeyError("bug in the tool-call filter")
+
+    monkeypatch.setattr(chat_serving.StreamedReply, "feed", broken_feed)
+
+    async def go():
+        response = await AsyncClient().post(
+            CHAT, {**BODY, "stream": True}, content_type="application/json"
+        )
+        return b"".join([c async for c in response.streaming_content]).decode()
+
+    events = [e.removeprefix("data: ") for e in async_to_sync(go)().split("\n\n") if e]
+    assert events[-1] == "[DONE]"
+    assert json.loads(events[-2])["error"]["code"] == "server_error"
+    assert "bug in" not in "".join(events)

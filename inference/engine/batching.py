@@ -62,7 +62,7 @@ class ModelRunner:
             stop_sequences=[NO_STOPS],
         )
         self._by_uid[uid] = sequence
-        sequence.uid = uid  # type: ignore[attr-defined]
+        sequence.uid = uid
         self.loaded.active += 1
 
     def _cached_prefix(self, prompt: list[int]):
@@ -105,12 +105,12 @@ class ModelRunner:
 
     def cancel(self, sequence: Sequence) -> None:
         """Drops the sequence from the batch now; its KV memory goes with it."""
-        if self._by_uid.pop(sequence.uid, None) is not None:  # type: ignore[attr-defined]
-            self._batch.remove([sequence.uid])  # type: ignore[attr-defined]
+        if self._by_uid.pop(sequence.uid, None) is not None:
+            self._batch.remove([sequence.uid])
             self.loaded.active -= 1
 
     def _retire(self, sequence: Sequence, response) -> None:
-        uid = sequence.uid  # type: ignore[attr-defined]
+        uid = sequence.uid
         del self._by_uid[uid]
         self.loaded.active -= 1
         if response is not None:  # the generator already let it go, with its cache

@@ -69,6 +69,7 @@ class Sequence:
         self._stops = StopStringMatcher((*job.adapter.stop_strings(), *params.stop))
         self._detokenizer = make_detokenizer(loaded.tokenizer)
         self._pending_logprobs: list[TokenLogprob] = []
+        self.uid = -1  # the batch generator's id for it, once added
         self.cached_tokens = 0
         self.completion_tokens = 0
         self.finished = False
