@@ -39,3 +39,7 @@ lint: $(VENV)/.installed-test
 
 test: $(VENV)/.installed-test $(DEMO_GGUF) lint
 	DEMO_GGUF=$(abspath $(DEMO_GGUF)) $(BIN)/python -m pytest
+
+# Ours against mlx_lm.server on the demo model; BENCH_ARGS="--concurrency 1,8" shortens it.
+bench: $(VENV)/.installed-test $(DEMO_GGUF)
+	$(BIN)/python bench/serving.py --gguf $(DEMO_GGUF) $(BENCH_ARGS)
