@@ -16,7 +16,8 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+$(VENV)/.installed: pyproject.toml scripts/ensure_openblas.sh | $(BIN)/python
+	sh scripts/ensure_openblas.sh
 	$(BIN)/python -m pip install -q -e .
 	touch $@
 

@@ -6,11 +6,15 @@ import environ
 
 from config.secrets import read_or_create_secret
 from config.sizes import parse_size, physical_memory
+from inference import blas
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env")
+
+# First, before anything imports MLX: an optimized BLAS under its CPU backend (Linux only).
+BLAS = blas.preload(env.bool("BLAS_PRELOAD", default=True), env.str("BLAS_LIBRARY", default=None))
 
 DEBUG = env.bool("DEBUG", default=False)
 VAR_DIR = Path(env.str("VAR_DIR", default=str(BASE_DIR / "var")))

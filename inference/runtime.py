@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,7 @@ from inference.engine.config import EngineConfig
 if TYPE_CHECKING:
     from inference.engine.worker import Engine
 
+log = logging.getLogger(__name__)
 _engine: Engine | None = None
 _lock = threading.Lock()
 
@@ -23,6 +25,7 @@ def get_engine() -> Engine:
             # Imported here: importing the worker imports MLX, which only the engine needs.
             from inference.engine.worker import Engine
 
+            log.info("BLAS: %s (%s)", settings.BLAS.library or "MLX's own", settings.BLAS.reason)
             _engine = Engine(engine_config())
         return _engine
 

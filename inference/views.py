@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from catalog.models import CatalogModel
@@ -66,6 +67,7 @@ async def health(request: HttpRequest) -> HttpResponse:
             "status": "ok",
             "running_sequences": engine.running,
             "loaded_models": engine.pool.loaded_ids(),
+            "blas": settings.BLAS.library or "mlx-bundled",
         }
     )
 
