@@ -31,7 +31,10 @@ class CatalogModelAdmin(admin.ModelAdmin):
     actions = ("warm", "unload")
     fieldsets = (
         (None, {"fields": ("public_id", "display_name", "enabled", "preload", "pinned")}),
-        ("Weights", {"fields": ("source", "location", "family", "context_length")}),
+        (
+            "Weights",
+            {"fields": ("source", "location", "family", "compute_format", "context_length")},
+        ),
         (
             "Generation defaults",
             {

@@ -16,6 +16,9 @@ from catalog.validators import (
 from inference.adapters import FamilyProfile, adapter_choices
 from inference.engine.types import ModelSpec
 
+# Mirrors inference.engine.compute_format.CHOICES, which imports MLX and so stays out of here.
+COMPUTE_FORMATS = ("auto", "quantized", "float32", "float16", "bfloat16")
+
 
 class ModelFamily(models.Model):
     """How a family of models is prompted and stopped; picked per model or detected."""
@@ -105,6 +108,13 @@ class CatalogModel(models.Model):
     )
     enabled = models.BooleanField(default=True)
     preload = models.BooleanField("preload on start", default=False)
+    compute_format = models.CharField(
+        max_length=10,
+        choices=[(c, c) for c in COMPUTE_FORMATS],
+        default="auto",
+        help_text="auto: float32 on a Linux CPU with OpenBLAS when it fits the pool's budget, "
+        "the stored format elsewhere.",
+    )
     pinned = models.BooleanField(
         default=False, help_text="Never unloaded to make room for other models, nor when idle."
     )
@@ -141,6 +151,7 @@ class CatalogModel(models.Model):
             from_hub=self.source == self.Source.HUGGING_FACE,
             context_length=self.context_length,
             pinned=self.pinned,
+            compute_format=self.compute_format,
         )
 
     def clean(self) -> None:

@@ -18,6 +18,7 @@ def form(**fields):
         "default_temperature": "",
         "default_top_p": "",
         "context_length": "",
+        "compute_format": "auto",
         "_save": "Save",
     }
     return {**data, **fields}

@@ -16,6 +16,7 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 from mlx_lm import load as mlx_lm_load
 
+from inference.engine import compute_format
 from inference.engine.token_text import TokenText
 from inference.engine.types import EngineError, ErrorKind, ModelSpec
 
@@ -32,6 +33,7 @@ class LoadedModel:
     nbytes: int
     context_length: int
     load_seconds: float = 0.0
+    compute_format: str = "stored"
     active: int = 0  # sequences using it right now: never evicted while > 0
     last_used: float = field(default_factory=time.monotonic)
 
@@ -118,13 +120,25 @@ class ModelPool:
             raise EngineError(
                 ErrorKind.MODEL_UNAVAILABLE, f"model '{spec.model_id}' could not be loaded"
             ) from exc
+        choice = compute_format.choose(spec.compute_format, model, self._room())
+        model = compute_format.apply(model, choice)
         nbytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
         seconds = time.monotonic() - started
         context = context_length_of(spec, config)
-        entry = LoadedModel(spec, model, tokenizer, config, nbytes, context, seconds)
+        entry = LoadedModel(spec, model, tokenizer, config, nbytes, context, seconds, choice.format)
         self._models[spec.model_id] = entry
-        log.info("loaded %s (%.1f MiB) in %.1fs", spec.model_id, nbytes / 2**20, seconds)
+        log.info(
+            "loaded %s (%.1f MiB, computing in %s: %s) in %.1fs",
+            spec.model_id,
+            nbytes / 2**20,
+            choice.format,
+            choice.reason,
+            seconds,
+        )
         return entry
+
+    def _room(self) -> int:
+        return self.budget - sum(m.nbytes for m in self._models.values())
 
     def unload_idle(self, ttl: float) -> list[str]:
         """Unloads unpinned models nobody used for ttl seconds; returns their ids."""

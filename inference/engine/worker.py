@@ -139,6 +139,7 @@ class Engine:
                 {
                     "id": loaded.spec.model_id,
                     "bytes": loaded.nbytes,
+                    "compute_format": loaded.compute_format,
                     "pinned": loaded.spec.pinned,
                     "load_seconds": round(loaded.load_seconds, 3),
                     "idle_seconds": round(time.monotonic() - loaded.last_used, 1),

@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from inference.management.control_client import add_server_arguments, call, mib
 
-COLUMNS = ("model", "memory", "active", "queued", "tok/s", "idle", "pinned")
+COLUMNS = ("model", "memory", "format", "active", "queued", "tok/s", "idle", "pinned")
 
 
 class Command(BaseCommand):
@@ -17,6 +17,7 @@ class Command(BaseCommand):
             (
                 m["id"],
                 mib(m["bytes"]),
+                m["compute_format"],
                 str(m["active_sequences"]),
                 str(m["queued_sequences"]),
                 f"{m['tokens_per_second']:.1f}",
