@@ -212,6 +212,31 @@ def start_peer(model_dir: Path, env: dict) -> tuple[subprocess.Popen, str]:
     return process, url
 
 
+def float32_copy(model_dir: Path, workdir: Path) -> Path:
+    """The model dequantized to float32, for giving mlx_lm.server the weights we compute in."""
+    import mlx.core as mx
+    from mlx_lm import load
+    from mlx_lm.utils import dequantize_model, save
+
+    model, tokenizer, config = load(str(model_dir), return_config=True)
+    model = dequantize_model(model)
+    model.set_dtype(mx.float32)
+    config.pop("quantization", None)
+    config.pop("quantization_config", None)
+    save(workdir / "float32", model_dir, model, tokenizer, config)
+    return workdir / "float32"
+
+
+def start_peer_float32(model_dir: Path, workdir: Path, env: dict) -> tuple[subprocess.Popen, str]:
+    """mlx_lm.server on float32 weights with OpenBLAS preloaded: its best case on a CPU."""
+    from inference.blas import find_openblas
+
+    library = find_openblas()
+    if library is None:
+        raise SystemExit("mlx_lm.server-f32 needs OpenBLAS (Debian: libopenblas0-pthread)")
+    return start_peer(float32_copy(model_dir, workdir), {**env, "LD_PRELOAD": library})
+
+
 def raw_stream_generate(model_dir: Path, max_tokens: int) -> float:
     from mlx_lm import load, stream_generate
 
@@ -234,7 +259,8 @@ def main() -> None:
     parser.add_argument(
         "--servers",
         default="ours,mlx_lm.server",
-        help="which to drive: ours, mlx_lm.server or both (comma-separated)",
+        help="which to drive, comma-separated: ours, mlx_lm.server (stock: stored 4-bit weights, "
+        "bundled BLAS), mlx_lm.server-f32 (float32 weights, OpenBLAS preloaded)",
     )
     parser.add_argument("--skip-multi-turn", action="store_true")
     args = parser.parse_args()
@@ -252,6 +278,9 @@ def main() -> None:
         if "mlx_lm.server" in wanted:
             peer, peer_url = start_peer(model_dir, env)
             servers["mlx_lm.server"] = (peer, peer_url, str(model_dir))
+        if "mlx_lm.server-f32" in wanted:
+            peer, peer_url = start_peer_float32(model_dir, workdir, env)
+            servers["mlx_lm.server-f32"] = (peer, peer_url, str(workdir / "float32"))
         raw = raw_stream_generate(model_dir, args.max_tokens)
         print(f"raw mlx_lm.stream_generate: {raw:.1f} tok/s (single stream)")
         table = {}
@@ -277,11 +306,12 @@ def main() -> None:
                 f"{name:>14} peak RSS {peak_rss_mib(process.pid) or float('nan'):.0f} MiB",
                 flush=True,
             )
-        if len(servers) == 2:
+        peers = [name for name in servers if name != "ours"] if "ours" in servers else []
+        for peer_name in peers:
             for level in levels:
-                ours_row, peer_row = table[("ours", level)], table[("mlx_lm.server", level)]
+                ours_row, peer_row = table[("ours", level)], table[(peer_name, level)]
                 print(
-                    f"c={level}: ours/mlx_lm.server throughput "
+                    f"c={level}: ours/{peer_name} throughput "
                     f"{ours_row['tok_s'] / peer_row['tok_s']:.2f}x, TTFT p50 "
                     f"{ours_row['ttft_p50']:.2f}s vs {peer_row['ttft_p50']:.2f}s"
                 )

@@ -50,7 +50,7 @@ def _preload(enabled: bool, library: str | None) -> BlasStatus:
         return BlasStatus(None, "the CUDA backend is installed")
     if "mlx.core" in sys.modules:
         return BlasStatus(None, "MLX was imported first; too late to swap its BLAS")
-    path = library or _find_openblas()
+    path = library or find_openblas()
     if path is None:
         return BlasStatus(
             None,
@@ -64,7 +64,7 @@ def _preload(enabled: bool, library: str | None) -> BlasStatus:
     return BlasStatus(path, "loaded before MLX")
 
 
-def _find_openblas() -> str | None:
+def find_openblas() -> str | None:
     for path in SYSTEM_OPENBLAS:
         if os.path.exists(path):
             return path
