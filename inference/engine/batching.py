@@ -107,12 +107,12 @@ class ModelRunner:
         """Drops the sequence from the batch now; its KV memory goes with it."""
         if self._by_uid.pop(sequence.uid, None) is not None:
             self._batch.remove([sequence.uid])
-            self.loaded.active -= 1
+            self._release()
 
     def _retire(self, sequence: Sequence, response) -> None:
         uid = sequence.uid
         del self._by_uid[uid]
-        self.loaded.active -= 1
+        self._release()
         if response is not None:  # the generator already let it go, with its cache
             cache, tokens = response.prompt_cache, response.all_tokens
         else:
@@ -121,6 +121,11 @@ class ModelRunner:
         if self._prefixes is not None and cache is not None:
             # A later turn of the same conversation starts with these tokens.
             self._prefixes.insert_cache(self.loaded.spec.model_id, list(tokens), cache)
+
+    def _release(self) -> None:
+        # Idle time counts from the last sequence's end, not from when it started.
+        self.loaded.active -= 1
+        self.loaded.last_used = time.monotonic()
 
     def close(self) -> None:
         for sequence in self.sequences:

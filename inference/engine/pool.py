@@ -138,7 +138,10 @@ class ModelPool:
         return entry
 
     def _room(self) -> int:
-        return self.budget - sum(m.nbytes for m in self._models.values())
+        return self.budget - self._used()
+
+    def _used(self) -> int:
+        return sum(m.nbytes for m in self._models.values())
 
     def unload_idle(self, ttl: float) -> list[str]:
         """Unloads unpinned models nobody used for ttl seconds; returns their ids."""
@@ -164,7 +167,7 @@ class ModelPool:
                 f"model '{model_id}' needs {needed / 2**30:.1f} GiB, more than the pool's "
                 f"budget of {self.budget / 2**30:.1f} GiB",
             )
-        used = sum(m.nbytes for m in self._models.values())
+        used = self._used()
         evictable = [m for m in self._models.values() if m.active == 0 and not m.spec.pinned]
         for victim in evictable:  # least recently used first
             if used + needed <= self.budget:
