@@ -58,6 +58,24 @@ def build_tiny_model(tokenizer_source: Path, destination: Path, seed: int = 0) -
     return destination
 
 
+def quantize_model_dir(source: Path, destination: Path, bits: int = 4) -> Path:
+    """A 4-bit copy of a float model directory, as mlx-lm would write it."""
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx.utils import tree_flatten
+    from mlx_lm import load
+
+    model, _ = load(str(source))
+    nn.quantize(model, group_size=32, bits=bits)
+    shutil.copytree(source, destination, ignore=shutil.ignore_patterns("*.safetensors"))
+    weights = dict(tree_flatten(model.parameters()))
+    mx.save_safetensors(str(destination / "model.safetensors"), weights)
+    config = json.loads((destination / "config.json").read_text())
+    config["quantization"] = {"group_size": 32, "bits": bits}
+    (destination / "config.json").write_text(json.dumps(config))
+    return destination
+
+
 def run_job(
     engine,
     spec: ModelSpec,

@@ -7,7 +7,7 @@ from inference import blas
 from inference.engine import compute_format
 from inference.engine.compute_format import FormatChoice, choose, float32_bytes
 from inference.engine.types import ModelSpec, SamplingParams
-from tests.helpers import run_job
+from tests.helpers import quantize_model_dir, run_job
 
 PROMPTS = ["What is the capital of France?", "Name three colours.", "Write a haiku about the sea."]
 
@@ -59,3 +59,16 @@ def test_float32_answers_like_the_stored_4bit_model(engine, smollm_dir):
     formats = {m["id"]: m["compute_format"] for m in status["models"]}
     assert formats["smol-quantized"] == "stored"
     assert formats["smol-float32"] == "float32"
+
+
+def test_float32_answers_like_a_quantized_tiny_model(engine, tiny_dir, tmp_path):
+    quantized = quantize_model_dir(tiny_dir, tmp_path / "tiny-4bit")
+    params = SamplingParams(temperature=0, max_tokens=16, logit_bias={2: -100.0})
+    for prompt in ["Hello", "Tell me a story.", "What is 2+2?"]:
+        stored, f32 = (
+            run_job(
+                engine, ModelSpec(f"tq-{fmt}", str(quantized), compute_format=fmt), prompt, params
+            )[0]
+            for fmt in ("quantized", "float32")
+        )
+        assert f32 == stored
