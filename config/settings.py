@@ -91,7 +91,7 @@ POOL_MEMORY_BUDGET = parse_size(env.str("POOL_MEMORY_BUDGET", default=str(physic
 # Continuous batching: sequences decoded together per model, prompts prefilled together, and
 # tokens per prefill chunk (smaller chunks keep running streams flowing while a long prompt loads).
 ENGINE_MAX_BATCH = env.int("ENGINE_MAX_BATCH", default=32)
-ENGINE_PREFILL_BATCH = env.int("ENGINE_PREFILL_BATCH", default=8)
+ENGINE_PREFILL_BATCH = env.int("ENGINE_PREFILL_BATCH", default=32)
 ENGINE_PREFILL_STEP = env.int("ENGINE_PREFILL_STEP", default=512)
 # Reusable prompt KV cache per model: a conversation's next turn prefills only its new tokens.
 PROMPT_CACHE_BYTES = parse_size(env.str("PROMPT_CACHE_BYTES", default="1GiB"))
