@@ -35,6 +35,7 @@ def test_admin_lists_catalog_and_families(admin_client, tiny_dir):
     page = admin_client.get("/admin/catalog/catalogmodel/")
     assert page.status_code == 200
     assert b"tiny" in page.content
+    assert b'<div id="site-name"><a href="/admin/">MLX server</a></div>' in page.content
     families = admin_client.get("/admin/catalog/modelfamily/")
     assert families.status_code == 200
     for family in ModelFamily.objects.all():
