@@ -39,11 +39,3 @@ def engine_config() -> EngineConfig:
         prompt_cache_bytes=settings.PROMPT_CACHE_BYTES,
         idle_ttl=settings.MODEL_IDLE_TTL,
     )
-
-
-def shutdown_engine() -> None:
-    global _engine
-    with _lock:
-        if _engine is not None:
-            _engine.stop()
-            _engine = None

@@ -41,6 +41,10 @@ class ModelRunner:
         self._recent: deque[tuple[float, int]] = deque()  # (when, tokens) of recent steps
 
     @property
+    def busy(self) -> bool:
+        return bool(self._by_uid)
+
+    @property
     def sequences(self) -> list[Sequence]:
         return list(self._by_uid.values())
 

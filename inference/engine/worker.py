@@ -67,7 +67,7 @@ class Engine:
 
     def _run(self) -> None:
         while True:
-            busy = any(r.sequences for r in self._runners.values())
+            busy = any(r.busy for r in self._runners.values())
             # Sleep on the inbox only when there is nothing to generate.
             if not self._admit(block=not busy):
                 break
@@ -187,7 +187,7 @@ class Engine:
         for sequence in runner.sequences:
             if sequence.job.cancelled.is_set():
                 runner.cancel(sequence)
-        if not runner.sequences:
+        if not runner.busy:
             return
         try:
             results = runner.step()

@@ -70,12 +70,13 @@ class Generation:
         started: dict[int, Started],
         early: list[tuple[int, Event]],
         deadline: float,
+        id: str,
     ) -> None:
         self._stream = stream
         self._early = early
         self._deadline = deadline
         self.choices = {i: Choice(i, s) for i, s in sorted(started.items())}
-        self.id = ""
+        self.id = id
         self.created = now()
 
     @classmethod
@@ -96,9 +97,7 @@ class Generation:
         except BaseException:
             await stream.aclose()
             raise
-        generation = cls(stream, started, early, deadline)
-        generation.id = completion_id(id_prefix)
-        return generation
+        return cls(stream, started, early, deadline, completion_id(id_prefix))
 
     async def events(self) -> AsyncIterator[tuple[Choice, Delta | Done | Failed]]:
         """Each event with its choice, already recorded there; ends after the last Done."""

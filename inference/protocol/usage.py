@@ -1,3 +1,0 @@
-from inference.protocol.common import Usage
-
-__all__ = ["Usage"]
