@@ -9,6 +9,9 @@ DEMO_ID := smollm2-135m-instruct
 DEMO_DEFAULTS := --temperature 0.2 --top-p 0.9 --max-tokens 1024
 export HOST ?= 127.0.0.1
 export PORT ?= 8000
+# The demo listens on loopback only, so it takes any API key until one is created
+# (`manage.py create_api_key NAME`); a deployment leaves this at its default (required).
+export REQUIRE_API_KEY ?= false
 
 .PHONY: serve test lint bench
 

@@ -121,6 +121,12 @@ class CatalogModel(models.Model):
     default_max_tokens = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)]
     )
+    max_output_tokens = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Largest max_tokens a request may ask for (empty: up to the context length).",
+    )
     default_temperature = models.FloatField(
         null=True, blank=True, validators=[MinValueValidator(0.0), MaxValueValidator(2.0)]
     )

@@ -32,13 +32,16 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "corsheaders",
     "catalog",
+    "apikeys",
     "inference",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "corsheaders.middleware.CorsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -100,6 +103,28 @@ MODEL_IDLE_TTL = env.float("MODEL_IDLE_TTL", default=0)
 # The control API (pool status, warm, unload) takes this bearer token, or a staff session.
 # Unset, each install makes one and keeps it in var/, where manage.py's commands find it too.
 ADMIN_TOKEN = env.str("ADMIN_TOKEN", default="") or read_or_create_secret(VAR_DIR / "admin_token")
+# /v1 takes `Authorization: Bearer <key>` whenever an API key exists; this demands one even
+# before any exists (on unless DEBUG: set it to false only on a trusted network).
+REQUIRE_API_KEY = env.bool("REQUIRE_API_KEY", default=not DEBUG)
+# Requests one API key may have running at once, unless the key sets its own (0: no limit).
+API_KEY_MAX_CONCURRENT = env.int("API_KEY_MAX_CONCURRENT", default=16)
+# Browsers on these origins may call /v1 (CORS); empty: none.
+CORS_ALLOWED_ORIGINS = env.list("CORS_ALLOWED_ORIGINS", default=[])
+CORS_URLS_REGEX = r"^/v1/.*$"
+# Sequences that may wait for a place in a decode batch; past that, /v1 answers 429 with
+# Retry-After instead of queueing without bound.
+MAX_QUEUED_REQUESTS = env.int("MAX_QUEUED_REQUESTS", default=64)
+# Messages one chat request may carry.
+MAX_MESSAGES = env.int("MAX_MESSAGES", default=1024)
+# Seconds the engine may go without finishing a step while it has work (model loads excepted)
+# before it counts as wedged and is restarted. A long prompt's prefill chunk on a slow CPU
+# takes tens of seconds, hence the margin.
+ENGINE_STALL_TIMEOUT = env.float("ENGINE_STALL_TIMEOUT", default=300)
+# On SIGTERM/SIGINT: seconds running requests get to finish before they end with an error.
+DRAIN_TIMEOUT = env.float("DRAIN_TIMEOUT", default=30)
+# Lets POST /control/engine/fault crash or stall the engine (recovery drills, tests). Never
+# turn it on in production.
+ENGINE_FAULT_INJECTION = env.bool("ENGINE_FAULT_INJECTION", default=False)
 # Where `manage.py warm|unload|pool` reach the running server.
 SERVER_URL = env.str("SERVER_URL", default=f"http://127.0.0.1:{env.int('PORT', default=8000)}")
 # Seconds a request may take from arrival to its last token (model load included).

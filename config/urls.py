@@ -2,14 +2,17 @@ from django.contrib import admin
 from django.urls import include, path
 
 from inference import control_views
-from inference.views import health, openapi
+from inference.views import health, live, openapi, ready
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("v1/", include("inference.urls")),
     path("health", health),
+    path("health/live", live),
+    path("health/ready", ready),
     path("openapi.json", openapi),
     path("control/pool", control_views.pool),
+    path("control/engine/fault", control_views.engine_fault),
     path("control/models/<str:model_id>/warm", control_views.warm),
     path("control/models/<str:model_id>/unload", control_views.unload),
 ]

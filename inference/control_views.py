@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Callable
 from functools import wraps
@@ -13,7 +14,7 @@ from django.middleware.csrf import CsrfViewMiddleware
 from inference.decorators import View, openai_api
 from inference.http import error_response
 from inference.protocol.errors import APIError
-from inference.serving.control import pool_status, unload_model, warm_model
+from inference.serving.control import inject_fault, pool_status, unload_model, warm_model
 
 
 def _bearer(request: HttpRequest) -> str | None:
@@ -57,6 +58,20 @@ def control_api(*methods: str) -> Callable[[View], View]:
 @control_api("GET")
 async def pool(request: HttpRequest) -> HttpResponse:
     return JsonResponse(await pool_status())
+
+
+@control_api("POST")
+async def engine_fault(request: HttpRequest) -> HttpResponse:
+    """Recovery drills: {"kind": "crash"} or {"kind": "stall", "seconds": N}. Off unless
+    ENGINE_FAULT_INJECTION is set."""
+    if not settings.ENGINE_FAULT_INJECTION:
+        raise APIError("Fault injection is off on this server.", status=404, code="unknown_url")
+    try:
+        fault = json.loads(request.body)
+        injected = inject_fault(fault["kind"], float(fault.get("seconds", 0)))
+    except (ValueError, KeyError, TypeError):
+        raise APIError('Send {"kind": "crash"} or {"kind": "stall", "seconds": N}.') from None
+    return JsonResponse({"injected": injected})
 
 
 @control_api("POST")

@@ -15,7 +15,10 @@ def json_response(payload: BaseModel, status: int = 200) -> HttpResponse:
 
 
 def error_response(error: APIError) -> HttpResponse:
-    return json_response(error.body(), status=error.status)
+    response = json_response(error.body(), status=error.status)
+    for name, value in error.headers.items():
+        response[name] = value
+    return response
 
 
 async def _guarded(lines: AsyncIterator[str]) -> AsyncIterator[str]:

@@ -1,4 +1,5 @@
-"""The process-level engine: created on first use, shared by every request of this process."""
+"""The process-level engine: created on first use, shared by every request of this process,
+and kept healthy by a supervisor."""
 
 from __future__ import annotations
 
@@ -11,23 +12,41 @@ from django.conf import settings
 from inference.engine.config import EngineConfig
 
 if TYPE_CHECKING:
+    from inference.engine.supervisor import Supervisor
     from inference.engine.worker import Engine
 
 log = logging.getLogger(__name__)
-_engine: Engine | None = None
+_supervisor: Supervisor | None = None
 _lock = threading.Lock()
 
 
-def get_engine() -> Engine:
-    global _engine
+def get_supervisor() -> Supervisor:
+    global _supervisor
     with _lock:
-        if _engine is None:
+        if _supervisor is None:
             # Imported here: importing the worker imports MLX, which only the engine needs.
-            from inference.engine.worker import Engine
+            from inference.engine.supervisor import Supervisor
 
             log.info("BLAS: %s (%s)", settings.BLAS.library or "MLX's own", settings.BLAS.reason)
-            _engine = Engine(engine_config())
-        return _engine
+            _supervisor = Supervisor(engine_config(), settings.ENGINE_STALL_TIMEOUT)
+        return _supervisor
+
+
+def get_engine() -> Engine:
+    """The engine serving now (a new one after a restart)."""
+    return get_supervisor().engine
+
+
+def engine_started() -> bool:
+    return _supervisor is not None
+
+
+def stop_engine() -> None:
+    global _supervisor
+    with _lock:
+        if _supervisor is not None:
+            _supervisor.stop()
+            _supervisor = None
 
 
 def engine_config() -> EngineConfig:
@@ -38,4 +57,5 @@ def engine_config() -> EngineConfig:
         prefill_step=settings.ENGINE_PREFILL_STEP,
         prompt_cache_bytes=settings.PROMPT_CACHE_BYTES,
         idle_ttl=settings.MODEL_IDLE_TTL,
+        max_queued=settings.MAX_QUEUED_REQUESTS,
     )

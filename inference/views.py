@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from apikeys.decorators import api_key_required
 from catalog.models import CatalogModel
 from inference.decorators import json_body, openai_api
 from inference.http import error_response, json_response, sse_response
@@ -13,24 +14,27 @@ from inference.protocol.chat import ChatCompletionRequest
 from inference.protocol.completions import CompletionRequest
 from inference.protocol.errors import APIError, model_not_found
 from inference.protocol.models import ModelCard, ModelList
-from inference.runtime import get_engine
+from inference.runtime import get_supervisor
 from inference.serving.chat import complete_chat, start_chat, stream_chat
 from inference.serving.completions import complete, start_completion, stream_completion
+from inference.serving.drain import drain
 
 
 @openai_api("POST")
+@api_key_required
 @json_body(ChatCompletionRequest)
 async def chat_completions(request: HttpRequest, body: ChatCompletionRequest) -> HttpResponse:
-    run = await start_chat(body)
+    run = await start_chat(body, request.caller)
     if body.stream:
         return sse_response(stream_chat(run))
     return json_response(await complete_chat(run))
 
 
 @openai_api("POST")
+@api_key_required
 @json_body(CompletionRequest)
 async def completions(request: HttpRequest, body: CompletionRequest) -> HttpResponse:
-    run = await start_completion(body)
+    run = await start_completion(body, request.caller)
     if body.stream:
         return sse_response(stream_completion(run))
     return json_response(await complete(run))
@@ -41,13 +45,18 @@ def model_card(entry: CatalogModel) -> ModelCard:
 
 
 @openai_api("GET")
+@api_key_required
 async def list_models(request: HttpRequest) -> HttpResponse:
-    cards = [model_card(e) async for e in CatalogModel.objects.filter(enabled=True)]
+    entries = CatalogModel.objects.filter(enabled=True)
+    cards = [model_card(e) async for e in entries if request.caller.may_use(e.public_id)]
     return json_response(ModelList(data=cards))
 
 
 @openai_api("GET")
+@api_key_required
 async def retrieve_model(request: HttpRequest, model_id: str) -> HttpResponse:
+    if not request.caller.may_use(model_id):
+        raise model_not_found(model_id)
     try:
         entry = await CatalogModel.objects.aget(public_id=model_id, enabled=True)
     except CatalogModel.DoesNotExist:
@@ -60,16 +69,41 @@ async def openapi(request: HttpRequest) -> HttpResponse:
 
 
 async def health(request: HttpRequest) -> HttpResponse:
-    """Liveness plus what the engine is doing; cheap enough to poll."""
-    engine = get_engine()
+    """What the engine is doing; cheap enough to poll."""
+    supervisor = get_supervisor()
+    engine = supervisor.engine
     return JsonResponse(
         {
-            "status": "ok",
+            "status": "ok" if supervisor.ready else "unavailable",
             "running_sequences": engine.running,
+            "queued_sequences": supervisor.admission.queued(engine.decoding),
             "loaded_models": engine.pool.loaded_ids(),
+            "engine_restarts": supervisor.restarts,
+            "last_engine_failure": supervisor.last_failure,
+            "draining": drain.draining,
             "blas": settings.BLAS.library or "mlx-bundled",
         }
     )
+
+
+async def live(request: HttpRequest) -> HttpResponse:
+    """The process answers HTTP; touches nothing else (not even the engine)."""
+    return JsonResponse({"status": "ok"})
+
+
+async def ready(request: HttpRequest) -> HttpResponse:
+    """Whether to send this instance traffic: engine running (not restarting), not draining."""
+    supervisor = get_supervisor()
+    problems = []
+    if drain.draining:
+        problems.append("shutting down")
+    if supervisor.restarting:
+        problems.append("engine restarting")
+    elif not supervisor.engine.alive:
+        problems.append("engine not running")
+    if problems:
+        return JsonResponse({"status": "unavailable", "reasons": problems}, status=503)
+    return JsonResponse({"status": "ok"})
 
 
 async def not_found(request: HttpRequest, path: str = "") -> HttpResponse:

@@ -49,3 +49,9 @@ def engine():
     engine = Engine(EngineConfig(pool_budget_bytes=8 * 2**30))
     yield engine
     engine.stop()
+
+
+@pytest.fixture(autouse=True)
+def open_api(settings):
+    """/v1 behaviour is tested without keys; tests/test_api_keys.py turns them on."""
+    settings.REQUIRE_API_KEY = False

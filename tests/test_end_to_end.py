@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,69 +15,33 @@ import openai
 import pytest
 
 from tests.conftest import DEMO_ID, ROOT
+from tests.live_server import ADMIN_TOKEN, LiveServer, free_port, live_server
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
-ADMIN_TOKEN = "e2e-admin-token"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def manage(env: dict, *args: str) -> None:
-    subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True)
-
-
-def wait_until_up(url: str, process: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"server exited with {process.returncode}:\n{log.read_text()}")
-        try:
-            if httpx.get(f"{url}/models", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            time.sleep(0.2)
-    pytest.fail(f"server did not come up:\n{log.read_text()}")
 
 
 @pytest.fixture(scope="module")
-def base_url(demo_gguf: Path, tmp_path_factory: pytest.TempPathFactory):
+def server(demo_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     var = tmp_path_factory.mktemp("server-var")
-    env = {
-        **os.environ,
-        "VAR_DIR": str(var),
-        "DATABASE_URL": f"sqlite:///{var / 'db.sqlite3'}",
-        "MODEL_STORAGE_DIR": str(var / "models"),
-        "PYTHONUNBUFFERED": "1",
-        "ADMIN_TOKEN": ADMIN_TOKEN,
-    }
-    manage(env, "migrate", "--noinput", "-v0")
-    manage(env, "import_gguf", str(demo_gguf), "--id", DEMO_ID)
-    port = free_port()
-    log = var / "server.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "manage.py", "serve", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        wait_until_up(url, process, log)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
+    setup = ("import_gguf", str(demo_gguf), "--id", DEMO_ID)
+    # As deployed: API keys required.
+    with live_server(var, setup, REQUIRE_API_KEY="true") as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
-def client(base_url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120)
+def api_key(server: LiveServer) -> str:
+    return server.manage("create_api_key", "e2e").stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def base_url(server: LiveServer) -> str:
+    return server.api
+
+
+@pytest.fixture(scope="module")
+def client(base_url: str, api_key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=120)
 
 
 def test_lists_the_demo_model(client):
@@ -363,7 +326,7 @@ def test_operator_commands_fail_clearly(base_url):
     assert "401" in wrong_token.stderr
 
 
-def test_cancelled_stream_leaves_the_pool_status_at_once(base_url, client):
+def test_cancelled_stream_leaves_the_pool_status_at_once(base_url, client, api_key):
     server = base_url.removesuffix("/v1")
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     body = {
@@ -372,7 +335,10 @@ def test_cancelled_stream_leaves_the_pool_status_at_once(base_url, client):
         "max_tokens": 500,
         "stream": True,
     }
-    with httpx.stream("POST", f"{base_url}/chat/completions", json=body, timeout=60) as response:
+    auth = {"Authorization": f"Bearer {api_key}"}
+    with httpx.stream(
+        "POST", f"{base_url}/chat/completions", json=body, headers=auth, timeout=60
+    ) as response:
         lines = response.iter_lines()
         for _ in range(4):
             next(lines)

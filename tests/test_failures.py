@@ -23,7 +23,7 @@ BODY = {
 
 
 def test_unexpected_errors_are_generic_500s(client, db, monkeypatch, caplog):
-    async def broken(request):
+    async def broken(request, caller):
         raise RuntimeError("secret internals at /home/admin/.ssh")
 
     monkeypatch.setattr(chat_serving, "resolve_model", broken)

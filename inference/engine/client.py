@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from inference.adapters import FamilyAdapter
 from inference.engine.types import (
     Done,
+    EngineError,
+    ErrorKind,
     Event,
     Failed,
     GenerationJob,
@@ -16,7 +18,7 @@ from inference.engine.types import (
     Prompt,
     SamplingParams,
 )
-from inference.runtime import get_engine
+from inference.runtime import get_supervisor
 
 
 @dataclass(frozen=True)
@@ -39,15 +41,20 @@ async def generate(requests: list[JobRequest]) -> AsyncIterator[tuple[int, Event
 
         return sink
 
-    jobs = [
-        GenerationJob(r.spec, r.adapter, r.prompt, r.params, sink_for(i), echo=r.echo)
-        for i, r in enumerate(requests)
-    ]
-    engine = get_engine()
-    for job in jobs:
-        engine.submit(job)
-    remaining = len(jobs)
+    supervisor = get_supervisor()
+    engine = supervisor.engine
+    retry_after = supervisor.admission.try_admit(len(requests), engine.decoding)
+    if retry_after is not None:
+        yield 0, Failed(overloaded(supervisor.admission.max_queued, retry_after))
+        return
+    jobs: list[GenerationJob] = []
     try:
+        for i, r in enumerate(requests):
+            jobs.append(
+                GenerationJob(r.spec, r.adapter, r.prompt, r.params, sink_for(i), echo=r.echo)
+            )
+            engine.submit(jobs[-1])
+        remaining = len(jobs)
         while remaining:
             index, event = await events.get()
             yield index, event
@@ -56,3 +63,13 @@ async def generate(requests: list[JobRequest]) -> AsyncIterator[tuple[int, Event
         # Client gone, view cancelled or finished: the engine drops the sequences next step.
         for job in jobs:
             job.cancelled.set()
+        supervisor.admission.finish(len(requests))
+
+
+def overloaded(max_queued: int, retry_after: float) -> EngineError:
+    return EngineError(
+        ErrorKind.OVERLOADED,
+        f"The server is at capacity ({max_queued} requests already waiting); "
+        f"retry in {retry_after:.0f} s.",
+        retry_after=retry_after,
+    )

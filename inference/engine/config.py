@@ -16,5 +16,7 @@ class EngineConfig:
     prefill_step: int = 512
     # Bytes of reusable prompt KV cache kept per model (0 turns prefix reuse off).
     prompt_cache_bytes: int = 2 * 2**30
+    # Sequences that may wait for a decode slot before new requests are refused (429).
+    max_queued: int = 64
     # Unpinned models unused this many seconds are unloaded (0: never).
     idle_ttl: float = 0.0

@@ -65,15 +65,25 @@ class ErrorKind(Enum):
     CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
     MODEL_UNAVAILABLE = "model_unavailable"
     TIMEOUT = "timeout"
+    OVERLOADED = "overloaded"
+    ENGINE_RESTARTED = "engine_restarted"
+    SHUTTING_DOWN = "shutting_down"
     INTERNAL = "internal"
 
 
 class EngineError(Exception):
-    def __init__(self, kind: ErrorKind, message: str, param: str | None = None) -> None:
+    def __init__(
+        self,
+        kind: ErrorKind,
+        message: str,
+        param: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.param = param
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)
@@ -122,7 +132,7 @@ class Failed:
 Event = Started | Delta | Done | Failed
 
 
-@dataclass
+@dataclass(eq=False)  # compared and hashed by identity: engines keep sets of live jobs
 class GenerationJob:
     spec: ModelSpec
     adapter: FamilyAdapter

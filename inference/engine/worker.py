@@ -6,6 +6,7 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -36,19 +37,45 @@ class Command:
     future: Future = field(default_factory=Future)
 
 
+class InjectedFault(Exception):
+    """Raised outside every guard on purpose (POST /control/engine/fault): a crash drill."""
+
+
+RESTARTING = EngineError(
+    ErrorKind.ENGINE_RESTARTED, "The inference engine failed and is restarting; retry shortly."
+)
+
+
 class Engine:
-    """Owns the pool and every MLX call. Other threads only call submit(), stop() and read
-    the counters."""
+    """Owns the pool and every MLX call. Other threads only call submit(), call(), stop(),
+    abandon() and fail_inflight(), and read the counters."""
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.pool = ModelPool(config.pool_budget_bytes, on_unload=self._drop_runner)
         self._runners: dict[str, ModelRunner] = {}
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        # Every job not yet collected by its client, so that a supervisor can end them all
+        # if this thread dies or wedges.
+        self._jobs: weakref.WeakSet[GenerationJob] = weakref.WeakSet()
+        self._jobs_lock = threading.Lock()
+        self._abandoned = False
+        self._crash_requested = False
+        # Read by the supervisor: when the loop last turned, whether it sleeps for lack of
+        # work, and whether it is loading weights (which may legitimately take minutes).
+        self.heartbeat = time.monotonic()
+        self.idle = True
+        self.loading = False
+        self.decoding = 0  # sequences past their first token, for admission control
         self._thread = threading.Thread(target=self._run, name="mlx-engine", daemon=True)
         self._thread.start()
 
     def submit(self, job: GenerationJob) -> None:
+        with self._jobs_lock:
+            if self._abandoned:
+                job.sink(Failed(RESTARTING))
+                return
+            self._jobs.add(job)
         self._inbox.put(job)
 
     def call(self, run: Callable[[Engine], Any]) -> Future:
@@ -65,27 +92,77 @@ class Engine:
     def running(self) -> int:
         return sum(len(r.sequences) for r in list(self._runners.values()))
 
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and not self._abandoned
+
+    def problem(self, stall_timeout: float) -> str | None:
+        """Why this engine cannot serve any more, or None while it is healthy."""
+        if not self._thread.is_alive():
+            return "the engine thread died"
+        stalled = time.monotonic() - self.heartbeat
+        if not self.idle and not self.loading and stalled > stall_timeout:
+            return f"the engine made no progress for {stalled:.0f} s"
+        return None
+
+    def abandon(self) -> None:
+        """Stops taking work; a wedged thread that wakes up exits without touching its jobs."""
+        with self._jobs_lock:
+            self._abandoned = True
+        self._inbox.put(_STOP)
+
+    def fail_inflight(self, error: EngineError) -> int:
+        """Ends every job still waiting for events with `error`; returns how many."""
+        with self._jobs_lock:
+            jobs = [job for job in self._jobs if not job.cancelled.is_set()]
+        for job in jobs:
+            self._emit(job, Failed(error))
+        return len(jobs)
+
+    def request_crash(self) -> None:
+        self._crash_requested = True
+        self._inbox.put(None)  # wakes an idle loop
+
     def _run(self) -> None:
-        while True:
-            busy = any(r.busy for r in self._runners.values())
-            # Sleep on the inbox only when there is nothing to generate.
-            if not self._admit(block=not busy):
-                break
+        try:
+            while not self._abandoned:
+                self.heartbeat = time.monotonic()
+                self.decoding = sum(r.decoding for r in self._runners.values())
+                busy = any(r.busy for r in self._runners.values())
+                # Sleep on the inbox only when there is nothing to generate.
+                if not self._admit(block=not busy):
+                    break
+                if self._crash_requested:
+                    raise InjectedFault("engine crash requested through /control/engine/fault")
+                for runner in list(self._runners.values()):
+                    self._step(runner)
+        except BaseException:
+            log.exception("the engine thread stopped on an error")
+            raise
+        finally:
+            # On this thread: MLX generators must be closed where they ran.
             for runner in list(self._runners.values()):
-                self._step(runner)
-        for runner in list(self._runners.values()):
-            runner.close()
+                try:
+                    runner.close()
+                except Exception:
+                    log.exception("closing %s failed", runner.loaded.spec.model_id)
 
     def _admit(self, block: bool) -> bool:
         while True:
+            self.idle = block
             try:
                 item = self._inbox.get(block=block, timeout=self._idle_wait() if block else None)
             except queue.Empty:
                 if self.config.idle_ttl:
                     self.pool.unload_idle(self.config.idle_ttl)
                 return True
-            if item is _STOP:
+            finally:
+                self.idle = False
+                self.heartbeat = time.monotonic()
+            if item is _STOP or self._abandoned:
                 return False
+            if item is None:
+                return True
             if isinstance(item, Command):
                 self._execute(item)
             else:
@@ -111,7 +188,7 @@ class Engine:
 
     def warm(self, spec: ModelSpec) -> dict:
         was_loaded = spec.model_id in self.pool.loaded_ids()
-        loaded = self.pool.get(spec)
+        loaded = self._load(spec)
         return {
             "id": spec.model_id,
             "bytes": loaded.nbytes,
@@ -160,7 +237,7 @@ class Engine:
         if job.cancelled.is_set():
             return
         try:
-            loaded = self.pool.get(job.spec)
+            loaded = self._load(job.spec)
             sequence = Sequence(job, loaded)
             self._runner(loaded).add(sequence)
         except EngineError as exc:
@@ -171,6 +248,17 @@ class Engine:
             self._emit(job, Failed(EngineError(ErrorKind.INTERNAL, "generation failed")))
             return
         self._emit(job, sequence.started())
+
+    def _load(self, spec: ModelSpec) -> LoadedModel:
+        self.loading = True
+        try:
+            return self.pool.get(spec)
+        finally:
+            self.loading = False
+            self.heartbeat = time.monotonic()
+
+    def pinned_specs(self) -> list[ModelSpec]:
+        return [m.spec for m in self.pool.loaded() if m.spec.pinned]
 
     def _runner(self, loaded: LoadedModel) -> ModelRunner:
         runner = self._runners.get(loaded.spec.model_id)
@@ -206,8 +294,9 @@ class Engine:
             self._emit(sequence.job, error)
         self._drop_runner(runner.loaded.spec.model_id)
 
-    @staticmethod
-    def _emit(job: GenerationJob, event: Event) -> None:
+    def _emit(self, job: GenerationJob, event: Event) -> None:
+        if self._abandoned and threading.current_thread() is self._thread:
+            return  # its jobs were failed when it was abandoned
         try:
             job.sink(event)
         except Exception:

@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from django.conf import settings
+
+from apikeys.auth import Caller
 from inference.engine.client import JobRequest
 from inference.engine.types import ChatPrompt, Delta, Failed, TokenLogprob
 from inference.protocol.chat import (
@@ -22,6 +25,7 @@ from inference.protocol.chat import (
 )
 from inference.protocol.common import ChoiceLogprobs, TopLogprob
 from inference.protocol.common import TokenLogprob as WireTokenLogprob
+from inference.protocol.errors import APIError
 from inference.serving.errors import api_error
 from inference.serving.generation import Choice, Generation
 from inference.serving.resolve import ResolvedModel, resolve_model
@@ -60,9 +64,16 @@ class ChatRun:
     generation: Generation
 
 
-async def start_chat(request: ChatCompletionRequest) -> ChatRun:
+async def start_chat(request: ChatCompletionRequest, caller: Caller) -> ChatRun:
     """Resolves the model and has the engine admit every choice; early failures raise."""
-    resolved = await resolve_model(request.model)
+    if len(request.messages) > settings.MAX_MESSAGES:
+        raise APIError(
+            f"Too many messages: {len(request.messages)}; this server takes at most "
+            f"{settings.MAX_MESSAGES}.",
+            param="messages",
+            code="too_many_messages",
+        )
+    resolved = await resolve_model(request.model, caller)
     params = sampling_params(
         request,
         resolved.entry,

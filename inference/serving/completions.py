@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from apikeys.auth import Caller
 from inference.engine.client import JobRequest
 from inference.engine.types import Delta, Failed, Prompt, TextPrompt, TokenLogprob, TokenPrompt
 from inference.protocol.common import LegacyLogprobs, Usage
@@ -53,8 +54,8 @@ class CompletionRun:
         )
 
 
-async def start_completion(request: CompletionRequest) -> CompletionRun:
-    resolved = await resolve_model(request.model)
+async def start_completion(request: CompletionRequest, caller: Caller) -> CompletionRun:
+    resolved = await resolve_model(request.model, caller)
     params = sampling_params(
         request,
         resolved.entry,

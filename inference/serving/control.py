@@ -6,6 +6,7 @@ The API views, manage.py's commands (through the API) and the admin's actions al
 from __future__ import annotations
 
 import asyncio
+import time
 
 from catalog.models import CatalogModel
 from inference.engine.types import EngineError
@@ -57,6 +58,18 @@ async def pool_status() -> dict:
         async for entry in CatalogModel.objects.all()
     ]
     return status
+
+
+def inject_fault(kind: str, seconds: float) -> str:
+    """Crashes the engine thread, or wedges it for `seconds`, without waiting for it."""
+    engine = get_engine()
+    if kind == "crash":
+        engine.request_crash()
+    elif kind == "stall" and seconds > 0:
+        engine.call(lambda engine: time.sleep(seconds))
+    else:
+        raise ValueError(kind)
+    return kind
 
 
 async def preload_models() -> list[str]:

@@ -9,6 +9,17 @@ def api_error(error: EngineError) -> APIError:
         return APIError(error.message, param=error.param, code="context_length_exceeded")
     if error.kind is ErrorKind.TIMEOUT:
         return APIError(error.message, status=504, type="server_error", code="timeout")
+    if error.kind is ErrorKind.OVERLOADED:
+        retry_after = str(round(error.retry_after or 1))
+        return APIError(
+            error.message,
+            status=429,
+            type="rate_limit_error",
+            code="queue_full",
+            headers={"Retry-After": retry_after},
+        )
+    if error.kind in (ErrorKind.ENGINE_RESTARTED, ErrorKind.SHUTTING_DOWN):
+        return APIError(error.message, status=503, type="server_error", code=error.kind.value)
     if error.kind is ErrorKind.MODEL_UNAVAILABLE:
         return APIError(error.message, status=503, type="server_error", code="model_unavailable")
     return server_error()

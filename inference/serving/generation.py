@@ -22,6 +22,7 @@ from inference.engine.types import (
 )
 from inference.protocol.common import PromptTokensDetails, Usage
 from inference.protocol.errors import APIError
+from inference.serving.drain import drain
 from inference.serving.errors import api_error
 from inference.serving.ids import completion_id, now, system_fingerprint
 
@@ -49,68 +50,82 @@ class Choice:
 
 
 TIMEOUT = EngineError(ErrorKind.TIMEOUT, "The request took longer than the server allows.")
-
-
-async def _before(deadline: float, awaitable):
-    """Awaits, or raises the timeout error once the request's deadline passes. The engine
-    drops the request's sequences when its event stream is closed."""
-    try:
-        async with asyncio.timeout_at(deadline):
-            return await awaitable
-    except TimeoutError:
-        raise api_error(TIMEOUT) from None
+SHUTTING_DOWN = EngineError(
+    ErrorKind.SHUTTING_DOWN, "The server is shutting down; retry the request."
+)
 
 
 class Generation:
-    """A request's jobs, all admitted by the engine (early failures were raised as HTTP errors)."""
+    """A request's jobs, all admitted by the engine (early failures were raised as HTTP errors).
 
-    def __init__(
-        self,
-        stream,
-        started: dict[int, Started],
-        early: list[tuple[int, Event]],
-        deadline: float,
-        id: str,
-    ) -> None:
+    Every wait for the engine is bounded by the request's deadline, which a graceful shutdown
+    may bring forward (cut_at); the engine drops the request's sequences when its event stream
+    is closed."""
+
+    def __init__(self, stream: AsyncIterator[tuple[int, Event]], id: str) -> None:
         self._stream = stream
-        self._early = early
-        self._deadline = deadline
-        self.choices = {i: Choice(i, s) for i, s in sorted(started.items())}
+        self._early: list[tuple[int, Event]] = []
+        self._deadline = asyncio.get_running_loop().time() + settings.REQUEST_TIMEOUT
+        self._expired = TIMEOUT
+        self._waiting: asyncio.Timeout | None = None
+        self.choices: dict[int, Choice] = {}
         self.id = id
         self.created = now()
+        drain.register(self)
 
     @classmethod
     async def start(cls, requests: list[JobRequest], id_prefix: str) -> Generation:
-        stream = generate(requests)
-        started: dict[int, Started] = {}
-        early: list[tuple[int, Event]] = []
-        deadline = asyncio.get_running_loop().time() + settings.REQUEST_TIMEOUT
+        if drain.draining:
+            raise api_error(SHUTTING_DOWN)
+        generation = cls(generate(requests), completion_id(id_prefix))
         try:
-            while len(started) < len(requests):
-                index, event = await _before(deadline, anext(stream))
-                if isinstance(event, Failed):
-                    raise api_error(event.error)
-                if isinstance(event, Started):
-                    started[index] = event
-                else:
-                    early.append((index, event))
+            await generation._admit(len(requests))
         except BaseException:
-            await stream.aclose()
+            await generation._stream.aclose()
             raise
-        return cls(stream, started, early, deadline, completion_id(id_prefix))
+        return generation
+
+    async def _admit(self, count: int) -> None:
+        started: dict[int, Started] = {}
+        while len(started) < count:
+            index, event = await self._next()
+            if isinstance(event, Failed):
+                raise api_error(event.error)
+            if isinstance(event, Started):
+                started[index] = event
+            else:
+                self._early.append((index, event))
+        self.choices = {i: Choice(i, s) for i, s in sorted(started.items())}
+
+    def cut_at(self, deadline: float) -> None:
+        """Shutdown: whatever is still running at `deadline` ends with SHUTTING_DOWN."""
+        if deadline < self._deadline:
+            self._deadline = deadline
+            self._expired = SHUTTING_DOWN
+            if self._waiting is not None:
+                self._waiting.reschedule(deadline)
+
+    async def _next(self) -> tuple[int, Event]:
+        try:
+            async with asyncio.timeout_at(self._deadline) as self._waiting:
+                return await anext(self._stream)
+        except TimeoutError:
+            raise api_error(self._expired) from None
+        finally:
+            self._waiting = None
 
     async def events(self) -> AsyncIterator[tuple[Choice, Delta | Done | Failed]]:
         """Each event with its choice, already recorded there; ends after the last Done."""
-        async with aclosing(self._stream) as stream:
+        async with aclosing(self._stream):
             for index, event in self._early:
                 yield self._record(index, event)
             while True:
                 try:
-                    index, event = await _before(self._deadline, anext(stream))
+                    index, event = await self._next()
                 except StopAsyncIteration:
                     return
                 except APIError:  # the deadline passed
-                    yield next(iter(self.choices.values())), Failed(TIMEOUT)
+                    yield next(iter(self.choices.values())), Failed(self._expired)
                     return
                 yield self._record(index, event)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from apikeys.auth import Caller
 from catalog.families import detect_family
 from catalog.models import CatalogModel, ModelFamily
 from inference.adapters import FamilyAdapter, FamilyProfile, get_adapter
@@ -18,8 +19,11 @@ class ResolvedModel:
     adapter: FamilyAdapter
 
 
-async def resolve_model(model_id: str) -> ResolvedModel:
-    # The id is only ever a key into the catalog: never a path or a repo to fetch.
+async def resolve_model(model_id: str, caller: Caller) -> ResolvedModel:
+    # The id is only ever a key into the catalog: never a path or a repo to fetch. A model
+    # the caller's key may not use is reported exactly like one that does not exist.
+    if not caller.may_use(model_id):
+        raise model_not_found(model_id)
     try:
         entry = await CatalogModel.objects.select_related("family").aget(
             public_id=model_id, enabled=True

@@ -7,6 +7,7 @@ from dataclasses import replace
 from catalog.models import CatalogModel
 from inference.engine.types import SamplingParams
 from inference.protocol.common import SamplingFields
+from inference.protocol.errors import APIError
 
 
 def _first(*values: float | None) -> float:
@@ -22,8 +23,16 @@ def sampling_params(
     top_logprobs: int = 0,
     grammar: str | None = None,
 ) -> SamplingParams:
+    limit = entry.max_output_tokens
+    if limit and max_tokens and max_tokens > limit:
+        raise APIError(
+            f"max_tokens is too large: {max_tokens}. This model supports at most {limit} "
+            "completion tokens.",
+            param="max_tokens",
+            code="invalid_value",
+        )
     return SamplingParams(
-        max_tokens=max_tokens or entry.default_max_tokens,
+        max_tokens=max_tokens or entry.default_max_tokens or limit,
         temperature=_first(request.temperature, entry.default_temperature, 1.0),
         top_p=_first(request.top_p, entry.default_top_p, 1.0),
         top_k=request.top_k or 0,

@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
+from catalog.management.options import error_messages, family_by_slug
 from catalog.models import CatalogModel, ModelFamily
 from inference.conversion.gguf import UnsupportedGGUF, convert_gguf
 
@@ -52,7 +53,7 @@ class Command(BaseCommand):
             display_name=name or "",
             source=CatalogModel.Source.GGUF,
             location=str(destination),
-            family=self._family(family),
+            family=family_by_slug(family),
             default_max_tokens=options["max_tokens"],
             default_temperature=options["temperature"],
             default_top_p=options["top_p"],
@@ -60,7 +61,7 @@ class Command(BaseCommand):
         try:  # everything but the weights, which do not exist yet
             entry.clean_fields(exclude=["location"])
         except ValidationError as exc:
-            raise CommandError(f"not imported: {_messages(exc)}") from None
+            raise CommandError(f"not imported: {error_messages(exc)}") from None
         if destination.exists():
             raise CommandError(f"{destination} already exists; remove it or pick another --id")
         try:
@@ -75,21 +76,8 @@ class Command(BaseCommand):
             self.style.SUCCESS(f"imported {path.name} as {entry.public_id} ({destination})")
         )
 
-    def _family(self, slug: str | None) -> ModelFamily | None:
-        if slug is None:
-            return None
-        family = ModelFamily.objects.filter(slug=slug).first()
-        if family is None:
-            known = ", ".join(ModelFamily.objects.values_list("slug", flat=True))
-            raise CommandError(f"unknown family {slug!r} (known: {known})")
-        return family
-
     def _progress(self, items):
         bar = tqdm(items, desc="importing", unit="step", file=self.stderr._out)
         for step in bar:
             bar.set_postfix_str(step.__name__)
             yield step
-
-
-def _messages(error: ValidationError) -> str:
-    return "; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in error.message_dict.items())

@@ -1,15 +1,50 @@
 from __future__ import annotations
 
+import asyncio
+import ipaddress
+import logging
 import os
 import threading
 
 import uvicorn
 from asgiref.sync import async_to_sync
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 
+from inference.runtime import stop_engine
 from inference.serving.control import preload_models
+from inference.serving.drain import drain
+
+log = logging.getLogger(__name__)
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn, plus: on the first SIGTERM/SIGINT running generations get DRAIN_TIMEOUT to
+    finish before they end with an error event (uvicorn alone would cut them mid-stream),
+    and the engine stops once every connection is closed."""
+
+    async def startup(self, sockets=None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets)
+
+    def handle_exit(self, sig, frame) -> None:
+        if not self.should_exit and hasattr(self, "_loop"):
+            self._loop.call_soon_threadsafe(self._begin_drain)
+        super().handle_exit(sig, frame)
+
+    def _begin_drain(self) -> None:
+        running = drain.begin(settings.DRAIN_TIMEOUT)
+        log.warning(
+            "shutting down: %d generation(s) running get %.0f s to finish",
+            running,
+            settings.DRAIN_TIMEOUT,
+        )
+
+    async def shutdown(self, sockets=None) -> None:
+        await super().shutdown(sockets)
+        await asyncio.to_thread(stop_engine)
 
 
 class Command(BaseCommand):
@@ -22,16 +57,20 @@ class Command(BaseCommand):
 
     def handle(self, *args, host: str, port: int, log_level: str, **options) -> None:
         self._require_migrated()
+        self._warn_if_open(host)
         # Preloading runs beside the server starting up; requests meanwhile queue behind it.
         threading.Thread(target=self._preload, name="preload", daemon=True).start()
-        uvicorn.run(
+        config = uvicorn.Config(
             "config.asgi:application",
             host=host,
             port=port,
             workers=1,
             log_level=log_level,
             lifespan="off",
+            # Our drain ends every stream by DRAIN_TIMEOUT; uvicorn's cut is the backstop.
+            timeout_graceful_shutdown=int(settings.DRAIN_TIMEOUT) + 5,
         )
+        DrainingServer(config).run()
 
     def _require_migrated(self) -> None:
         """Serving an old schema fails on every request; say so before starting instead."""
@@ -40,6 +79,19 @@ class Command(BaseCommand):
         if pending:
             names = ", ".join(f"{m.app_label}.{m.name}" for m, _ in pending)
             raise CommandError(f"unapplied migrations ({names}): run `manage.py migrate` first")
+
+    def _warn_if_open(self, host: str) -> None:
+        if settings.REQUIRE_API_KEY:
+            return
+        try:
+            loopback = ipaddress.ip_address(host.strip("[]")).is_loopback
+        except ValueError:
+            loopback = host == "localhost"
+        if not loopback:
+            self.stderr.write(
+                f"WARNING: serving on {host} with REQUIRE_API_KEY=false: until an API key "
+                "exists, anyone who can reach this port can use /v1."
+            )
 
     def _preload(self) -> None:
         failed = async_to_sync(preload_models)()

@@ -1,0 +1,80 @@
+"""Who is calling /v1: the bearer key checked against the stored hashes."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.utils import timezone
+
+from apikeys.models import LOOKUP_LENGTH, ApiKey
+
+
+@dataclass(frozen=True)
+class Caller:
+    """What serving needs to know about an authenticated key (never the secret)."""
+
+    key_id: int | None
+    name: str
+    allowed_models: frozenset[str] | None  # None: every enabled model
+    max_concurrent: int | None
+
+    def may_use(self, model_id: str) -> bool:
+        return self.allowed_models is None or model_id in self.allowed_models
+
+
+ANONYMOUS = Caller(key_id=None, name="anonymous", allowed_models=None, max_concurrent=None)
+
+
+async def keys_required() -> bool:
+    return settings.REQUIRE_API_KEY or await ApiKey.objects.aexists()
+
+
+async def authenticate(secret: str) -> Caller | None:
+    key = await (
+        ApiKey.objects.filter(lookup=secret[:LOOKUP_LENGTH], active=True)
+        .prefetch_related("allowed_models")
+        .afirst()
+    )
+    if key is None or not key.matches(secret):
+        return None
+    if key.last_used_is_stale():
+        await ApiKey.objects.filter(pk=key.pk).aupdate(last_used=timezone.now())
+    allowed = frozenset(m.public_id for m in key.allowed_models.all()) or None
+    limit = key.max_concurrent_requests or settings.API_KEY_MAX_CONCURRENT or None
+    return Caller(key.pk, key.name, allowed, limit)
+
+
+class ConcurrencyLimiter:
+    """Requests running per key, in this process (each server instance counts its own)."""
+
+    def __init__(self) -> None:
+        self._running: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def try_acquire(self, caller: Caller) -> bool:
+        if caller.key_id is None or caller.max_concurrent is None:
+            return True
+        with self._lock:
+            running = self._running.get(caller.key_id, 0)
+            if running >= caller.max_concurrent:
+                return False
+            self._running[caller.key_id] = running + 1
+            return True
+
+    def release(self, caller: Caller) -> None:
+        if caller.key_id is None or caller.max_concurrent is None:
+            return
+        with self._lock:
+            left = self._running.get(caller.key_id, 0) - 1
+            if left > 0:
+                self._running[caller.key_id] = left
+            else:
+                self._running.pop(caller.key_id, None)
+
+    def running(self, caller: Caller) -> int:
+        return self._running.get(caller.key_id or 0, 0)
+
+
+limiter = ConcurrencyLimiter()

@@ -1,0 +1,67 @@
+"""API keys for /v1: only a hash of each secret is stored; the secret is shown once."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import timedelta
+
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.utils import timezone
+
+from catalog.models import CatalogModel
+
+SECRET_PREFIX = "sk-mlx-"
+# Enough of the secret to find its row and to tell keys apart in a list; never enough to guess it.
+LOOKUP_LENGTH = len(SECRET_PREFIX) + 8
+# last_used is a hint for operators; writing it on every request would serialise SQLite writers.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+def digest(secret: str) -> str:
+    # Secrets are 256 random bits, so a fast hash is as strong as a slow one here.
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class ApiKey(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    lookup = models.CharField(max_length=LOOKUP_LENGTH, unique=True, editable=False)
+    secret_hash = models.CharField(max_length=64, editable=False)
+    active = models.BooleanField(default=True)
+    allowed_models = models.ManyToManyField(
+        CatalogModel, blank=True, help_text="Leave empty to allow every enabled model."
+    )
+    max_concurrent_requests = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Requests this key may have running at once (empty: the server's default).",
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    last_used = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def masked(self) -> str:
+        return f"{self.lookup}…"
+
+    def new_secret(self) -> str:
+        """Gives this key a fresh secret and returns it: the only time it can be read."""
+        secret = SECRET_PREFIX + secrets.token_urlsafe(32)
+        self.lookup = secret[:LOOKUP_LENGTH]
+        self.secret_hash = digest(secret)
+        return secret
+
+    def matches(self, secret: str) -> bool:
+        return hmac.compare_digest(self.secret_hash, digest(secret))
+
+    def last_used_is_stale(self) -> bool:
+        return self.last_used is None or timezone.now() - self.last_used > LAST_USED_RESOLUTION

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from catalog.management.options import error_messages, family_by_slug
+from catalog.models import CatalogModel
+
+
+class Command(BaseCommand):
+    help = "Add an MLX model directory or a Hugging Face repo to the catalog."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("model_id", help="public model id clients send as `model`")
+        where = parser.add_mutually_exclusive_group(required=True)
+        where.add_argument("--local", metavar="DIR", help="an MLX model directory")
+        where.add_argument("--hf", metavar="REPO", help="a Hugging Face repo id (owner/name)")
+        parser.add_argument("--family", help="family slug (default: detected)")
+        parser.add_argument("--name", default="", help="display name")
+        parser.add_argument("--pinned", action="store_true", help="never evicted nor unloaded")
+        parser.add_argument("--preload", action="store_true", help="load when the server starts")
+        parser.add_argument("--compute-format", default="auto")
+        parser.add_argument("--context-length", type=int)
+        parser.add_argument("--max-tokens", type=int, help="default max_tokens for requests")
+        parser.add_argument("--max-output-tokens", type=int, help="largest max_tokens accepted")
+        parser.add_argument(
+            "--if-missing", action="store_true", help="do nothing when the id already exists"
+        )
+
+    def handle(self, *args, model_id: str, **options) -> None:
+        if CatalogModel.objects.filter(public_id=model_id).exists():
+            if options["if_missing"]:
+                self.stdout.write(f"{model_id} is already in the catalog; nothing to do.")
+                return
+            raise CommandError(f"the catalog already has a model with id {model_id!r}")
+        entry = CatalogModel(
+            public_id=model_id,
+            display_name=options["name"],
+            source=CatalogModel.Source.HUGGING_FACE if options["hf"] else CatalogModel.Source.LOCAL,
+            location=options["hf"] or options["local"],
+            family=family_by_slug(options["family"]),
+            pinned=options["pinned"],
+            preload=options["preload"],
+            compute_format=options["compute_format"],
+            context_length=options["context_length"],
+            default_max_tokens=options["max_tokens"],
+            max_output_tokens=options["max_output_tokens"],
+        )
+        try:
+            entry.full_clean()
+        except ValidationError as exc:
+            raise CommandError(f"not added: {error_messages(exc)}") from None
+        entry.save()
+        self.stdout.write(self.style.SUCCESS(f"added {model_id} ({entry.location})"))

@@ -1,0 +1,80 @@
+"""Keeps one working engine per process: restarts it when its thread dies or wedges."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from inference.engine.admission import Admission
+from inference.engine.config import EngineConfig
+from inference.engine.worker import RESTARTING, Engine
+
+log = logging.getLogger(__name__)
+
+
+class Supervisor:
+    def __init__(
+        self,
+        config: EngineConfig,
+        stall_timeout: float,
+        check_every: float = 0.25,
+        on_restart: Callable[[str], None] = lambda reason: None,
+    ) -> None:
+        self._config = config
+        self._stall_timeout = stall_timeout
+        self._check_every = check_every
+        self._on_restart = on_restart
+        self.engine = Engine(config)
+        # Outlives engines: requests admitted before a restart still count until they end.
+        self.admission = Admission(config.max_queued)
+        self.restarts = 0
+        self.restarting = False
+        self.last_failure: str | None = None
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="engine-supervisor", daemon=True)
+        self._thread.start()
+
+    @property
+    def ready(self) -> bool:
+        return not self.restarting and self.engine.alive
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=5)
+        self.engine.stop()
+
+    def _watch(self) -> None:
+        while not self._stopped.wait(self._check_every):
+            problem = self.engine.problem(self._stall_timeout)
+            if problem is not None and not self._stopped.is_set():
+                try:
+                    self.restart(problem)
+                except Exception:  # keep watching: the next check tries again
+                    log.exception("restarting the engine failed")
+
+    def restart(self, reason: str) -> None:
+        """Fails what the old engine held, starts a new one and reloads the pinned models."""
+        started = time.monotonic()
+        self.restarting = True
+        self.last_failure = reason
+        old = self.engine
+        old.abandon()
+        failed = old.fail_inflight(RESTARTING)
+        pinned = old.pinned_specs()
+        log.error("%s: ended %d request(s), restarting the engine", reason, failed)
+        self.engine = Engine(self._config)
+        for spec in pinned:
+            try:
+                self.engine.call(lambda engine, spec=spec: engine.warm(spec)).result()
+            except Exception:
+                log.exception("reloading pinned model %s failed", spec.model_id)
+        self.restarts += 1
+        self.restarting = False
+        self._on_restart(reason)
+        log.warning(
+            "engine restarted in %.1f s (%d pinned model(s) reloaded)",
+            time.monotonic() - started,
+            len(pinned),
+        )

@@ -1,0 +1,120 @@
+"""A real `manage.py serve` (uvicorn) on a free loopback port with its own var/ and database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ADMIN_TOKEN = "e2e-admin-token"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class LiveServer:
+    url: str  # the server's root; the API is under /v1
+    process: subprocess.Popen
+    env: dict
+    log: Path
+
+    @property
+    def api(self) -> str:
+        return f"{self.url}/v1"
+
+    @property
+    def admin_headers(self) -> dict:
+        return {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+    def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return manage(self.env, *args, check=check)
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"server exited with {self.process.returncode}:\n{self.output()}")
+            try:
+                if httpx.get(f"{self.url}/health/ready", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        pytest.fail(f"server was not ready in {timeout:.0f} s:\n{self.output()}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            pytest.fail(f"server ignored signal {sig} for {timeout} s:\n{self.output()}")
+
+
+def manage(env: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    if check and done.returncode:
+        pytest.fail(f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+def server_env(var: Path, **settings: str) -> dict:
+    return {
+        **os.environ,
+        "VAR_DIR": str(var),
+        "DATABASE_URL": f"sqlite:///{var / 'db.sqlite3'}",
+        "MODEL_STORAGE_DIR": str(var / "models"),
+        "PYTHONUNBUFFERED": "1",
+        "ADMIN_TOKEN": ADMIN_TOKEN,
+        "REQUIRE_API_KEY": "false",
+        **settings,
+    }
+
+
+@contextmanager
+def live_server(var: Path, *setup: tuple[str, ...], **settings: str) -> Iterator[LiveServer]:
+    """Migrates a fresh database, runs each `setup` manage.py command, serves until exit."""
+    env = server_env(var, **settings)
+    manage(env, "migrate", "--noinput", "-v0")
+    for command in setup:
+        manage(env, *command)
+    port = free_port()
+    log = var / "server.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "serve", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    server = LiveServer(f"http://127.0.0.1:{port}", process, env, log)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
