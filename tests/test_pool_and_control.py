@@ -18,7 +18,7 @@ from inference.engine.types import Done, ModelSpec, SamplingParams
 from inference.engine.worker import Engine
 from inference.serving.control import preload_models
 from tests.conftest import ROOT
-from tests.helpers import run_job, start_job
+from tests.helpers import collect, run_job, start_job
 
 NO_EOS = {2: -100.0}
 
@@ -221,3 +221,31 @@ def test_threads_may_ask_for_status_while_generating(fresh_engine, tiny_dir):
         asker.join()
     assert len(answers) == 5
     assert isinstance(run_to_end(job), Done)
+
+
+def test_prefix_cache_holds_no_more_memory_than_it_counts(fresh_engine, tiny_dir):
+    """Cached prefixes once were views into batch-sized KV buffers: memory grew without bound
+    while the cache reported a fraction of it."""
+    import mlx.core as mx
+
+    spec = ModelSpec(model_id="tiny", location=str(tiny_dir))
+    params = SamplingParams(temperature=0, max_tokens=12, logit_bias=NO_EOS)
+
+    def batch_of_eight(round_: int) -> None:
+        prompts = [f"Round {round_}, question {i}: " + "why? " * (5 * i) for i in range(8)]
+        for job in [start_job(fresh_engine, spec, prompt, params) for prompt in prompts]:
+            assert isinstance(collect(job)[1], Done)
+
+    def active_and_cached():
+        return fresh_engine.call(
+            lambda e: (mx.get_active_memory(), e.status()["models"][0]["prefix_cache_bytes"])
+        ).result(timeout=30)
+
+    batch_of_eight(0)  # loads the model and warms MLX up
+    active_before, cached_before = active_and_cached()
+    for round_ in (1, 2, 3):
+        batch_of_eight(round_)
+    active_after, cached_after = active_and_cached()
+    grown, counted = active_after - active_before, cached_after - cached_before
+    assert counted > 0
+    assert grown <= counted * 1.5, (grown, counted)  # was 3.4x before the fix

@@ -6,6 +6,7 @@ import logging
 import time
 from collections import deque
 
+import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, StopSequences
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
 
@@ -18,6 +19,20 @@ log = logging.getLogger(__name__)
 # Sequences decide for themselves when to stop (stop tokens and strings, across tokens).
 NO_STOPS = StopSequences(None)
 RATE_WINDOW = 10.0  # seconds of decode steps behind tokens/s
+
+
+def compact(cache: list) -> None:
+    """Gives each layer's KV its own buffer, cut to the tokens it holds. What the batch hands
+    back are views into the whole batch's preallocated KV: kept as they were, every cached
+    prefix pinned a batch-sized buffer while the prefix cache counted only the view (soak:
+    RSS +2.6 GB in a minute, against 0.5 GB of weights)."""
+    for layer in cache:
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if isinstance(keys, mx.array) and isinstance(values, mx.array):
+            end = layer.offset
+            layer.keys = mx.contiguous(keys[..., :end, :])
+            layer.values = mx.contiguous(values[..., :end, :])
+            mx.eval(layer.keys, layer.values)
 
 
 class ModelRunner:
@@ -128,6 +143,7 @@ class ModelRunner:
             cache, tokens = extracted.get(uid, (None, None))
         if self._prefixes is not None and cache is not None:
             # A later turn of the same conversation starts with these tokens.
+            compact(cache)
             self._prefixes.insert_cache(self.loaded.spec.model_id, list(tokens), cache)
 
     def _release(self) -> None:
