@@ -29,7 +29,10 @@ def make_sampler(params: SamplingParams) -> Sampler:
     if params.min_p > 0:
         filters.append(lambda lp: apply_min_p(lp, params.min_p))
     if params.top_k > 0:
-        filters.append(lambda lp: apply_top_k(lp, params.top_k))
+        # A top_k as large as the vocabulary keeps every token (mlx-lm would raise mid-batch).
+        filters.append(
+            lambda lp: apply_top_k(lp, params.top_k) if params.top_k < lp.shape[-1] else lp
+        )
     seed = params.seed if params.seed is not None else secrets.randbits(63)
     state = {"key": mx.random.key(seed % 2**64)}
     inverse_temperature = 1 / params.temperature
@@ -41,6 +44,17 @@ def make_sampler(params: SamplingParams) -> Sampler:
         return mx.random.categorical(logprobs * inverse_temperature, key=step_key)
 
     return sample
+
+
+def probe(params: SamplingParams, vocab_size: int) -> None:
+    """Runs fresh copies of the request's sampler and processors once on dummy logits: a
+    parameter they cannot take fails this request alone, not the decode step it would share
+    with others."""
+    logits = mx.zeros((1, vocab_size))
+    tokens = mx.array([0], dtype=mx.uint32)
+    for process in make_processors(params):
+        logits = process(tokens, logits)
+    mx.eval(make_sampler(params)(logits))
 
 
 def make_processors(params: SamplingParams) -> list:

@@ -13,7 +13,7 @@ import mlx.core as mx
 from inference.adapters.base import ChatTemplateMissing
 from inference.engine.detokenize import make_detokenizer
 from inference.engine.pool import LoadedModel
-from inference.engine.sampling import make_processors, make_sampler
+from inference.engine.sampling import make_processors, make_sampler, probe
 from inference.engine.stops import StopStringMatcher
 from inference.engine.types import (
     ChatPrompt,
@@ -58,6 +58,12 @@ class Sequence:
         params = job.params
         self._check_logit_bias(loaded.vocab_size)
         self.max_tokens = min(params.max_tokens or self.room, self.room)
+        try:
+            probe(params, loaded.vocab_size)
+        except Exception as exc:
+            raise EngineError(
+                ErrorKind.INVALID_REQUEST, f"These sampling parameters cannot be applied: {exc}"
+            ) from exc
         self.sampler = make_sampler(params)
         self.processors = make_processors(params)
         if params.grammar:

@@ -136,9 +136,8 @@ class Engine:
                     raise InjectedFault("engine crash requested through /control/engine/fault")
                 for runner in list(self._runners.values()):
                     self._step(runner)
-        except BaseException:
+        except BaseException:  # the supervisor sees the thread gone and replaces the engine
             log.exception("the engine thread stopped on an error")
-            raise
         finally:
             # On this thread: MLX generators must be closed where they ran.
             for runner in list(self._runners.values()):

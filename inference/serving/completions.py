@@ -59,7 +59,9 @@ async def start_completion(request: CompletionRequest, caller: Caller) -> Comple
     params = sampling_params(
         request,
         resolved.entry,
-        max_tokens=request.max_tokens,
+        # OpenAI's legacy default of 16 tokens yields to the catalog's default and limit.
+        max_tokens=request.max_tokens if "max_tokens" in request.model_fields_set else None,
+        default_max_tokens=request.max_tokens,
         logprobs=request.logprobs is not None,
         top_logprobs=request.logprobs or 0,
     )

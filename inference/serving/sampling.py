@@ -19,6 +19,7 @@ def sampling_params(
     entry: CatalogModel,
     *,
     max_tokens: int | None,
+    default_max_tokens: int | None = None,
     logprobs: bool = False,
     top_logprobs: int = 0,
     grammar: str | None = None,
@@ -31,8 +32,12 @@ def sampling_params(
             param="max_tokens",
             code="invalid_value",
         )
+    # Unasked, the catalog's default applies, then the endpoint's, never past the limit.
+    implicit = entry.default_max_tokens or default_max_tokens or limit
+    if implicit and limit:
+        implicit = min(implicit, limit)
     return SamplingParams(
-        max_tokens=max_tokens or entry.default_max_tokens or limit,
+        max_tokens=max_tokens or implicit,
         temperature=_first(request.temperature, entry.default_temperature, 1.0),
         top_p=_first(request.top_p, entry.default_top_p, 1.0),
         top_k=request.top_k or 0,

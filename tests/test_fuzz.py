@@ -1,0 +1,201 @@
+"""Bounded schemathesis fuzzing of our own /openapi.json against a real server and a tiny model.
+
+Every generated request, valid or not, must get a non-5xx answer and leave the server healthy;
+at the end the server must still run with no generation left behind. Deterministic
+(derandomized, no example database) and small enough for CI on a 2-core machine.
+
+`schemathesis.pytest.from_fixture` would be the natural integration, but schemathesis 4.32
+sets `request.node._nodeid`, which pytest 9.2 no longer has; so each operation gets an explicit
+Hypothesis test over `operation.as_strategy()`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import requests
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.configuration import set_hypothesis_home_dir
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.core.result import Ok
+
+from tests.live_server import LiveServer, live_server
+
+MODEL_ID = "tiny"
+MAX_OUTPUT_TOKENS = 8
+FUZZ_SETTINGS = settings(
+    max_examples=30,  # per operation and generation mode
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+
+cases_run: Counter[str] = Counter()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def hypothesis_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Hypothesis caches (even with database=None) go to a temporary directory, not the repo."""
+    set_hypothesis_home_dir(tmp_path_factory.mktemp("hypothesis"))
+    yield
+    set_hypothesis_home_dir(None)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    setup = ("add_model", MODEL_ID, "--local", str(tiny_dir))
+    setup += ("--max-output-tokens", str(MAX_OUTPUT_TOKENS), "--context-length", "512")
+    with live_server(tmp_path_factory.mktemp("fuzz"), setup) as live:
+        yield live
+
+
+@pytest.fixture(scope="module")
+def http(server: LiveServer) -> Iterator[requests.Session]:
+    with requests.Session() as session:
+        yield session
+
+
+@pytest.fixture(scope="module")
+def api_schema(server: LiveServer) -> schemathesis.BaseSchema:
+    # No sanitization: it would print "max_tokens": "[Filtered]" in the curl reproductions.
+    config = schemathesis.Config.from_dict(
+        {"request-timeout": 30, "output": {"sanitization": {"enabled": False}}}
+    )
+    return schemathesis.openapi.from_url(f"{server.url}/openapi.json", config=config)
+
+
+def usable(body: dict) -> dict:
+    """Mends what the schema allows but the server refuses, leaving the other fields fuzzed.
+
+    Without this nearly every schema-valid body is a 400 (empty message content or prompt, empty
+    stop strings, non-numeric logit_bias keys, max_tokens over the model's 8...) and no request
+    ever reaches the engine.
+    """
+    body = {**body, "model": MODEL_ID}
+    if "messages" in body:
+        body["messages"] = [{"role": "user", "content": "Say something."}]
+        tools = body.get("tools") or []
+        names = [tool["function"]["name"] for tool in tools]
+        if len(set(names)) != len(names):
+            body["tools"] = list({tool["function"]["name"]: tool for tool in tools}.values())
+        choice = body.get("tool_choice")
+        if isinstance(choice, dict) and choice["function"]["name"] not in names:
+            body["tool_choice"] = "auto"
+        if choice == "required" and not names:
+            body["tool_choice"] = "none"
+        if body.get("top_logprobs"):
+            body["logprobs"] = True
+    if "prompt" in body:
+        prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
+        if not prompts or any(p in ("", []) for p in prompts):
+            body["prompt"] = "Once upon a time"
+        elif isinstance(prompts[0], int | list):  # token ids: keep them inside any vocabulary
+            ids = [prompts] if isinstance(prompts[0], int) else prompts
+            body["prompt"] = [[abs(i) % 1000 for i in p] for p in ids]
+        body.pop("suffix", None)
+        if body.get("best_of") is not None:
+            body["best_of"] = body.get("n", 1)
+        if body.get("echo") and body.get("logprobs") is not None:
+            body["echo"] = False
+        if body.get("max_tokens") is None:  # the default, 16, is over this model's limit
+            body["max_tokens"] = MAX_OUTPUT_TOKENS
+    for key in ("max_tokens", "max_completion_tokens"):
+        if isinstance(body.get(key), int):
+            body[key] = 1 + (body[key] - 1) % MAX_OUTPUT_TOKENS
+    if isinstance(body.get("stop"), list | str):
+        stops = [body["stop"]] if isinstance(body["stop"], str) else body["stop"]
+        body["stop"] = [stop for stop in stops if stop][:4] or None
+    if isinstance(body.get("logit_bias"), dict):
+        body["logit_bias"] = {k: v for k, v in body["logit_bias"].items() if k.isdigit()}
+    return body
+
+
+def aimed_at_tiny(case: schemathesis.Case, mode: GenerationMode) -> st.SearchStrategy:
+    """Most bodies name the served model so that real generations happen; positive ones are
+    also mended half of the time so that the engine sees fuzzed sampling fields."""
+    body = case.body
+    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+        return st.just(case)
+    # Hypothesis favours the first choice (and shrinks towards it).
+    aims = ["mended" if mode is GenerationMode.POSITIVE else "tiny"] * 2 + ["tiny", "as generated"]
+
+    def aim(how: str) -> schemathesis.Case:
+        case.body = body if how == "as generated" else {**body, "model": MODEL_ID}
+        if how == "mended":
+            case.body = usable(body)
+        return case
+
+    return st.sampled_from(aims).map(aim)
+
+
+def check_case(case: schemathesis.Case, server: LiveServer, http: requests.Session) -> None:
+    cases_run[case.operation.label] += 1
+    try:
+        response = case.call(session=http)
+        case.validate_response(response, checks=[not_a_server_error])
+        for probe in ("live", "ready"):  # ready: the engine did not die (and get restarted)
+            health = http.get(f"{server.url}/health/{probe}", timeout=10)
+            assert health.status_code == 200, f"/health/{probe} after the request: {health.text}"
+    except BaseException as exc:
+        exc.add_note(f"reproduce with: {case.as_curl_command()}")
+        exc.add_note(f"server log (tail):\n{server.output()[-4000:]}")
+        raise
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
+def test_no_server_errors(
+    mode: GenerationMode,
+    api_schema: schemathesis.BaseSchema,
+    server: LiveServer,
+    http: requests.Session,
+) -> None:
+    operations, schema_errors = [], []
+    for result in api_schema.get_all_operations():
+        (operations if isinstance(result, Ok) else schema_errors).append(result)
+    assert not schema_errors, [str(error.err()) for error in schema_errors]
+    assert len(operations) >= 4
+    for result in operations:
+        operation = result.ok()
+
+        @FUZZ_SETTINGS
+        @given(
+            case=operation.as_strategy(generation_mode=mode).flatmap(
+                lambda case: aimed_at_tiny(case, mode)
+            )
+        )
+        def fuzz(case: schemathesis.Case) -> None:
+            check_case(case, server, http)
+
+        try:
+            fuzz()
+        except Unsatisfiable as exc:
+            # The GET operations take no body and only unconstrained strings, which leaves
+            # Hypothesis no invalid request to make.
+            if mode is GenerationMode.POSITIVE or operation.body:
+                exc.add_note(f"operation: {operation.label}")
+                raise
+
+
+def test_server_survived_without_leaks(server: LiveServer) -> None:
+    print(f"fuzzed cases: {dict(cases_run)}")
+    assert cases_run, "the fuzzing tests ran no case"
+    assert server.process.poll() is None, f"server died:\n{server.output()}"
+    deadline = time.monotonic() + 5
+    while True:
+        health = httpx.get(f"{server.url}/health", timeout=5).json()
+        busy = health["running_sequences"] or health.get("queued_sequences")
+        if not busy:
+            break
+        assert time.monotonic() < deadline, f"generations leaked: {health}\n{server.output()}"
+        time.sleep(0.1)
+    assert not health.get("engine_restarts"), f"the engine restarted: {health}\n{server.output()}"
