@@ -8,6 +8,7 @@ from django.http import HttpRequest, HttpResponse
 
 from apikeys.auth import ANONYMOUS, Caller, authenticate, keys_required, limiter
 from inference.decorators import View
+from inference.observability import records
 from inference.protocol.errors import APIError
 
 MISSING = (
@@ -62,6 +63,8 @@ def api_key_required(view: View) -> View:
                 limiter.release(caller)
 
         request.caller = caller
+        if entry := records.current.get():
+            entry.key = caller.name
         try:
             response = await view(request, *args, **kwargs)
         except BaseException:

@@ -1,9 +1,21 @@
-from asgiref.sync import async_to_sync
-from django.contrib import admin, messages
+import logging
+import subprocess
+import sys
+import threading
 
-from catalog.models import CatalogModel, ModelFamily
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.contrib import admin, messages
+from django.utils.html import format_html
+
+from catalog.models import CatalogModel, GGUFImport, ModelFamily
 from inference.protocol.errors import APIError
-from inference.serving.control import unload_model, warm_model
+from inference.serving.control import pool_status, unload_model, warm_model
+
+log = logging.getLogger(__name__)
+# The pool's state, read once per changelist page for all its rows (per thread: admin views
+# may run on several threads).
+_pool = threading.local()
 
 
 @admin.register(ModelFamily)
@@ -22,13 +34,16 @@ class CatalogModelAdmin(admin.ModelAdmin):
         "source",
         "family",
         "enabled",
-        "preload",
-        "updated",
+        "loaded",
+        "memory",
+        "computing_in",
+        "pinned",
+        "last_used",
     )
-    list_filter = ("enabled", "source", "family")
+    list_filter = ("enabled", "source", "family", "pinned")
     search_fields = ("public_id", "display_name", "location")
-    readonly_fields = ("created", "updated")
-    actions = ("warm", "unload")
+    readonly_fields = ("created", "updated", "last_used")
+    actions = ("warm", "unload", "enable", "disable")
     fieldsets = (
         (None, {"fields": ("public_id", "display_name", "enabled", "preload", "pinned")}),
         (
@@ -46,8 +61,35 @@ class CatalogModelAdmin(admin.ModelAdmin):
                 )
             },
         ),
-        ("History", {"fields": ("created", "updated")}),
+        ("Limits", {"fields": ("max_output_tokens",)}),
+        ("History", {"fields": ("created", "updated", "last_used")}),
     )
+
+    def changelist_view(self, request, extra_context=None):
+        try:
+            status = async_to_sync(pool_status)()
+            _pool.models = {m["id"]: m for m in status["models"]}
+        except Exception:  # the list must show even when the engine cannot answer
+            log.exception("pool status unavailable for the admin")
+            _pool.models = {}
+        return super().changelist_view(request, extra_context)
+
+    def _loaded(self, entry: CatalogModel) -> dict | None:
+        return getattr(_pool, "models", {}).get(entry.public_id)
+
+    @admin.display(boolean=True)
+    def loaded(self, entry: CatalogModel) -> bool:
+        return self._loaded(entry) is not None
+
+    @admin.display(description="memory")
+    def memory(self, entry: CatalogModel) -> str:
+        loaded = self._loaded(entry)
+        return f"{loaded['bytes'] / 2**20:.0f} MiB" if loaded else "-"
+
+    @admin.display(description="computing in")
+    def computing_in(self, entry: CatalogModel) -> str:
+        loaded = self._loaded(entry)
+        return loaded["compute_format"] if loaded else f"({entry.compute_format})"
 
     @admin.action(description="Warm (load into the running server)")
     def warm(self, request, queryset) -> None:
@@ -61,9 +103,60 @@ class CatalogModelAdmin(admin.ModelAdmin):
             note = "already loaded" if result["already_loaded"] else f"loaded in {seconds:.1f}s"
             self.message_user(request, f"{entry}: {note}", messages.SUCCESS)
 
+    @admin.action(description="Enable (clients may use it)")
+    def enable(self, request, queryset) -> None:
+        queryset.update(enabled=True)
+
+    @admin.action(description="Disable (clients get 404; unload it to free memory)")
+    def disable(self, request, queryset) -> None:
+        queryset.update(enabled=False)
+
     @admin.action(description="Unload (free its memory)")
     def unload(self, request, queryset) -> None:
         for entry in queryset:
             result = async_to_sync(unload_model)(entry.public_id)
             note = "unloaded" if result["unloaded"] else "was not loaded"
             self.message_user(request, f"{entry}: {note}", messages.SUCCESS)
+
+
+@admin.register(GGUFImport)
+class GGUFImportAdmin(admin.ModelAdmin):
+    """Converting a GGUF runs `manage.py import_gguf` in its own process (MLX stays out of the
+    server's request threads); the list shows its progress and refreshes while it runs."""
+
+    list_display = ("model_id", "status", "progress_bar", "message", "imported", "created")
+    fields = ("model_id", "source_path", "upload", "family")
+    change_list_template = "admin/catalog/ggufimport/change_list.html"
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False  # an import is started, watched and deleted; never edited
+
+    @admin.display(description="progress")
+    def progress_bar(self, job: GGUFImport):
+        return format_html(
+            '<progress max="100" value="{}"></progress> {}%', job.progress, job.progress
+        )
+
+    def save_model(self, request, job: GGUFImport, form, change: bool) -> None:
+        super().save_model(request, job, form, change)
+        command = [sys.executable, str(settings.BASE_DIR / "manage.py"), "import_gguf"]
+        command += [job.gguf_path, "--id", job.model_id, "--job", str(job.pk)]
+        if job.family:
+            command += ["--family", job.family.slug]
+        log_path = settings.VAR_DIR / "imports" / f"{job.pk}.log"
+        log_path.parent.mkdir(exist_ok=True)
+        with log_path.open("w") as out:
+            subprocess.Popen(
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=settings.BASE_DIR,
+                start_new_session=True,  # outlives a server restart
+            )
+        self.message_user(request, f"Importing {job.model_id} in the background.")
+
+    def changelist_view(self, request, extra_context=None):
+        running = GGUFImport.objects.filter(
+            status__in=[GGUFImport.Status.QUEUED, GGUFImport.Status.RUNNING]
+        ).exists()
+        return super().changelist_view(request, {**(extra_context or {}), "refresh": running})

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -141,6 +142,7 @@ class CatalogModel(models.Model):
     )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
+    last_used = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["public_id"]
@@ -169,3 +171,54 @@ class CatalogModel(models.Model):
             validate(self.location)
         except ValidationError as exc:
             raise ValidationError({"location": exc.messages}) from exc
+
+
+class GGUFImport(models.Model):
+    """A GGUF file being converted into a catalog model by a background `import_gguf`."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    model_id = models.CharField("model id", max_length=128, validators=[public_id_validator])
+    source_path = models.CharField(
+        max_length=1024, blank=True, help_text="A .gguf file on the server, or upload one below."
+    )
+    upload = models.FileField(upload_to="gguf-uploads/", blank=True)
+    family = models.ForeignKey(
+        ModelFamily,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        help_text="Leave empty to read it off the chat template.",
+    )
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED)
+    progress = models.PositiveSmallIntegerField(default=0, help_text="percent")
+    message = models.TextField(blank=True)
+    imported = models.ForeignKey(
+        CatalogModel, null=True, blank=True, on_delete=models.SET_NULL, editable=False
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+        verbose_name = "GGUF import"
+
+    def __str__(self) -> str:
+        return f"{self.model_id} ({self.status})"
+
+    @property
+    def gguf_path(self) -> str:
+        return self.upload.path if self.upload else self.source_path
+
+    def clean(self) -> None:
+        super().clean()
+        if bool(self.source_path) == bool(self.upload):
+            raise ValidationError("Give either a path on the server or a file to upload.")
+        if self.source_path and not Path(self.source_path).is_file():
+            raise ValidationError({"source_path": "There is no such file on the server."})
+        if CatalogModel.objects.filter(public_id=self.model_id).exists():
+            raise ValidationError({"model_id": "The catalog already has a model with this id."})

@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "catalog",
     "apikeys",
     "inference",
+    "dashboard",
 ]
 
 MIDDLEWARE = [
@@ -87,6 +88,8 @@ STORAGES = {
 # Serve admin assets straight from the apps when collectstatic has not run (dev, tests).
 WHITENOISE_USE_FINDERS = True
 
+# Uploaded GGUF files (admin imports) before conversion.
+MEDIA_ROOT = VAR_DIR / "media"
 # Where imported models (GGUF conversions) are written.
 MODEL_STORAGE_DIR = Path(env.str("MODEL_STORAGE_DIR", default=str(VAR_DIR / "models")))
 # Bytes the model pool may hold in weights before it evicts the least recently used model.
@@ -132,11 +135,28 @@ REQUEST_TIMEOUT = env.float("REQUEST_TIMEOUT", default=600)
 # Largest request body /v1 accepts (bytes).
 DATA_UPLOAD_MAX_MEMORY_SIZE = parse_size(env.str("MAX_REQUEST_BODY", default="4MiB"))
 
+# One JSON line per /v1 request on stdout (id, endpoint, model, key name, tokens, timings,
+# status, finish reason), for log shippers.
+REQUEST_LOG_JSON = env.bool("REQUEST_LOG_JSON", default=False)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "bare": {"format": "%(message)s"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "requests": {
+            "class": "logging.StreamHandler",
+            "formatter": "bare",
+            "stream": "ext://sys.stdout",
+        },
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    "loggers": {"django": {"level": "INFO", "propagate": True}},
+    "loggers": {
+        "django": {"level": "INFO", "propagate": True},
+        "inference.requests": {"handlers": ["requests"], "level": "INFO", "propagate": False},
+    },
 }

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from inference import control_views
-from inference.views import health, live, openapi, ready
+from inference.views import health, live, metrics, openapi, ready
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -11,6 +11,8 @@ urlpatterns = [
     path("health/live", live),
     path("health/ready", ready),
     path("openapi.json", openapi),
+    path("metrics", metrics),
+    path("", include("dashboard.urls")),
     path("control/pool", control_views.pool),
     path("control/engine/fault", control_views.engine_fault),
     path("control/models/<str:model_id>/warm", control_views.warm),

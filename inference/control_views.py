@@ -50,7 +50,7 @@ def _denied(message: str) -> APIError:
 
 def control_api(*methods: str) -> Callable[[View], View]:
     def decorate(view: View) -> View:
-        return openai_api(*methods)(staff_or_token(view))
+        return openai_api(*methods, record=False)(staff_or_token(view))
 
     return decorate
 

@@ -14,36 +14,61 @@ from django.views.decorators.csrf import csrf_exempt
 from pydantic import BaseModel, ValidationError
 
 from inference.http import error_response
+from inference.observability import records
+from inference.observability.records import RequestRecord
 from inference.protocol.errors import APIError, server_error
 
 log = logging.getLogger(__name__)
 View = Callable[..., Awaitable[HttpResponse]]
 
 
-def openai_api(*methods: str) -> Callable[[View], View]:
-    """Method check, and every failure turned into an OpenAI error object."""
+def openai_api(*methods: str, record: bool = True) -> Callable[[View], View]:
+    """Method check, every failure turned into an OpenAI error object, and (with `record`)
+    the request counted, logged and listed once its response is finished."""
 
     def decorate(view: View) -> View:
         @csrf_exempt
         @wraps(view)
         async def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-            if request.method not in methods:
-                response = error_response(
-                    APIError(f"Method {request.method} is not allowed here.", status=405)
-                )
-                response["Allow"] = ", ".join(methods)
-                return response
+            if not record:
+                return await _answer(view, methods, request, *args, **kwargs)
+            entry = RequestRecord(endpoint="/" + request.resolver_match.route)
+            token = records.current.set(entry)
             try:
-                return await view(request, *args, **kwargs)
-            except APIError as exc:
-                return error_response(exc)
-            except Exception:
-                log.exception("unhandled error in %s", request.path)
-                return error_response(server_error())
+                response = await _answer(view, methods, request, *args, **kwargs)
+            finally:
+                records.current.reset(token)
+            entry.status = response.status_code
+            response["X-Request-ID"] = entry.id
+            if response.streaming:
+                response._resource_closers.append(entry.finish)
+            else:
+                entry.finish()
+            return response
 
         return wrapper
 
     return decorate
+
+
+async def _answer(
+    view: View, methods: tuple[str, ...], request: HttpRequest, *args, **kwargs
+) -> HttpResponse:
+    if request.method not in methods:
+        response = error_response(
+            APIError(f"Method {request.method} is not allowed here.", status=405)
+        )
+        response["Allow"] = ", ".join(methods)
+        return response
+    try:
+        return await view(request, *args, **kwargs)
+    except APIError as exc:
+        if entry := records.current.get():
+            entry.error_code = exc.code
+        return error_response(exc)
+    except Exception:
+        log.exception("unhandled error in %s", request.path)
+        return error_response(server_error())
 
 
 def json_body(schema: type[BaseModel]) -> Callable[[View], View]:
@@ -53,6 +78,8 @@ def json_body(schema: type[BaseModel]) -> Callable[[View], View]:
         @wraps(view)
         async def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
             body = parse_body(request, schema)
+            if entry := records.current.get():
+                entry.stream = bool(getattr(body, "stream", False))
             return await view(request, *args, body=body, **kwargs)
 
         return wrapper

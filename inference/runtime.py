@@ -37,8 +37,9 @@ def get_engine() -> Engine:
     return get_supervisor().engine
 
 
-def engine_started() -> bool:
-    return _supervisor is not None
+def current_supervisor() -> Supervisor | None:
+    """The supervisor if the engine has started; never starts it (for metrics scrapes)."""
+    return _supervisor
 
 
 def stop_engine() -> None:

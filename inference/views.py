@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from apikeys.decorators import api_key_required
 from catalog.models import CatalogModel
 from inference.decorators import json_body, openai_api
 from inference.http import error_response, json_response, sse_response
+from inference.observability.metrics import registry
 from inference.openapi import openapi_document
 from inference.protocol.chat import ChatCompletionRequest
 from inference.protocol.completions import CompletionRequest
@@ -20,14 +22,16 @@ from inference.serving.completions import complete, start_completion, stream_com
 from inference.serving.drain import drain
 
 
-@openai_api("POST")
-@api_key_required
-@json_body(ChatCompletionRequest)
-async def chat_completions(request: HttpRequest, body: ChatCompletionRequest) -> HttpResponse:
+async def answer_chat(request: HttpRequest, body: ChatCompletionRequest) -> HttpResponse:
     run = await start_chat(body, request.caller)
     if body.stream:
         return sse_response(stream_chat(run))
     return json_response(await complete_chat(run))
+
+
+chat_completions = openai_api("POST")(
+    api_key_required(json_body(ChatCompletionRequest)(answer_chat))
+)
 
 
 @openai_api("POST")
@@ -84,6 +88,11 @@ async def health(request: HttpRequest) -> HttpResponse:
             "blas": settings.BLAS.library or "mlx-bundled",
         }
     )
+
+
+async def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus scrape endpoint (no secrets in it: key names are never labels)."""
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 
 
 async def live(request: HttpRequest) -> HttpResponse:

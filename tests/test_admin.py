@@ -94,3 +94,111 @@ def test_family_form_validates_lists(admin_client):
     assert b"is not a valid regular expression" in response.content
     assert b"Give a JSON list of non-empty strings" in response.content
     assert not ModelFamily.objects.filter(slug="custom").exists()
+
+
+def test_catalog_list_shows_what_the_pool_holds(admin_client, tiny_dir):
+    from asgiref.sync import async_to_sync
+
+    from inference.serving.control import unload_model, warm_model
+
+    CatalogModel.objects.create(public_id="tiny", location=str(tiny_dir))
+    CatalogModel.objects.create(public_id="cold", location=str(tiny_dir))
+    async_to_sync(warm_model)("tiny")
+    try:
+        page = admin_client.get("/admin/catalog/catalogmodel/").content.decode()
+        tiny_row = next(
+            row
+            for row in page.split("<tr")
+            if 'href="/admin/catalog/catalogmodel/' in row and ">tiny<" in row
+        )
+        cold_row = next(row for row in page.split("<tr") if ">cold<" in row)
+        assert 'alt="True"' in tiny_row.split("field-loaded")[1][:200]
+        assert "MiB" in tiny_row and "float32" in tiny_row
+        assert 'alt="False"' in cold_row.split("field-loaded")[1][:200]
+        assert "(auto)" in cold_row
+    finally:
+        async_to_sync(unload_model)("tiny")
+
+
+def test_enable_and_disable_actions(admin_client, tiny_dir):
+    entry = CatalogModel.objects.create(public_id="tiny", location=str(tiny_dir))
+    changelist = "/admin/catalog/catalogmodel/"
+    admin_client.post(changelist, {"action": "disable", "_selected_action": [entry.pk]})
+    entry.refresh_from_db()
+    assert not entry.enabled
+    admin_client.post(changelist, {"action": "enable", "_selected_action": [entry.pk]})
+    entry.refresh_from_db()
+    assert entry.enabled
+
+
+def test_gguf_import_from_admin_runs_in_the_background(
+    admin_client, demo_gguf, monkeypatch, settings, tmp_path
+):
+    """The admin starts `import_gguf --job` as its own process; here that command is run
+    in-process (a subprocess could not see the test database), progress and all."""
+    import io
+    import shlex
+
+    from django.core.management import call_command
+
+    from catalog import admin as catalog_admin
+    from catalog.models import GGUFImport
+
+    settings.MODEL_STORAGE_DIR = tmp_path / "models"
+    settings.VAR_DIR = tmp_path
+    started = []
+    monkeypatch.setattr(
+        catalog_admin.subprocess, "Popen", lambda command, **kwargs: started.append(command)
+    )
+    refused = admin_client.post(
+        "/admin/catalog/ggufimport/add/", {"model_id": "imported", "source_path": "/nope.gguf"}
+    )
+    assert b"There is no such file on the server." in refused.content
+    response = admin_client.post(
+        "/admin/catalog/ggufimport/add/", {"model_id": "imported", "source_path": str(demo_gguf)}
+    )
+    assert response.status_code == 302
+    job = GGUFImport.objects.get()
+    (command,) = started
+    assert command[2:] == ["import_gguf", str(demo_gguf), "--id", "imported", "--job", str(job.pk)]
+    listing = admin_client.get("/admin/catalog/ggufimport/").content
+    assert b'http-equiv="refresh"' in listing  # watched while it runs
+    assert b'<progress max="100" value="0">' in listing
+
+    from catalog.management.commands.import_gguf import Command
+
+    updates = []
+    real_update = Command._update
+
+    def watched(self, **fields):
+        updates.append(fields)
+        real_update(self, **fields)
+
+    monkeypatch.setattr(Command, "_update", watched)
+    call_command(*command[2:], stdout=io.StringIO(), stderr=io.StringIO())
+    job.refresh_from_db()
+    assert job.status == "done" and job.progress == 100
+    assert job.imported.public_id == "imported"
+    progress = [u["progress"] for u in updates if "progress" in u]
+    assert progress == sorted(progress) and 0 < progress[-2] < 100  # step by step
+    listing = admin_client.get("/admin/catalog/ggufimport/").content
+    assert b'http-equiv="refresh"' not in listing
+    assert shlex.join(command)  # a plain command line an operator can rerun
+
+
+def test_family_edits_apply_without_a_restart(admin_client, tiny_dir):
+    from asgiref.sync import async_to_sync
+
+    from apikeys.auth import ANONYMOUS
+    from inference.serving.resolve import resolve_model
+
+    family = ModelFamily.objects.create(
+        slug="custom", name="Custom", adapter="chatml", priority=1, name_patterns=["^tiny$"]
+    )
+    CatalogModel.objects.create(public_id="tiny", location=str(tiny_dir), family=family)
+    before = async_to_sync(resolve_model)("tiny", ANONYMOUS).adapter.profile.stop_strings
+    assert before == ()
+    family.stop_strings = ["THE END"]
+    family.save()
+    after = async_to_sync(resolve_model)("tiny", ANONYMOUS).adapter.profile.stop_strings
+    assert after == ("THE END",)

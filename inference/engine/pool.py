@@ -76,6 +76,7 @@ class ModelPool:
         self.budget = budget_bytes
         self._on_unload = on_unload  # lets the engine drop what it keeps for the model
         self._models: OrderedDict[str, LoadedModel] = OrderedDict()
+        self.evictions = 0  # unloaded to make room or for being idle (not on request)
 
     def loaded(self) -> list[LoadedModel]:
         return list(self._models.values())
@@ -153,6 +154,7 @@ class ModelPool:
         ]
         for model_id in idle:
             self.unload(model_id)
+            self.evictions += 1
         return idle
 
     def next_idle_deadline(self, ttl: float) -> float | None:
@@ -175,6 +177,7 @@ class ModelPool:
             used -= victim.nbytes
             log.info("unloading %s to make room for %s", victim.spec.model_id, model_id)
             self.unload(victim.spec.model_id)
+            self.evictions += 1
         if used + needed > self.budget:
             raise EngineError(
                 ErrorKind.MODEL_UNAVAILABLE,

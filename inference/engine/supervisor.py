@@ -30,11 +30,16 @@ class Supervisor:
         # Outlives engines: requests admitted before a restart still count until they end.
         self.admission = Admission(config.max_queued)
         self.restarts = 0
+        self._evictions_before = 0  # by engines since replaced
         self.restarting = False
         self.last_failure: str | None = None
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="engine-supervisor", daemon=True)
         self._thread.start()
+
+    @property
+    def evictions(self) -> int:
+        return self._evictions_before + self.engine.pool.evictions
 
     @property
     def ready(self) -> bool:
@@ -63,6 +68,7 @@ class Supervisor:
         old.abandon()
         failed = old.fail_inflight(RESTARTING)
         pinned = old.pinned_specs()
+        self._evictions_before += old.pool.evictions
         log.error("%s: ended %d request(s), restarting the engine", reason, failed)
         self.engine = Engine(self._config)
         for spec in pinned:

@@ -12,6 +12,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+import mlx.core as mx
+
 from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
 from inference.engine.pool import LoadedModel, ModelPool
@@ -226,6 +228,7 @@ class Engine:
                 }
             )
         return {
+            "device": str(mx.default_device()),
             "budget_bytes": self.pool.budget,
             "used_bytes": sum(m["bytes"] for m in models),
             "running_sequences": sum(m["active_sequences"] + m["queued_sequences"] for m in models),

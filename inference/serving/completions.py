@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from apikeys.auth import Caller
 from inference.engine.client import JobRequest
 from inference.engine.types import Delta, Failed, Prompt, TextPrompt, TokenLogprob, TokenPrompt
-from inference.protocol.common import LegacyLogprobs, Usage
+from inference.protocol.common import LegacyLogprobs
 from inference.protocol.completions import Completion, CompletionChoice, CompletionRequest
 from inference.serving.errors import api_error
 from inference.serving.generation import Choice, Generation
@@ -33,9 +33,6 @@ class CompletionRun:
             return ""
         prompt = self.prompt_of(choice)
         return prompt.text if isinstance(prompt, TextPrompt) else choice.started.prompt_text or ""
-
-    def usage(self) -> Usage:
-        return self.generation.usage(list(range(0, len(self.generation.choices), self.request.n)))
 
     def logprobs(self, choice: Choice, entries: tuple[TokenLogprob, ...] | list[TokenLogprob]):
         if self.request.logprobs is None:
@@ -73,7 +70,7 @@ async def start_completion(request: CompletionRequest, caller: Caller) -> Comple
         for prompt in prompts
         for choice_params in per_choice(params, request.n)
     ]
-    return CompletionRun(request, prompts, await Generation.start(jobs, "cmpl"))
+    return CompletionRun(request, prompts, await Generation.start(jobs, "cmpl", request.n))
 
 
 async def complete(run: CompletionRun) -> Completion:
@@ -88,7 +85,7 @@ async def complete(run: CompletionRun) -> Completion:
         for choice in run.generation.choices.values()
     ]
     return Completion(
-        **run.generation.envelope(run.request.model), choices=choices, usage=run.usage()
+        **run.generation.envelope(run.request.model), choices=choices, usage=run.generation.usage()
     )
 
 
@@ -115,5 +112,5 @@ async def stream_completion(run: CompletionRun) -> AsyncIterator[str]:
             yield chunk([text_choice(choice, "", finish=event.finish_reason)])
     else:
         if request.include_usage():
-            yield chunk([], run.usage())
+            yield chunk([], run.generation.usage())
     yield DONE

@@ -20,6 +20,7 @@ from inference.engine.types import (
     Started,
     TokenLogprob,
 )
+from inference.observability import records
 from inference.protocol.common import PromptTokensDetails, Usage
 from inference.protocol.errors import APIError
 from inference.serving.drain import drain
@@ -62,8 +63,12 @@ class Generation:
     may bring forward (cut_at); the engine drops the request's sequences when its event stream
     is closed."""
 
-    def __init__(self, stream: AsyncIterator[tuple[int, Event]], id: str) -> None:
+    def __init__(
+        self, stream: AsyncIterator[tuple[int, Event]], id: str, choices_per_prompt: int = 1
+    ) -> None:
         self._stream = stream
+        self._per_prompt = choices_per_prompt
+        self._record = records.current.get()
         self._early: list[tuple[int, Event]] = []
         self._deadline = asyncio.get_running_loop().time() + settings.REQUEST_TIMEOUT
         self._expired = TIMEOUT
@@ -74,10 +79,14 @@ class Generation:
         drain.register(self)
 
     @classmethod
-    async def start(cls, requests: list[JobRequest], id_prefix: str) -> Generation:
+    async def start(
+        cls, requests: list[JobRequest], id_prefix: str, choices_per_prompt: int = 1
+    ) -> Generation:
         if drain.draining:
             raise api_error(SHUTTING_DOWN)
-        generation = cls(generate(requests), completion_id(id_prefix))
+        generation = cls(generate(requests), completion_id(id_prefix), choices_per_prompt)
+        if generation._record is not None:
+            generation._record.model = requests[0].spec.model_id
         try:
             await generation._admit(len(requests))
         except BaseException:
@@ -117,17 +126,20 @@ class Generation:
     async def events(self) -> AsyncIterator[tuple[Choice, Delta | Done | Failed]]:
         """Each event with its choice, already recorded there; ends after the last Done."""
         async with aclosing(self._stream):
-            for index, event in self._early:
-                yield self._record(index, event)
-            while True:
-                try:
-                    index, event = await self._next()
-                except StopAsyncIteration:
-                    return
-                except APIError:  # the deadline passed
-                    yield next(iter(self.choices.values())), Failed(self._expired)
-                    return
-                yield self._record(index, event)
+            try:
+                for index, event in self._early:
+                    yield self._add(index, event)
+                while True:
+                    try:
+                        index, event = await self._next()
+                    except StopAsyncIteration:
+                        return
+                    except APIError:  # the deadline passed
+                        yield next(iter(self.choices.values())), Failed(self._expired)
+                        return
+                    yield self._add(index, event)
+            finally:
+                self._report()
 
     def envelope(self, model: str) -> dict:
         """The fields every response and chunk of this request shares."""
@@ -138,11 +150,26 @@ class Generation:
             "system_fingerprint": system_fingerprint(),
         }
 
-    def _record(self, index: int, event: Event) -> tuple[Choice, Delta | Done | Failed]:
+    def _add(self, index: int, event: Event) -> tuple[Choice, Delta | Done | Failed]:
         choice = self.choices[index]
         if isinstance(event, Delta | Done):
             choice.add(event)
+        if self._record is not None:
+            if isinstance(event, Delta):
+                self._record.on_token()
+            elif isinstance(event, Failed):
+                self._record.error_code = api_error(event.error).code
         return choice, event  # type: ignore[return-value]
+
+    def _report(self) -> None:
+        if self._record is None or not self.choices:
+            return
+        usage = self.usage()
+        self._record.prompt_tokens = usage.prompt_tokens
+        self._record.completion_tokens = usage.completion_tokens
+        self._record.cached_tokens = usage.prompt_tokens_details.cached_tokens
+        reasons = {c.done.finish_reason for c in self.choices.values() if c.done}
+        self._record.finish_reason = ",".join(sorted(reasons)) or None
 
     async def finish(self) -> None:
         """Runs every job to its end (non-streaming responses)."""
@@ -150,9 +177,9 @@ class Generation:
             if isinstance(event, Failed):
                 raise api_error(event.error)
 
-    def usage(self, prompts_counted: list[int] | None = None) -> Usage:
+    def usage(self) -> Usage:
         """Prompt tokens count once per distinct prompt (n choices share theirs)."""
-        counted = prompts_counted if prompts_counted is not None else [0]
+        counted = range(0, len(self.choices), self._per_prompt)
         prompt = sum(self.choices[i].started.prompt_tokens for i in counted)
         cached = sum(self.choices[i].started.cached_tokens for i in counted)
         completion = sum(c.done.completion_tokens for c in self.choices.values() if c.done)

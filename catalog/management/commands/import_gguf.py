@@ -5,10 +5,11 @@ from pathlib import Path
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.timezone import now
 from tqdm import tqdm
 
 from catalog.management.options import error_messages, family_by_slug
-from catalog.models import CatalogModel, ModelFamily
+from catalog.models import CatalogModel, GGUFImport, ModelFamily
 from inference.conversion.gguf import UnsupportedGGUF, convert_gguf
 
 
@@ -24,25 +25,46 @@ class Command(BaseCommand):
         parser.add_argument("--temperature", type=float, help="default temperature")
         parser.add_argument("--top-p", type=float, help="default top_p")
         parser.add_argument(
+            "--job", type=int, help="report progress and outcome in this GGUFImport (admin)"
+        )
+        parser.add_argument(
             "--if-missing",
             action="store_true",
             help="do nothing when the catalog already has this id and its weights exist",
         )
 
-    def handle(
+    def handle(self, *args, job: int | None, **options) -> None:
+        self._job = GGUFImport.objects.get(pk=job) if job else None
+        if self._job is None:
+            self._import(**options)
+            return
+        self._update(status=GGUFImport.Status.RUNNING)
+        try:
+            entry = self._import(**options)
+        except BaseException as exc:
+            message = (
+                str(exc) if isinstance(exc, CommandError) else "the import failed; see the log"
+            )
+            self._update(status=GGUFImport.Status.FAILED, message=message, finished=now())
+            raise
+        self._update(
+            status=GGUFImport.Status.DONE, progress=100, imported=entry, finished=now(), message=""
+        )
+
+    def _import(
         self,
-        *args,
+        *,
         path: Path,
         model_id: str,
         family: str | None,
         name: str | None,
         if_missing: bool,
         **options,
-    ) -> None:
+    ) -> CatalogModel | None:
         existing = CatalogModel.objects.filter(public_id=model_id).first()
         if existing and if_missing and (Path(existing.location) / "config.json").is_file():
             self.stdout.write(f"{model_id} is already in the catalog; nothing to do.")
-            return
+            return existing
         if existing:
             raise CommandError(f"the catalog already has a model with id {model_id!r}")
         if not path.is_file():
@@ -75,9 +97,16 @@ class Command(BaseCommand):
         self.stdout.write(
             self.style.SUCCESS(f"imported {path.name} as {entry.public_id} ({destination})")
         )
+        return entry
 
     def _progress(self, items):
-        bar = tqdm(items, desc="importing", unit="step", file=self.stderr._out)
-        for step in bar:
+        steps = list(items)
+        bar = tqdm(steps, desc="importing", unit="step", file=self.stderr._out)
+        for done, step in enumerate(bar):
             bar.set_postfix_str(step.__name__)
+            self._update(progress=round(100 * done / len(steps)), message=f"{step.__name__}…")
             yield step
+
+    def _update(self, **fields) -> None:
+        if self._job is not None:
+            GGUFImport.objects.filter(pk=self._job.pk).update(**fields)

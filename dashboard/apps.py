@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class DashboardConfig(AppConfig):
+    name = "dashboard"
+    verbose_name = "Dashboard"

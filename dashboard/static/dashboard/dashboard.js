@@ -1,0 +1,107 @@
+// Polls /dashboard/state every second and redraws; warm/unload post to /control with CSRF.
+"use strict";
+
+const csrf = () => (document.cookie.match(/(?:^|; )csrftoken=([^;]+)/) || [])[1] || "";
+const mib = (bytes) => `${(bytes / 2 ** 20).toFixed(0)} MiB`;
+const secs = (s) => (s == null ? "–" : `${s.toFixed(2)} s`);
+const busy = new Set(); // models with a warm/unload in flight
+
+function cell(text, cls) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  if (cls) td.className = cls;
+  return td;
+}
+
+function fill(tbody, rows, emptyText, columns) {
+  tbody.replaceChildren(...rows);
+  if (!rows.length) {
+    const tr = document.createElement("tr");
+    tr.className = "empty";
+    const td = cell(emptyText);
+    td.colSpan = columns;
+    tr.append(td);
+    tbody.append(tr);
+  }
+}
+
+function loadedRow(m) {
+  const tr = document.createElement("tr");
+  tr.dataset.model = m.id;
+  tr.append(cell(m.id), cell(mib(m.bytes)), cell(m.compute_format), cell(m.pinned ? "yes" : ""),
+    cell(m.active_sequences), cell(m.queued_sequences), cell(m.tokens_per_second),
+    cell(`${m.idle_seconds.toFixed(0)} s`));
+  return tr;
+}
+
+function catalogRow(entry) {
+  const tr = document.createElement("tr");
+  tr.dataset.model = entry.id;
+  const status = busy.has(entry.id) ? "working…" : entry.loaded ? "loaded" : "not loaded";
+  const actions = document.createElement("td");
+  for (const action of ["warm", "unload"]) {
+    const button = document.createElement("button");
+    button.className = action;
+    button.textContent = action === "warm" ? "Warm" : "Unload";
+    button.disabled = busy.has(entry.id) || (action === "warm" ? entry.loaded || !entry.enabled : !entry.loaded);
+    button.addEventListener("click", () => control(entry.id, action));
+    actions.append(button, " ");
+  }
+  tr.append(cell(entry.id), cell(status, entry.loaded ? "status loaded" : "status"),
+    cell(entry.enabled ? "yes" : "no"), actions);
+  return tr;
+}
+
+function recentRow(r) {
+  const tr = document.createElement("tr");
+  const failed = r.status >= 400 || r.error_code;
+  tr.append(cell(new Date(r.at * 1000).toLocaleTimeString()), cell(r.endpoint), cell(r.model || "–"),
+    cell(r.key), cell(r.error_code ? `${r.status} ${r.error_code}` : r.status, failed ? "bad" : ""),
+    cell(`${r.prompt_tokens} / ${r.completion_tokens}`), cell(secs(r.time_to_first_token)),
+    cell(secs(r.duration)), cell(r.finish_reason || ""));
+  return tr;
+}
+
+async function control(model, action) {
+  busy.add(model);
+  refresh();
+  try {
+    const response = await fetch(`/control/models/${encodeURIComponent(model)}/${action}`, {
+      method: "POST", headers: { "X-CSRFToken": csrf() }, credentials: "same-origin",
+    });
+    if (!response.ok) {
+      const body = await response.json().catch(() => ({}));
+      alert(`${action} ${model}: ${(body.error && body.error.message) || response.status}`);
+    }
+  } finally {
+    busy.delete(model);
+    refresh();
+  }
+}
+
+async function refresh() {
+  let state;
+  try {
+    const response = await fetch("/dashboard/state", { credentials: "same-origin" });
+    if (!response.ok) throw new Error(response.status);
+    state = await response.json();
+  } catch (error) {
+    document.getElementById("updated").textContent = `Cannot reach the server (${error.message}).`;
+    return;
+  }
+  const { engine, pool, backend, recent } = state;
+  document.getElementById("engine-state").textContent = engine.ready
+    ? `ready${engine.restarts ? ` (${engine.restarts} restarts)` : ""}` : "restarting";
+  document.getElementById("running").textContent = engine.running;
+  document.getElementById("queued").textContent = engine.queued;
+  document.getElementById("tokens-per-second").textContent = engine.tokens_per_second;
+  document.getElementById("memory").textContent = `${mib(pool.used_bytes)} of ${mib(pool.budget_bytes)}`;
+  document.getElementById("backend").textContent = `${backend.device} · BLAS: ${backend.blas}`;
+  fill(document.querySelector("#loaded-models tbody"), pool.models.map(loadedRow), "No model loaded.", 8);
+  fill(document.querySelector("#catalog tbody"), pool.catalog.map(catalogRow), "The catalog is empty.", 4);
+  fill(document.querySelector("#recent-requests tbody"), recent.map(recentRow), "No requests yet.", 9);
+  document.getElementById("updated").textContent = `Updated ${new Date().toLocaleTimeString()}`;
+}
+
+refresh();
+setInterval(refresh, 1000);

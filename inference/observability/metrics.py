@@ -1,0 +1,108 @@
+"""Prometheus metrics: counters and histograms updated as requests run, and gauges read from
+the engine at scrape time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from inference.observability.records import RequestRecord
+
+registry = CollectorRegistry()
+ProcessCollector(registry=registry)  # RSS, CPU seconds, open files of this process
+
+# Latency buckets from a fast GPU token to a slow CPU prefill of a long prompt.
+LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+REQUESTS = Counter(
+    "inference_requests",
+    "Requests to /v1 by endpoint, model and HTTP status.",
+    ["endpoint", "model", "status"],
+    registry=registry,
+)
+PROMPT_TOKENS = Counter(
+    "inference_prompt_tokens", "Prompt tokens processed.", ["model"], registry=registry
+)
+GENERATED_TOKENS = Counter(
+    "inference_generation_tokens", "Tokens generated.", ["model"], registry=registry
+)
+TIME_TO_FIRST_TOKEN = Histogram(
+    "inference_time_to_first_token_seconds",
+    "From the request's arrival to its first generated token.",
+    ["model"],
+    buckets=LATENCY,
+    registry=registry,
+)
+INTER_TOKEN_LATENCY = Histogram(
+    "inference_inter_token_latency_seconds",
+    "Between consecutive tokens of one answer.",
+    ["model"],
+    buckets=LATENCY,
+    registry=registry,
+)
+REQUEST_DURATION = Histogram(
+    "inference_request_duration_seconds",
+    "From the request's arrival to its last byte.",
+    ["endpoint", "model"],
+    buckets=LATENCY,
+    registry=registry,
+)
+
+
+def observe_request(record: RequestRecord) -> None:
+    REQUESTS.labels(record.endpoint, record.model, str(record.status)).inc()
+    REQUEST_DURATION.labels(record.endpoint, record.model).observe(record.duration)
+    if record.model:
+        PROMPT_TOKENS.labels(record.model).inc(record.prompt_tokens)
+        GENERATED_TOKENS.labels(record.model).inc(record.completion_tokens)
+
+
+class EngineCollector(Collector):
+    """What the engine is doing now, read when Prometheus scrapes (never creates the engine)."""
+
+    def collect(self) -> Iterator:
+        from inference.runtime import current_supervisor
+
+        supervisor = current_supervisor()
+        running = GaugeMetricFamily("inference_requests_running", "Sequences being decoded now.")
+        queued = GaugeMetricFamily(
+            "inference_requests_queued", "Sequences waiting for prefill or a batch slot."
+        )
+        loaded = GaugeMetricFamily("inference_models_loaded", "Models in the pool.")
+        memory = GaugeMetricFamily(
+            "inference_model_memory_bytes", "Weights in memory per model.", labels=["model"]
+        )
+        evictions = CounterMetricFamily(
+            "inference_model_evictions", "Models unloaded to make room or for being idle."
+        )
+        restarts = CounterMetricFamily(
+            "inference_engine_restarts", "Times the supervisor replaced a dead or wedged engine."
+        )
+        if supervisor is None:
+            values = (0, 0, [], 0, 0)
+        else:
+            engine = supervisor.engine
+            models = engine.pool.loaded()
+            values = (
+                engine.decoding,
+                supervisor.admission.queued(engine.decoding),
+                models,
+                supervisor.evictions,
+                supervisor.restarts,
+            )
+        running.add_metric([], values[0])
+        queued.add_metric([], values[1])
+        loaded.add_metric([], len(values[2]))
+        for model in values[2]:
+            memory.add_metric([model.spec.model_id], model.nbytes)
+        evictions.add_metric([], values[3])
+        restarts.add_metric([], values[4])
+        yield from (running, queued, loaded, memory, evictions, restarts)
+
+
+registry.register(EngineCollector())
