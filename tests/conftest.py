@@ -51,6 +51,14 @@ def engine():
     engine.stop()
 
 
+@pytest.fixture
+def tiny_entry(db, tiny_dir):
+    """The tiny model in the catalog as "tiny"."""
+    from catalog.models import CatalogModel
+
+    return CatalogModel.objects.create(public_id="tiny", location=str(tiny_dir))
+
+
 @pytest.fixture(autouse=True)
 def open_api(settings):
     """/v1 behaviour is tested without keys; tests/test_api_keys.py turns them on."""

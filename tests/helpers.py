@@ -115,3 +115,13 @@ def collect(job: GenerationJob, timeout: float = 120) -> tuple[str, Event]:
             parts.append(event.text)
         elif isinstance(event, Done | Failed):
             return "".join(parts), event
+
+
+# A chat with the tiny model that always runs to max_tokens (its end token is banned).
+SHORT_CHAT = {
+    "model": "tiny",
+    "messages": [{"role": "user", "content": "Hi"}],
+    "max_tokens": 3,
+    "temperature": 0,
+    "logit_bias": {"2": -100},
+}

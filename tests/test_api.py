@@ -14,13 +14,6 @@ CHAT = "/v1/chat/completions"
 NO_EOS = {"2": -100}
 
 
-@pytest.fixture
-def tiny_entry(db, tiny_dir):
-    return CatalogModel.objects.create(
-        public_id="tiny", source=CatalogModel.Source.LOCAL, location=str(tiny_dir)
-    )
-
-
 def chat(client, **body):
     payload = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], **body}
     return client.post(CHAT, payload, content_type="application/json")

@@ -9,20 +9,10 @@ from django.test import AsyncClient
 
 from apikeys.models import ApiKey
 from catalog.models import CatalogModel
+from tests.helpers import SHORT_CHAT
 from tests.test_api import CHAT, assert_error
 
-BODY = {
-    "model": "tiny",
-    "messages": [{"role": "user", "content": "Hi"}],
-    "max_tokens": 3,
-    "temperature": 0,
-    "logit_bias": {"2": -100},
-}
-
-
-@pytest.fixture
-def tiny_entry(db, tiny_dir):
-    return CatalogModel.objects.create(public_id="tiny", location=str(tiny_dir))
+BODY = SHORT_CHAT
 
 
 def make_key(name="ci", **fields) -> tuple[ApiKey, str]:

@@ -3,22 +3,11 @@
 import pytest
 from django.test import Client
 
-from catalog.models import CatalogModel
 from inference.runtime import get_supervisor
+from tests.helpers import SHORT_CHAT
 from tests.test_api import CHAT, assert_error
 
-BODY = {
-    "model": "tiny",
-    "messages": [{"role": "user", "content": "Hi"}],
-    "max_tokens": 3,
-    "temperature": 0,
-    "logit_bias": {"2": -100},
-}
-
-
-@pytest.fixture
-def tiny_entry(db, tiny_dir):
-    return CatalogModel.objects.create(public_id="tiny", location=str(tiny_dir))
+BODY = SHORT_CHAT
 
 
 def post(client: Client, body: dict, url: str = CHAT):

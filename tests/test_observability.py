@@ -3,25 +3,13 @@
 import json
 import logging
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from catalog.models import CatalogModel
 from inference.observability import records
+from tests.helpers import SHORT_CHAT
 from tests.test_api import CHAT, stream
 
-BODY = {
-    "model": "tiny",
-    "messages": [{"role": "user", "content": "Hi"}],
-    "max_tokens": 5,
-    "temperature": 0,
-    "logit_bias": {"2": -100},
-}
-
-
-@pytest.fixture
-def tiny_entry(db, tiny_dir):
-    return CatalogModel.objects.create(public_id="tiny", location=str(tiny_dir))
+BODY = {**SHORT_CHAT, "max_tokens": 5}
 
 
 def scrape(client) -> dict[tuple[str, tuple], float]:
