@@ -26,6 +26,7 @@ $(VENV)/.installed: pyproject.toml scripts/ensure_openblas.sh | $(BIN)/python
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
 	$(BIN)/python -m pip install -q -e '.[test]'
+	sh scripts/ensure_chromium.sh
 	touch $@
 
 $(DEMO_GGUF): | $(BIN)/python
@@ -41,8 +42,14 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# The whole suite twice: on SQLite, then on a throwaway PostgreSQL in var/pg (installed and
+# started by scripts/ensure_postgres.sh; pytest-django creates its own test_ database on it).
 test: $(VENV)/.installed-test $(DEMO_GGUF) lint
+	@echo "=== make test: pass 1 of 2, on SQLite ==="
 	DEMO_GGUF=$(abspath $(DEMO_GGUF)) $(BIN)/python -m pytest
+	@echo "=== make test: pass 2 of 2, on PostgreSQL ==="
+	url=$$(sh scripts/ensure_postgres.sh) && \
+	  DATABASE_URL=$$url DEMO_GGUF=$(abspath $(DEMO_GGUF)) $(BIN)/python -m pytest
 
 # Ours against mlx_lm.server on the demo model; BENCH_ARGS="--concurrency 1,8" shortens it.
 bench: $(VENV)/.installed-test $(DEMO_GGUF)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote, urlsplit
 
 import httpx
 import pytest
@@ -80,11 +82,52 @@ def manage(env: dict, *args: str, check: bool = True) -> subprocess.CompletedPro
     return done
 
 
+def on_postgres() -> bool:
+    from django.conf import settings
+
+    return settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+
+
+def _postgres(sql: str) -> dict:
+    """Runs `sql` on the PostgreSQL server the suite runs on; returns its connection settings."""
+    import psycopg
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    server = {key: db[key.upper()] or None for key in ("user", "password", "host", "port")}
+    with psycopg.connect(dbname="postgres", autocommit=True, **server) as conn:
+        conn.execute(sql)
+    return server
+
+
+def fresh_postgres_url() -> str:
+    """A new empty database on the suite's PostgreSQL server, for one live server."""
+    name = f"live_{secrets.token_hex(6)}"
+    server = _postgres(f'CREATE DATABASE "{name}"')
+    user, password = (quote(str(server[key] or ""), safe="") for key in ("user", "password"))
+    login = f"{user}:{password}" if password else user
+    host = quote(str(server["host"] or "localhost"), safe="")
+    port = f":{server['port']}" if server["port"] else ""
+    return f"postgres://{login}@{host}{port}/{name}"
+
+
+def drop_database(url: str) -> None:
+    if url.startswith("postgres://"):
+        _postgres(f'DROP DATABASE IF EXISTS "{urlsplit(url).path[1:]}" WITH (FORCE)')
+
+
 def server_env(var: Path, **settings: str) -> dict:
+    """A server's environment: its own var/ and database (SQLite, or PostgreSQL like the suite)."""
+    if "DATABASE_URL" in settings:
+        database = settings["DATABASE_URL"]
+    elif on_postgres():
+        database = fresh_postgres_url()
+    else:
+        database = f"sqlite:///{var / 'db.sqlite3'}"
     return {
         **os.environ,
         "VAR_DIR": str(var),
-        "DATABASE_URL": f"sqlite:///{var / 'db.sqlite3'}",
+        "DATABASE_URL": database,
         "MODEL_STORAGE_DIR": str(var / "models"),
         "PYTHONUNBUFFERED": "1",
         "ADMIN_TOKEN": ADMIN_TOKEN,
@@ -97,24 +140,27 @@ def server_env(var: Path, **settings: str) -> dict:
 def live_server(var: Path, *setup: tuple[str, ...], **settings: str) -> Iterator[LiveServer]:
     """Migrates a fresh database, runs each `setup` manage.py command, serves until exit."""
     env = server_env(var, **settings)
-    manage(env, "migrate", "--noinput", "-v0")
-    for command in setup:
-        manage(env, *command)
-    port = free_port()
-    log = var / "server.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "manage.py", "serve", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    server = LiveServer(f"http://127.0.0.1:{port}", process, env, log)
+    process = None
     try:
+        manage(env, "migrate", "--noinput", "-v0")
+        for command in setup:
+            manage(env, *command)
+        port = free_port()
+        log = var / "server.log"
+        with log.open("w") as out:
+            process = subprocess.Popen(
+                [sys.executable, "manage.py", "serve", "--port", str(port)],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        server = LiveServer(f"http://127.0.0.1:{port}", process, env, log)
         server.wait_ready()
         yield server
     finally:
-        if process.poll() is None:
+        if process is not None and process.poll() is None:
             process.kill()
             process.wait()
+        if "DATABASE_URL" not in settings:
+            drop_database(env["DATABASE_URL"])

@@ -82,18 +82,23 @@ def test_sigterm_drains_then_ends_the_rest_with_an_error_event(
     with live_server(var, setup, DRAIN_TIMEOUT="3") as server:
         url = f"{server.api}/chat/completions"
         results: dict[str, list[str]] = {}
+        short_started = threading.Event()
 
-        def stream(name: str, body: dict) -> None:
+        def short_stream() -> None:
+            body = {**LONG, "max_tokens": 20}
             with httpx.stream("POST", url, json=body, timeout=60) as response:
-                results[name] = list(sse_events(response))
+                events = sse_events(response)
+                results["short"] = [next(events)]
+                short_started.set()
+                results["short"] += list(events)
 
         with httpx.stream("POST", url, json=LONG, timeout=60) as long_stream:
             events = sse_events(long_stream)
             next(events)
-            short = threading.Thread(target=stream, args=("short", {**LONG, "max_tokens": 20}))
+            short = threading.Thread(target=short_stream)
             short.start()
-            time.sleep(0.2)
-            server.process.terminate()  # SIGTERM
+            assert short_started.wait(timeout=30), server.output()
+            server.process.terminate()  # SIGTERM, with both streams generating
             signalled = time.monotonic()
             rest = list(events)
             drained = time.monotonic() - signalled

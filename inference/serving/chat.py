@@ -87,7 +87,7 @@ async def start_chat(request: ChatCompletionRequest, caller: Caller) -> ChatRun:
         JobRequest(resolved.spec, resolved.adapter, prompt, choice_params)
         for choice_params in per_choice(params, request.n)
     ]
-    return ChatRun(request, resolved, await Generation.start(jobs, "chatcmpl"))
+    return ChatRun(request, resolved, await Generation.start(jobs, "chatcmpl", request.n))
 
 
 def wire_logprobs(entries: list[TokenLogprob] | tuple[TokenLogprob, ...]) -> ChoiceLogprobs:

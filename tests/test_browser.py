@@ -1,0 +1,202 @@
+"""The operator's pages in a real browser: Debian's headless Chromium driven by Playwright.
+
+A live server with a staff login; the admin adds the tiny model, the dashboard warms it, the
+playground streams an answer from it. Screenshots land in $SCREENSHOT_DIR (var/screenshots by
+default). Chromium comes from scripts/ensure_chromium.sh: Playwright never downloads a browser.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+
+from tests.conftest import ROOT
+from tests.live_server import LiveServer, live_server
+
+CHROMIUM = "/usr/bin/chromium"
+USERNAME, PASSWORD = "admin", "pw-for-tests"
+MODEL = "tiny"
+WAIT_MS = 30_000  # for the engine: loading a model, generating
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    superuser = ("createsuperuser", "--noinput", "--username", USERNAME, "--email", "a@example.com")
+    with live_server(
+        tmp_path_factory.mktemp("browser-var"), superuser, DJANGO_SUPERUSER_PASSWORD=PASSWORD
+    ) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(
+            f"{CHROMIUM} is missing: the browser tests drive Debian's Chromium "
+            "(run `sh scripts/ensure_chromium.sh` as root, or `apt-get install chromium`)"
+        )
+    with sync_playwright() as playwright:
+        # Root (CI containers) cannot use Chromium's sandbox.
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox"]
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def shots() -> Path:
+    directory = Path(os.environ.get("SCREENSHOT_DIR") or ROOT / "var/screenshots")
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def screenshot(page: Page, shots: Path, name: str) -> None:
+    path = shots / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")
+
+
+class Problems:
+    """What the pages reported: uncaught errors, alert()s and console errors."""
+
+    def __init__(self) -> None:
+        self.page_errors: list[str] = []
+        self.console_errors: list[str] = []
+
+    def watch(self, page: Page) -> Page:
+        page.on("pageerror", lambda error: self.page_errors.append(f"{page.url}: {error}"))
+        page.on(
+            "dialog", lambda dialog: self.page_errors.append(f"{page.url}: alert {dialog.message}")
+        )
+        page.on("console", self._console)
+        return page
+
+    def _console(self, message) -> None:
+        location = message.location
+        # The browser asks for /favicon.ico by itself; the pages have none (a harmless 404).
+        if message.type == "error" and not location.get("url", "").endswith("/favicon.ico"):
+            self.console_errors.append(
+                f"{location.get('url')}:{location.get('lineNumber')}: {message.text}"
+            )
+
+
+@pytest.fixture(scope="module")
+def problems() -> Problems:
+    return Problems()
+
+
+@pytest.fixture(autouse=True)
+def no_page_errors(problems: Problems) -> Iterator[None]:
+    yield
+    errors = problems.page_errors + problems.console_errors
+    problems.page_errors.clear()
+    problems.console_errors.clear()
+    assert not errors, "the pages reported errors:\n" + "\n".join(errors)
+
+
+@pytest.fixture(scope="module")
+def context(browser: Browser, server: LiveServer) -> Iterator[BrowserContext]:
+    context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 900})
+    yield context
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def page(context: BrowserContext, problems: Problems, shots: Path) -> Page:
+    """Logged in as staff through the admin login form."""
+    page = problems.watch(context.new_page())
+    page.goto("/admin/login/")
+    page.fill("#id_username", USERNAME)
+    page.fill("#id_password", PASSWORD)
+    screenshot(page, shots, "01-admin-login")
+    page.click("input[type=submit]")
+    expect(page).to_have_url(re.compile(r"/admin/$"))
+    return page
+
+
+@pytest.fixture(scope="module")
+def tiny_model(page: Page, server: LiveServer, shots: Path, tiny_dir: Path) -> str:
+    """The tiny model, added to the catalog through the admin form."""
+    page.goto("/admin/catalog/catalogmodel/add/")
+    page.fill("#id_public_id", MODEL)
+    page.select_option("#id_source", "local")
+    page.fill("#id_location", str(tiny_dir))
+    screenshot(page, shots, "02-admin-add-model")
+    page.click("input[name=_save]")
+    errors = page.locator(".errorlist, .errornote")
+    assert not errors.count(), f"the admin refused the model: {errors.all_inner_texts()}"
+    expect(page).to_have_url(re.compile(r"/admin/catalog/catalogmodel/$"))
+    return MODEL
+
+
+def test_admin_adds_the_model_to_the_catalog(page, tiny_model, server, shots):
+    expect(page.locator(".messagelist .success")).to_contain_text(tiny_model)
+    expect(page.locator("#result_list tbody")).to_contain_text(tiny_model)
+    screenshot(page, shots, "03-admin-catalog-list")
+    models = httpx.get(f"{server.api}/models", timeout=10).json()["data"]
+    assert tiny_model in [model["id"] for model in models]
+
+
+def test_the_dashboard_is_for_staff_only(browser, server, problems, shots):
+    context = browser.new_context(base_url=server.url)
+    try:
+        anonymous = problems.watch(context.new_page())
+        anonymous.goto("/")
+        expect(anonymous).to_have_url(re.compile(r"/admin/login/\?next=/$"))
+        expect(anonymous.locator("#id_username")).to_be_visible()
+        screenshot(anonymous, shots, "04-dashboard-logged-out")
+    finally:
+        context.close()
+
+
+def test_dashboard_warms_the_model(page, tiny_model, shots):
+    page.goto("/")
+    row = page.locator(f'#catalog tr[data-model="{tiny_model}"]')
+    expect(row.locator(".status")).to_have_text("not loaded", timeout=WAIT_MS)
+    expect(page.locator(f'#loaded-models tr[data-model="{tiny_model}"]')).to_have_count(0)
+    expect(page.locator("#engine-state")).to_have_text(re.compile(r"^ready"))
+    expect(page.locator("#backend")).to_contain_text("BLAS")
+    expect(row.locator("button.unload")).to_be_disabled()
+    screenshot(page, shots, "05-dashboard-not-loaded")
+
+    row.locator("button.warm").click()
+    expect(row.locator(".status")).to_have_text("loaded", timeout=WAIT_MS)
+    expect(page.locator(f'#loaded-models tr[data-model="{tiny_model}"]')).to_be_visible(
+        timeout=WAIT_MS
+    )
+    expect(row.locator("button.warm")).to_be_disabled()
+    expect(row.locator("button.unload")).to_be_enabled()
+    for card in ("#running", "#queued", "#tokens-per-second"):
+        expect(page.locator(card)).to_have_text(re.compile(r"^\d+(\.\d+)?$"))
+    screenshot(page, shots, "06-dashboard-loaded")
+
+
+def test_playground_streams_an_answer(page, tiny_model, shots):
+    page.goto("/playground")
+    page.select_option("select#model", tiny_model)
+    page.fill("textarea#prompt", "Say hello.")
+    page.fill("#max-tokens", "12")
+    page.click("button#send")
+    status = page.locator("#status")
+    expect(status).to_contain_text("done", timeout=WAIT_MS)
+    match = re.fullmatch(r"done · (\d+) prompt \+ (\d+) generated tokens", status.inner_text())
+    assert match, f"unexpected status {status.inner_text()!r}"
+    assert int(match[1]) > 0
+    assert 0 < int(match[2]) <= 12
+    # Random weights: gibberish, but something.
+    assert page.locator("pre#answer").text_content(), "the answer stayed empty"
+    expect(page.locator("button#send")).to_be_enabled()
+    screenshot(page, shots, "07-playground-answer")
+
+    page.goto("/")
+    request = page.locator("#recent-requests tbody tr", has_text="/dashboard/chat")
+    expect(request.first).to_contain_text(tiny_model, timeout=WAIT_MS)
+    expect(request.first).to_contain_text(f"staff:{USERNAME}")
+    screenshot(page, shots, "08-dashboard-recent-requests")
