@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +20,8 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_play
 from tests.conftest import ROOT
 from tests.live_server import LiveServer, live_server
 
-CHROMIUM = "/usr/bin/chromium"
+# Debian's chromium by default; CHROMIUM names another build (e.g. on a Mac).
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 USERNAME, PASSWORD = "admin", "pw-for-tests"
 MODEL = "tiny"
 WAIT_MS = 30_000  # for the engine: loading a model, generating
