@@ -1,12 +1,14 @@
 #!/bin/sh
-# A throwaway PostgreSQL for the test suite: a cluster in var/pg on localhost:54329 (and a unix
+# A throwaway PostgreSQL for the test suite: a cluster in var/pg on a localhost port (and a unix
 # socket in var/pg), trust auth for loopback and socket connections only, tuned for speed over
 # durability. Installs Debian's package when run as root; reuses a cluster already running.
 # Prints the DATABASE_URL to use (messages go to stderr). `ensure_postgres.sh stop` stops it.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${PG_DIR:-$ROOT/var/pg}
-PORT=${PG_PORT:-54329}
+# A port of its own per checkout (54000-54999 from the directory's checksum), so two clones on
+# one machine (a developer's and CI's) never meet.
+PORT=${PG_PORT:-$((54000 + $(printf %s "$DIR" | cksum | cut -d' ' -f1) % 1000))}
 DATA=$DIR/data
 URL="postgres://postgres@localhost:$PORT/mlx"
 
