@@ -355,3 +355,12 @@ def test_cancelled_stream_leaves_the_pool_status_at_once(base_url, client, api_k
         model=DEMO_ID, messages=QUESTION, temperature=0, max_tokens=16
     )
     assert "Paris" in completion.choices[0].message.content
+
+
+def test_the_sdk_without_a_valid_key_gets_a_401(base_url):
+    stranger = openai.OpenAI(base_url=base_url, api_key="sk-mlx-not-a-key", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as caught:
+        stranger.chat.completions.create(model=DEMO_ID, messages=QUESTION, max_tokens=4)
+    assert caught.value.code == "invalid_api_key"
+    with pytest.raises(openai.AuthenticationError):
+        stranger.models.list()
