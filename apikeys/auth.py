@@ -73,8 +73,5 @@ class ConcurrencyLimiter:
             else:
                 self._running.pop(caller.key_id, None)
 
-    def running(self, caller: Caller) -> int:
-        return self._running.get(caller.key_id or 0, 0)
-
 
 limiter = ConcurrencyLimiter()

@@ -16,8 +16,7 @@ from inference.control_views import staff_or_token
 from inference.decorators import View, json_body, openai_api
 from inference.observability import records
 from inference.protocol.chat import ChatCompletionRequest
-from inference.runtime import get_supervisor
-from inference.serving.control import pool_status
+from inference.serving.control import engine_health, pool_status
 from inference.views import answer_chat
 
 
@@ -38,7 +37,7 @@ def playground(request: HttpRequest) -> HttpResponse:
 @staff_or_token
 async def state(request: HttpRequest) -> HttpResponse:
     """Everything the dashboard shows, polled every second."""
-    supervisor = get_supervisor()
+    health = engine_health()
     pool = await pool_status()
     return JsonResponse(
         {
@@ -47,11 +46,11 @@ async def state(request: HttpRequest) -> HttpResponse:
                 "blas": settings.BLAS.library or "MLX's bundled BLAS",
             },
             "engine": {
-                "ready": supervisor.ready,
-                "restarts": supervisor.restarts,
-                "last_failure": supervisor.last_failure,
+                "ready": not health["not_ready"],
+                "restarts": health["restarts"],
+                "last_failure": health["last_failure"],
                 "running": sum(m["active_sequences"] for m in pool["models"]),
-                "queued": supervisor.admission.queued(supervisor.engine.decoding),
+                "queued": health["queued"],
                 "tokens_per_second": round(sum(m["tokens_per_second"] for m in pool["models"]), 1),
             },
             "pool": pool,

@@ -16,10 +16,9 @@ from inference.protocol.chat import ChatCompletionRequest
 from inference.protocol.completions import CompletionRequest
 from inference.protocol.errors import APIError, model_not_found
 from inference.protocol.models import ModelCard, ModelList
-from inference.runtime import get_supervisor
 from inference.serving.chat import complete_chat, start_chat, stream_chat
 from inference.serving.completions import complete, start_completion, stream_completion
-from inference.serving.drain import drain
+from inference.serving.control import engine_health
 
 
 async def answer_chat(request: HttpRequest, body: ChatCompletionRequest) -> HttpResponse:
@@ -74,17 +73,16 @@ async def openapi(request: HttpRequest) -> HttpResponse:
 
 async def health(request: HttpRequest) -> HttpResponse:
     """What the engine is doing; cheap enough to poll."""
-    supervisor = get_supervisor()
-    engine = supervisor.engine
+    state = engine_health()
     return JsonResponse(
         {
-            "status": "ok" if supervisor.ready else "unavailable",
-            "running_sequences": engine.running,
-            "queued_sequences": supervisor.admission.queued(engine.decoding),
-            "loaded_models": engine.pool.loaded_ids(),
-            "engine_restarts": supervisor.restarts,
-            "last_engine_failure": supervisor.last_failure,
-            "draining": drain.draining,
+            "status": "ok" if not state["not_ready"] else "unavailable",
+            "running_sequences": state["running"],
+            "queued_sequences": state["queued"],
+            "loaded_models": state["loaded_models"],
+            "engine_restarts": state["restarts"],
+            "last_engine_failure": state["last_failure"],
+            "draining": state["draining"],
             "blas": settings.BLAS.library or "mlx-bundled",
         }
     )
@@ -102,16 +100,8 @@ async def live(request: HttpRequest) -> HttpResponse:
 
 async def ready(request: HttpRequest) -> HttpResponse:
     """Whether to send this instance traffic: engine running (not restarting), not draining."""
-    supervisor = get_supervisor()
-    problems = []
-    if drain.draining:
-        problems.append("shutting down")
-    if supervisor.restarting:
-        problems.append("engine restarting")
-    elif not supervisor.engine.alive:
-        problems.append("engine not running")
-    if problems:
-        return JsonResponse({"status": "unavailable", "reasons": problems}, status=503)
+    if reasons := engine_health()["not_ready"]:
+        return JsonResponse({"status": "unavailable", "reasons": reasons}, status=503)
     return JsonResponse({"status": "ok"})
 
 

@@ -11,7 +11,8 @@ import time
 from catalog.models import CatalogModel
 from inference.engine.types import EngineError
 from inference.protocol.errors import model_not_found
-from inference.runtime import get_engine
+from inference.runtime import get_engine, get_supervisor
+from inference.serving.drain import drain
 from inference.serving.errors import api_error
 
 
@@ -58,6 +59,29 @@ async def pool_status() -> dict:
         async for entry in CatalogModel.objects.all()
     ]
     return status
+
+
+def engine_health() -> dict:
+    """The engine's state for /health, /health/ready and the dashboard, read without waiting
+    for the engine thread."""
+    supervisor = get_supervisor()
+    engine = supervisor.engine
+    not_ready = []
+    if drain.draining:
+        not_ready.append("shutting down")
+    if supervisor.restarting:
+        not_ready.append("engine restarting")
+    elif not engine.alive:
+        not_ready.append("engine not running")
+    return {
+        "not_ready": not_ready,
+        "draining": drain.draining,
+        "running": engine.running,
+        "queued": supervisor.admission.queued(engine.decoding),
+        "loaded_models": engine.pool.loaded_ids(),
+        "restarts": supervisor.restarts,
+        "last_failure": supervisor.last_failure,
+    }
 
 
 def inject_fault(kind: str, seconds: float) -> str:

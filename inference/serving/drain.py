@@ -32,8 +32,5 @@ class Drain:
             generation.cut_at(self.deadline)
         return len(running)
 
-    def running(self) -> int:
-        return len(self._running)
-
 
 drain = Drain()
