@@ -6,9 +6,9 @@ import threading
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.utils import timezone
 
 from apikeys.models import LOOKUP_LENGTH, ApiKey
+from catalog.last_used import touch_last_used
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,7 @@ async def authenticate(secret: str) -> Caller | None:
     )
     if key is None or not key.matches(secret):
         return None
-    if key.last_used_is_stale():
-        await ApiKey.objects.filter(pk=key.pk).aupdate(last_used=timezone.now())
+    await touch_last_used(key)
     allowed = frozenset(m.public_id for m in key.allowed_models.all()) or None
     limit = key.max_concurrent_requests or settings.API_KEY_MAX_CONCURRENT or None
     return Caller(key.pk, key.name, allowed, limit)

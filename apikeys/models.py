@@ -5,19 +5,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from datetime import timedelta
 
 from django.core.validators import MinValueValidator
 from django.db import models
-from django.utils import timezone
 
 from catalog.models import CatalogModel
 
 SECRET_PREFIX = "sk-mlx-"
 # Enough of the secret to find its row and to tell keys apart in a list; never enough to guess it.
 LOOKUP_LENGTH = len(SECRET_PREFIX) + 8
-# last_used is a hint for operators; writing it on every request would serialise SQLite writers.
-LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 def digest(secret: str) -> str:
@@ -62,6 +58,3 @@ class ApiKey(models.Model):
 
     def matches(self, secret: str) -> bool:
         return hmac.compare_digest(self.secret_hash, digest(secret))
-
-    def last_used_is_stale(self) -> bool:
-        return self.last_used is None or timezone.now() - self.last_used > LAST_USED_RESOLUTION

@@ -117,3 +117,14 @@ def test_playground_chat_needs_staff_and_csrf(tiny_entry, admin_user):
     assert answer.status_code == 200
     assert answer.json()["usage"]["completion_tokens"] == 5
     assert records.recent[0]["key"] == "staff:admin"
+
+
+def test_a_request_marks_its_model_used(client, tiny_entry):
+    assert tiny_entry.last_used is None
+    client.post(CHAT, BODY, content_type="application/json")
+    tiny_entry.refresh_from_db()
+    first = tiny_entry.last_used
+    assert first is not None
+    client.post(CHAT, BODY, content_type="application/json")
+    tiny_entry.refresh_from_db()
+    assert tiny_entry.last_used == first  # written at most once a minute

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
-
-from django.utils import timezone
 
 from apikeys.auth import Caller
 from catalog.families import detect_family
+from catalog.last_used import touch_last_used
 from catalog.models import CatalogModel, ModelFamily
 from inference.adapters import FamilyAdapter, FamilyProfile, get_adapter
 from inference.engine.types import ModelSpec
 from inference.protocol.errors import model_not_found
-
-# last_used is for operators; a write per request would serialise SQLite's writers.
-LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
@@ -36,8 +31,7 @@ async def resolve_model(model_id: str, caller: Caller) -> ResolvedModel:
         )
     except CatalogModel.DoesNotExist:
         raise model_not_found(model_id) from None
-    if entry.last_used is None or timezone.now() - entry.last_used > LAST_USED_RESOLUTION:
-        await CatalogModel.objects.filter(pk=entry.pk).aupdate(last_used=timezone.now())
+    await touch_last_used(entry)
     # Read on every request: family edits in admin apply at once, no restart.
     families = [f async for f in ModelFamily.objects.all()]
     family = detect_family(entry, families)
