@@ -180,6 +180,8 @@ def start_ours(gguf: Path, workdir: Path, env: dict) -> tuple[subprocess.Popen, 
         "DATABASE_URL": f"sqlite:///{workdir / 'db.sqlite3'}",
         "MODEL_STORAGE_DIR": str(workdir / "models"),
         "LOG_LEVEL": "WARNING",
+        # Loopback only, like the peers: no key (it defaults to required outside DEBUG).
+        "REQUIRE_API_KEY": "false",
     }
     manage = [sys.executable, str(ROOT / "manage.py")]
     subprocess.run([*manage, "migrate", "-v0"], env=env, check=True)
@@ -249,7 +251,7 @@ def raw_stream_generate(model_dir: Path, max_tokens: int) -> float:
     return responses[-1].generation_tps
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--gguf", type=Path, default=ROOT / "var/cache/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -263,61 +265,83 @@ def main() -> None:
         "bundled BLAS), mlx_lm.server-f32 (float32 weights, OpenBLAS preloaded)",
     )
     parser.add_argument("--skip-multi-turn", action="store_true")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+Servers = dict[str, tuple[subprocess.Popen, str, str]]
+
+
+def start_servers(args: argparse.Namespace, workdir: Path, env: dict, servers: Servers) -> Path:
+    """Ours first (it converts the GGUF the peers then load), then the peers asked for; each
+    joins `servers` as it starts, so the caller stops them even if a later one fails."""
+    wanted = args.servers.split(",")
+    ours, ours_url, model_dir = start_ours(args.gguf, workdir, env)
+    if "ours" in wanted:
+        servers["ours"] = (ours, ours_url, DEMO_ID)
+    else:
+        ours.terminate()
+    if "mlx_lm.server" in wanted:
+        peer, peer_url = start_peer(model_dir, env)
+        servers["mlx_lm.server"] = (peer, peer_url, str(model_dir))
+    if "mlx_lm.server-f32" in wanted:
+        peer, peer_url = start_peer_float32(model_dir, workdir, env)
+        servers["mlx_lm.server-f32"] = (peer, peer_url, str(workdir / "float32"))
+    return model_dir
+
+
+def measure(name: str, url: str, model: str, args: argparse.Namespace, levels: list[int]):
+    """One server's rows, printed as they come; returns {concurrency: row}."""
+    rows = {}
+    asyncio.run(drive(url, model, 1, 8))  # warm-up: load and first compile
+    for level in levels:
+        row = rows[level] = asyncio.run(drive(url, model, level, args.max_tokens))
+        print(
+            f"{name:>14} c={level:<3} {row['tok_s']:6.1f} tok/s  "
+            f"TTFT p50 {row['ttft_p50']:6.2f}s p95 {row['ttft_p95']:6.2f}s  "
+            f"ITL p50 {row['itl_p50'] * 1000:6.0f}ms  ({row['tokens']} tokens)"
+            + (f"  {row['failed']} FAILED: {row['first_error']}" if row["failed"] else ""),
+            flush=True,
+        )
+    if not args.skip_multi_turn:
+        turns = asyncio.run(multi_turn(url, model))
+        print(
+            f"{name:>14} multi-turn: cold TTFT {turns['cold_ttft']:.2f}s, warm TTFT "
+            f"{turns['warm_ttft']:.2f}s ({turns['warm_ttft'] / turns['cold_ttft']:.2f}x)"
+        )
+    return rows
+
+
+def compare(table: dict, servers: Servers, levels: list[int], raw: float) -> None:
+    peers = [name for name in servers if name != "ours"] if "ours" in servers else []
+    for peer_name in peers:
+        for level in levels:
+            ours_row, peer_row = table[("ours", level)], table[(peer_name, level)]
+            print(
+                f"c={level}: ours/{peer_name} throughput "
+                f"{ours_row['tok_s'] / peer_row['tok_s']:.2f}x, TTFT p50 "
+                f"{ours_row['ttft_p50']:.2f}s vs {peer_row['ttft_p50']:.2f}s"
+            )
+    for name in servers:
+        ratio = table[(name, levels[0])]["tok_s"] / raw
+        print(f"{name} vs raw stream_generate at c={levels[0]}: {ratio:.2f}x")
+
+
+def main() -> None:
+    args = parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
-    env = dict(os.environ)
     workdir = Path(tempfile.mkdtemp(prefix="bench-"))
-    servers = {}
+    servers: Servers = {}
     try:
-        wanted = args.servers.split(",")
-        ours, ours_url, model_dir = start_ours(args.gguf, workdir, env)
-        if "ours" in wanted:
-            servers["ours"] = (ours, ours_url, DEMO_ID)
-        else:
-            ours.terminate()
-        if "mlx_lm.server" in wanted:
-            peer, peer_url = start_peer(model_dir, env)
-            servers["mlx_lm.server"] = (peer, peer_url, str(model_dir))
-        if "mlx_lm.server-f32" in wanted:
-            peer, peer_url = start_peer_float32(model_dir, workdir, env)
-            servers["mlx_lm.server-f32"] = (peer, peer_url, str(workdir / "float32"))
+        model_dir = start_servers(args, workdir, dict(os.environ), servers)
         raw = raw_stream_generate(model_dir, args.max_tokens)
         print(f"raw mlx_lm.stream_generate: {raw:.1f} tok/s (single stream)")
         table = {}
         for name, (process, url, model) in servers.items():
-            asyncio.run(drive(url, model, 1, 8))  # warm-up: load and first compile
-            for level in levels:
-                row = asyncio.run(drive(url, model, level, args.max_tokens))
+            for level, row in measure(name, url, model, args, levels).items():
                 table[(name, level)] = row
-                print(
-                    f"{name:>14} c={level:<3} {row['tok_s']:6.1f} tok/s  "
-                    f"TTFT p50 {row['ttft_p50']:6.2f}s p95 {row['ttft_p95']:6.2f}s  "
-                    f"ITL p50 {row['itl_p50'] * 1000:6.0f}ms  ({row['tokens']} tokens)"
-                    + (f"  {row['failed']} FAILED: {row['first_error']}" if row["failed"] else ""),
-                    flush=True,
-                )
-            if not args.skip_multi_turn:
-                turns = asyncio.run(multi_turn(url, model))
-                print(
-                    f"{name:>14} multi-turn: cold TTFT {turns['cold_ttft']:.2f}s, warm TTFT "
-                    f"{turns['warm_ttft']:.2f}s ({turns['warm_ttft'] / turns['cold_ttft']:.2f}x)"
-                )
-            print(
-                f"{name:>14} peak RSS {peak_rss_mib(process.pid) or float('nan'):.0f} MiB",
-                flush=True,
-            )
-        peers = [name for name in servers if name != "ours"] if "ours" in servers else []
-        for peer_name in peers:
-            for level in levels:
-                ours_row, peer_row = table[("ours", level)], table[(peer_name, level)]
-                print(
-                    f"c={level}: ours/{peer_name} throughput "
-                    f"{ours_row['tok_s'] / peer_row['tok_s']:.2f}x, TTFT p50 "
-                    f"{ours_row['ttft_p50']:.2f}s vs {peer_row['ttft_p50']:.2f}s"
-                )
-        for name in servers:
-            ratio = table[(name, levels[0])]["tok_s"] / raw
-            print(f"{name} vs raw stream_generate at c={levels[0]}: {ratio:.2f}x")
+            rss = peak_rss_mib(process.pid) or float("nan")
+            print(f"{name:>14} peak RSS {rss:.0f} MiB", flush=True)
+        compare(table, servers, levels, raw)
     finally:
         for process, _, _ in servers.values():
             process.terminate()

@@ -1,7 +1,5 @@
-import logging
 import subprocess
 import sys
-import threading
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
@@ -9,13 +7,10 @@ from django.contrib import admin, messages
 from django.utils.html import format_html
 
 from catalog.models import CatalogModel, GGUFImport, ModelFamily
+from inference import runtime
+from inference.engine.state import ModelState
 from inference.protocol.errors import APIError
-from inference.serving.control import pool_status, unload_model, warm_model
-
-log = logging.getLogger(__name__)
-# The pool's state, read once per changelist page for all its rows (per thread: admin views
-# may run on several threads).
-_pool = threading.local()
+from inference.serving.control import unload_model, warm_model
 
 
 @admin.register(ModelFamily)
@@ -65,17 +60,11 @@ class CatalogModelAdmin(admin.ModelAdmin):
         ("History", {"fields": ("created", "updated", "last_used")}),
     )
 
-    def changelist_view(self, request, extra_context=None):
-        try:
-            status = async_to_sync(pool_status)()
-            _pool.models = {m["id"]: m for m in status["models"]}
-        except Exception:  # the list must show even when the engine cannot answer
-            log.exception("pool status unavailable for the admin")
-            _pool.models = {}
-        return super().changelist_view(request, extra_context)
-
-    def _loaded(self, entry: CatalogModel) -> dict | None:
-        return getattr(_pool, "models", {}).get(entry.public_id)
+    def _loaded(self, entry: CatalogModel) -> ModelState | None:
+        # The engine's snapshot: never waits for it, never starts it.
+        health = runtime.current_health()
+        models = health.models if health else ()
+        return next((m for m in models if m.id == entry.public_id), None)
 
     @admin.display(boolean=True)
     def loaded(self, entry: CatalogModel) -> bool:
@@ -84,18 +73,18 @@ class CatalogModelAdmin(admin.ModelAdmin):
     @admin.display(description="memory")
     def memory(self, entry: CatalogModel) -> str:
         loaded = self._loaded(entry)
-        return f"{loaded['bytes'] / 2**20:.0f} MiB" if loaded else "-"
+        return f"{loaded.bytes / 2**20:.0f} MiB" if loaded else "-"
 
     @admin.display(description="computing in")
     def computing_in(self, entry: CatalogModel) -> str:
         loaded = self._loaded(entry)
-        return loaded["compute_format"] if loaded else f"({entry.compute_format})"
+        return loaded.compute_format if loaded else f"({entry.compute_format})"
 
     @admin.action(description="Warm (load into the running server)")
     def warm(self, request, queryset) -> None:
         for entry in queryset:
             try:
-                result = async_to_sync(warm_model)(entry.public_id)
+                result = async_to_sync(warm_model)(runtime.engine_handle(), entry.public_id)
             except APIError as exc:
                 self.message_user(request, f"{entry}: {exc.message}", messages.ERROR)
                 continue
@@ -114,7 +103,7 @@ class CatalogModelAdmin(admin.ModelAdmin):
     @admin.action(description="Unload (free its memory)")
     def unload(self, request, queryset) -> None:
         for entry in queryset:
-            result = async_to_sync(unload_model)(entry.public_id)
+            result = async_to_sync(unload_model)(runtime.engine_handle(), entry.public_id)
             note = "unloaded" if result["unloaded"] else "was not loaded"
             self.message_user(request, f"{entry}: {note}", messages.SUCCESS)
 

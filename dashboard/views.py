@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-from functools import wraps
-
-from django.conf import settings
 from django.contrib.admin.views.decorators import staff_member_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 
-from apikeys.auth import Caller
 from catalog.models import CatalogModel
-from inference.control_views import staff_or_token
-from inference.decorators import View, json_body, openai_api
+from inference.edge import STAFF_OR_TOKEN, endpoint
 from inference.observability import records
-from inference.protocol.chat import ChatCompletionRequest
-from inference.serving.control import engine_health, pool_status
-from inference.views import answer_chat
+from inference.protocol.chat import ChatCompletion, ChatCompletionRequest
+from inference.serving.chat import answer_chat
+from inference.serving.context import RequestContext
+from inference.serving.control import dashboard_document
+from inference.serving.sse import EventStream
+
+# The two pages are HTML for people: Django's staff check, which redirects to the admin login.
 
 
 @staff_member_required
@@ -33,49 +32,16 @@ def playground(request: HttpRequest) -> HttpResponse:
     return render(request, "dashboard/playground.html", {"title": "Playground", "models": models})
 
 
-@openai_api("GET", record=False)
-@staff_or_token
-async def state(request: HttpRequest) -> HttpResponse:
+@endpoint("GET", auth=STAFF_OR_TOKEN)
+async def state(request: HttpRequest, ctx: RequestContext) -> dict:
     """Everything the dashboard shows, polled every second."""
-    health = engine_health()
-    pool = await pool_status()
-    return JsonResponse(
-        {
-            "backend": {
-                "device": pool.pop("device"),
-                "blas": settings.BLAS.library or "MLX's bundled BLAS",
-            },
-            "engine": {
-                "ready": not health["not_ready"],
-                "restarts": health["restarts"],
-                "last_failure": health["last_failure"],
-                "running": sum(m["active_sequences"] for m in pool["models"]),
-                "queued": health["queued"],
-                "tokens_per_second": round(sum(m["tokens_per_second"] for m in pool["models"]), 1),
-            },
-            "pool": pool,
-            "recent": list(records.recent),
-        }
-    )
+    return await dashboard_document(ctx.engine.health(), list(records.recent))
 
 
-def as_staff(view: View) -> View:
-    """The playground speaks for the logged-in staff member: every enabled model, no key."""
-
-    @wraps(view)
-    async def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        user = await request.auser()
-        name = f"staff:{user.get_username()}" if user.is_authenticated else "admin-token"
-        request.caller = Caller(None, name, None, None)
-        if entry := records.current.get():
-            entry.key = name
-        return await view(request, *args, **kwargs)
-
-    return wrapper
-
-
-# Same answer as /v1/chat/completions; authenticated by the staff session (with CSRF) or the
-# admin token instead of an API key.
-playground_chat = openai_api("POST")(
-    staff_or_token(as_staff(json_body(ChatCompletionRequest)(answer_chat)))
-)
+@endpoint("POST", body=ChatCompletionRequest, auth=STAFF_OR_TOKEN, record=True)
+async def playground_chat(
+    request: HttpRequest, ctx: RequestContext, body: ChatCompletionRequest
+) -> ChatCompletion | EventStream:
+    """Same answer as /v1/chat/completions, for the logged-in staff member (recorded as
+    staff:<name>): every enabled model, no API key."""
+    return await answer_chat(body, ctx)

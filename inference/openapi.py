@@ -46,6 +46,29 @@ def _generation(request: type, response: type, chunk: type, summary: str) -> dic
     }
 
 
+def _json(description: str, model: type) -> dict:
+    return {"description": description, "content": {"application/json": {"schema": _ref(model)}}}
+
+
+def _model_paths() -> dict:
+    model_param = {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
+    return {
+        "/v1/models": {
+            "get": {
+                "summary": "Enabled catalog models",
+                "responses": {"200": _json("The models", ModelList)},
+            }
+        },
+        "/v1/models/{model}": {
+            "get": {
+                "summary": "One catalog model",
+                "parameters": [model_param],
+                "responses": {"200": _json("The model", ModelCard), **_errors(404)},
+            }
+        },
+    }
+
+
 @cache
 def openapi_document() -> dict:
     models = [
@@ -62,10 +85,6 @@ def openapi_document() -> dict:
         [(m, "validation" if m.__name__.endswith("Request") else "serialization") for m in models],
         ref_template=REF,
     )
-    model_ok = {
-        "description": "The model",
-        "content": {"application/json": {"schema": _ref(ModelCard)}},
-    }
     return {
         "openapi": "3.1.0",
         "info": {
@@ -80,31 +99,7 @@ def openapi_document() -> dict:
             "/v1/completions": _generation(
                 CompletionRequest, Completion, Completion, "Text completion (legacy)"
             ),
-            "/v1/models": {
-                "get": {
-                    "summary": "Enabled catalog models",
-                    "responses": {
-                        "200": {
-                            "description": "The models",
-                            "content": {"application/json": {"schema": _ref(ModelList)}},
-                        }
-                    },
-                }
-            },
-            "/v1/models/{model}": {
-                "get": {
-                    "summary": "One catalog model",
-                    "parameters": [
-                        {
-                            "name": "model",
-                            "in": "path",
-                            "required": True,
-                            "schema": {"type": "string"},
-                        }
-                    ],
-                    "responses": {"200": model_ok, **_errors(404)},
-                }
-            },
+            **_model_paths(),
         },
         "components": {"schemas": schemas["$defs"]},
     }

@@ -1,5 +1,5 @@
 """The process-level engine: created on first use, shared by every request of this process,
-and kept healthy by a supervisor."""
+kept healthy by a supervisor, and reached only through its EngineHandle."""
 
 from __future__ import annotations
 
@@ -10,44 +10,51 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 
 from inference.engine.config import EngineConfig
+from inference.engine.handle import EngineHandle
 
 if TYPE_CHECKING:
+    from inference.engine.state import EngineHealth
     from inference.engine.supervisor import Supervisor
-    from inference.engine.worker import Engine
 
 log = logging.getLogger(__name__)
 _supervisor: Supervisor | None = None
+_handle: EngineHandle | None = None
 _lock = threading.Lock()
 
 
-def get_supervisor() -> Supervisor:
-    global _supervisor
+def engine_handle() -> EngineHandle:
+    """The handle to this process's engine, starting it on first use."""
+    global _supervisor, _handle
     with _lock:
-        if _supervisor is None:
-            # Imported here: importing the worker imports MLX, which only the engine needs.
+        if _handle is None:
+            # Imported here: importing the supervisor imports MLX, which only the engine needs.
             from inference.engine.supervisor import Supervisor
 
             log.info("BLAS: %s (%s)", settings.BLAS.library or "MLX's own", settings.BLAS.reason)
             _supervisor = Supervisor(engine_config(), settings.ENGINE_STALL_TIMEOUT)
-        return _supervisor
+            _handle = EngineHandle(_supervisor)
+        return _handle
 
 
-def get_engine() -> Engine:
-    """The engine serving now (a new one after a restart)."""
-    return get_supervisor().engine
+def current_health() -> EngineHealth | None:
+    """The engine's health if it has started; never starts it (for metrics scrapes)."""
+    handle = _handle
+    return None if handle is None else handle.health()
 
 
-def current_supervisor() -> Supervisor | None:
-    """The supervisor if the engine has started; never starts it (for metrics scrapes)."""
+def get_supervisor() -> Supervisor:
+    """The machinery behind the handle, for tests and drills only."""
+    engine_handle()
+    assert _supervisor is not None
     return _supervisor
 
 
 def stop_engine() -> None:
-    global _supervisor
+    global _supervisor, _handle
     with _lock:
-        if _supervisor is not None:
-            _supervisor.stop()
-            _supervisor = None
+        if _handle is not None:
+            _handle.stop()
+            _supervisor = _handle = None
 
 
 def engine_config() -> EngineConfig:

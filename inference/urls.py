@@ -1,5 +1,4 @@
 from django.urls import path, re_path
-from django.views.decorators.csrf import csrf_exempt
 
 from inference import views
 
@@ -8,5 +7,5 @@ urlpatterns = [
     path("completions", views.completions),
     path("models", views.list_models),
     path("models/<str:model_id>", views.retrieve_model),
-    re_path(r"^(?P<path>.*)$", csrf_exempt(views.not_found)),
+    re_path(r"^(?P<path>.*)$", views.not_found),
 ]

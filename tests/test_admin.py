@@ -99,11 +99,12 @@ def test_family_form_validates_lists(admin_client):
 def test_catalog_list_shows_what_the_pool_holds(admin_client, tiny_dir):
     from asgiref.sync import async_to_sync
 
+    from inference.runtime import engine_handle
     from inference.serving.control import unload_model, warm_model
 
     CatalogModel.objects.create(public_id="tiny", location=str(tiny_dir))
     CatalogModel.objects.create(public_id="cold", location=str(tiny_dir))
-    async_to_sync(warm_model)("tiny")
+    async_to_sync(warm_model)(engine_handle(), "tiny")
     try:
         page = admin_client.get("/admin/catalog/catalogmodel/").content.decode()
         tiny_row = next(
@@ -117,7 +118,7 @@ def test_catalog_list_shows_what_the_pool_holds(admin_client, tiny_dir):
         assert 'alt="False"' in cold_row.split("field-loaded")[1][:200]
         assert "(auto)" in cold_row
     finally:
-        async_to_sync(unload_model)("tiny")
+        async_to_sync(unload_model)(engine_handle(), "tiny")
 
 
 def test_enable_and_disable_actions(admin_client, tiny_dir):

@@ -55,8 +55,7 @@ def test_float32_answers_like_the_stored_4bit_model(engine, smollm_dir):
         (stored_text, stored_done), (f32_text, f32_done) = answers
         assert f32_text == stored_text
         assert f32_done.completion_tokens == stored_done.completion_tokens
-    status = engine.call(lambda e: e.status()).result(timeout=30)
-    formats = {m["id"]: m["compute_format"] for m in status["models"]}
+    formats = {m.id: m.compute_format for m in engine.state.models}
     assert formats["smol-quantized"] == "stored"
     assert formats["smol-float32"] == "float32"
 

@@ -125,9 +125,9 @@ def test_cancelled_job_leaves_the_engine_at_once(engine, tiny_spec):
     assert isinstance(job.events.get(timeout=60), Delta)
     job.cancelled.set()
     deadline = time.monotonic() + 1.0
-    while engine.running and time.monotonic() < deadline:
+    while engine.state.running and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert engine.running == 0
+    assert engine.state.running == 0
     # And the engine still serves.
     assert isinstance(run_job(engine, tiny_spec)[1], Done)
 

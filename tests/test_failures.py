@@ -74,12 +74,12 @@ def test_request_timeout_is_a_504_and_frees_the_engine(client, tiny_dir, db, set
     response = client.post(CHAT, {**BODY, "max_tokens": 5000}, content_type="application/json")
     assert response.status_code == 504
     assert response.json()["error"]["code"] == "timeout"
-    from inference.runtime import get_engine
+    from inference.runtime import engine_handle
 
     deadline = time.monotonic() + 2
-    while get_engine().running and time.monotonic() < deadline:
+    while engine_handle().health().running and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert get_engine().running == 0
+    assert engine_handle().health().running == 0
 
 
 @pytest.mark.django_db(transaction=True)

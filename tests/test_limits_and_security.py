@@ -3,7 +3,7 @@
 import pytest
 from django.test import Client
 
-from inference.runtime import get_supervisor
+from inference.runtime import engine_handle, get_supervisor
 from tests.helpers import SHORT_CHAT
 from tests.test_api import CHAT, assert_error
 
@@ -67,11 +67,11 @@ def test_full_queue_is_a_429_with_retry_after(client, tiny_entry, monkeypatch):
     ],
 )
 def test_a_request_reaches_only_enabled_catalog_entries(client, tiny_entry, model):
-    loaded_before = get_supervisor().engine.pool.loaded_ids()
+    loaded_before = engine_handle().health().loaded_ids
     assert_error(post(client, {**BODY, "model": model}), 404, "model", "model_not_found")
     legacy = post(client, {"model": model, "prompt": "Hi"}, "/v1/completions")
     assert_error(legacy, 404, "model", "model_not_found")
-    assert get_supervisor().engine.pool.loaded_ids() == loaded_before
+    assert engine_handle().health().loaded_ids == loaded_before
 
 
 def test_a_disabled_entry_is_unreachable_even_by_its_id(client, tiny_entry):
@@ -116,7 +116,7 @@ def test_fault_injection_is_off_unless_configured(client, tiny_entry, settings):
         "/control/engine/fault", {"kind": "crash"}, content_type="application/json", **auth
     )
     assert response.status_code == 404
-    assert get_supervisor().restarts == 0
+    assert engine_handle().health().restarts == 0
 
 
 def test_health_endpoints(client, db):

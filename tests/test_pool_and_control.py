@@ -16,6 +16,7 @@ from inference.engine.config import EngineConfig
 from inference.engine.pool import ModelPool
 from inference.engine.types import Done, ModelSpec, SamplingParams
 from inference.engine.worker import Engine
+from inference.runtime import engine_handle
 from inference.serving.control import preload_models
 from tests.conftest import ROOT
 from tests.helpers import collect, run_job, start_job
@@ -120,16 +121,15 @@ def test_status_counts_running_sequences(fresh_engine, tiny_dir):
     )
     job.events.get(timeout=60)  # Started
     job.events.get(timeout=60)  # a first token
-    status = fresh_engine.call(lambda e: e.status()).result(timeout=30)
-    (model,) = status["models"]
-    assert model["id"] == "busy"
-    assert model["active_sequences"] == 1
-    assert status["running_sequences"] == 1
+    (model,) = fresh_engine.state.models
+    assert model.id == "busy"
+    assert model.active_sequences == 1
+    assert fresh_engine.state.running == 1
     job.cancelled.set()
     deadline = time.monotonic() + 1
-    while fresh_engine.running and time.monotonic() < deadline:
+    while fresh_engine.state.running and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert fresh_engine.call(lambda e: e.status()).result(timeout=30)["running_sequences"] == 0
+    assert fresh_engine.state.running == 0
 
 
 # The control API, in-process.
@@ -196,14 +196,14 @@ def test_admin_actions_warm_and_unload(admin_client, tiny_entry, settings):
 def test_preload_loads_marked_models(tiny_dir, settings):
     CatalogModel.objects.create(public_id="pre", location=str(tiny_dir), preload=True)
     CatalogModel.objects.create(public_id="broken", location="/gone", preload=True)
-    assert async_to_sync(preload_models)() == ["broken"]
+    assert async_to_sync(preload_models)(engine_handle()) == ["broken"]
     client = Client()
     status = client.get("/control/pool", **auth(settings)).json()
     assert "pre" in [m["id"] for m in status["models"]]
     client.post("/control/models/pre/unload", **auth(settings))
 
 
-def test_threads_may_ask_for_status_while_generating(fresh_engine, tiny_dir):
+def test_threads_may_call_the_engine_while_generating(fresh_engine, tiny_dir):
     spec = ModelSpec(model_id="t", location=str(tiny_dir))
     job = start_job(
         fresh_engine, spec, params=SamplingParams(temperature=0, max_tokens=40, logit_bias=NO_EOS)
@@ -211,7 +211,7 @@ def test_threads_may_ask_for_status_while_generating(fresh_engine, tiny_dir):
     answers = []
     askers = [
         threading.Thread(
-            target=lambda: answers.append(fresh_engine.call(lambda e: e.status()).result(30))
+            target=lambda: answers.append(fresh_engine.call(lambda e: e.pinned_specs()).result(30))
         )
         for _ in range(5)
     ]
@@ -238,7 +238,7 @@ def test_prefix_cache_holds_no_more_memory_than_it_counts(fresh_engine, tiny_dir
 
     def active_and_cached():
         return fresh_engine.call(
-            lambda e: (mx.get_active_memory(), e.status()["models"][0]["prefix_cache_bytes"])
+            lambda e: (mx.get_active_memory(), e.state.models[0].prefix_cache_bytes)
         ).result(timeout=30)
 
     batch_of_eight(0)  # loads the model and warms MLX up

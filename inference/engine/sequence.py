@@ -16,6 +16,7 @@ from inference.engine.pool import LoadedModel
 from inference.engine.sampling import make_processors, make_sampler, probe
 from inference.engine.stops import StopStringMatcher
 from inference.engine.types import (
+    Candidate,
     ChatPrompt,
     Delta,
     Done,
@@ -23,10 +24,9 @@ from inference.engine.types import (
     ErrorKind,
     Event,
     GenerationJob,
+    SampledToken,
     Started,
     TextPrompt,
-    TokenLogprob,
-    TopLogprob,
 )
 
 
@@ -74,7 +74,7 @@ class Sequence:
         self._stop_ids = job.adapter.stop_token_ids(loaded.tokenizer)
         self._stops = StopStringMatcher((*job.adapter.stop_strings(), *params.stop))
         self._detokenizer = make_detokenizer(loaded.tokenizer)
-        self._pending_logprobs: list[TokenLogprob] = []
+        self._pending_logprobs: list[SampledToken] = []
         self.uid = -1  # the batch generator's id for it, once added
         self.cached_tokens = 0
         self.completion_tokens = 0
@@ -131,16 +131,16 @@ class Sequence:
             events.extend(self._finish("length"))
         return events
 
-    def _logprob(self, token: int, logprobs: mx.array) -> TokenLogprob:
+    def _logprob(self, token: int, logprobs: mx.array) -> SampledToken:
         text_of = self.loaded.token_text
-        top: tuple[TopLogprob, ...] = ()
+        top: tuple[Candidate, ...] = ()
         k = self.job.params.top_logprobs
         if k:
             ids = mx.argpartition(-logprobs, k - 1)[:k]
             values = logprobs[ids].tolist()
             ranked = sorted(zip(ids.tolist(), values, strict=True), key=lambda p: -p[1])
-            top = tuple(TopLogprob(*text_of(i), v) for i, v in ranked)
-        return TokenLogprob(*text_of(token), logprobs[token].item(), top)
+            top = tuple(Candidate(*text_of(i), v) for i, v in ranked)
+        return SampledToken(*text_of(token), logprobs[token].item(), top)
 
     def _delta(self, text: str) -> list[Event]:
         # Logprobs ride with the text they produced; a held-back token waits for its text.

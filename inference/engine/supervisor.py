@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from inference.engine.admission import Admission
 from inference.engine.config import EngineConfig
+from inference.engine.state import EngineHealth
 from inference.engine.worker import RESTARTING, Engine
 
 log = logging.getLogger(__name__)
@@ -37,9 +38,18 @@ class Supervisor:
         self._thread = threading.Thread(target=self._watch, name="engine-supervisor", daemon=True)
         self._thread.start()
 
-    @property
-    def evictions(self) -> int:
-        return self._evictions_before + self.engine.pool.evictions
+    def health(self) -> EngineHealth:
+        engine = self.engine
+        state = engine.state
+        return EngineHealth(
+            state=state,
+            alive=engine.alive,
+            restarting=self.restarting,
+            restarts=self.restarts,
+            last_failure=self.last_failure,
+            queued=self.admission.queued(state.decoding),
+            evictions=self._evictions_before + state.evictions,
+        )
 
     @property
     def ready(self) -> bool:

@@ -87,18 +87,22 @@ class EngineError(Exception):
 
 
 @dataclass(frozen=True)
-class TopLogprob:
+class Candidate:
+    """One of the most likely tokens at a position (engine side of OpenAI's top_logprobs)."""
+
     token: str
     bytes: bytes
     logprob: float
 
 
 @dataclass(frozen=True)
-class TokenLogprob:
+class SampledToken:
+    """The token sampled at a position, its log-probability and the top candidates there."""
+
     token: str
     bytes: bytes
     logprob: float
-    top: tuple[TopLogprob, ...] = ()
+    top: tuple[Candidate, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -113,7 +117,7 @@ class Started:
 @dataclass(frozen=True)
 class Delta:
     text: str
-    logprobs: tuple[TokenLogprob, ...] = ()
+    logprobs: tuple[SampledToken, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,17 @@ class Failed:
 
 
 Event = Started | Delta | Done | Failed
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """One sequence a request asks for; the handle turns it into a GenerationJob."""
+
+    spec: ModelSpec
+    adapter: FamilyAdapter
+    prompt: Prompt
+    params: SamplingParams
+    echo: bool = False
 
 
 @dataclass(eq=False)  # compared and hashed by identity: engines keep sets of live jobs

@@ -18,6 +18,7 @@ from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
 from inference.engine.pool import LoadedModel, ModelPool
 from inference.engine.sequence import Sequence
+from inference.engine.state import EngineState, ModelState
 from inference.engine.types import (
     EngineError,
     ErrorKind,
@@ -50,7 +51,7 @@ RESTARTING = EngineError(
 
 class Engine:
     """Owns the pool and every MLX call. Other threads only call submit(), call(), stop(),
-    abandon() and fail_inflight(), and read the counters."""
+    abandon() and fail_inflight(), and read `state` and the supervisor's counters."""
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
@@ -68,7 +69,8 @@ class Engine:
         self.heartbeat = time.monotonic()
         self.idle = True
         self.loading = False
-        self.decoding = 0  # sequences past their first token, for admission control
+        self._device = str(mx.default_device())
+        self.state = EngineState(self._device, config.pool_budget_bytes)
         self._thread = threading.Thread(target=self._run, name="mlx-engine", daemon=True)
         self._thread.start()
 
@@ -89,10 +91,6 @@ class Engine:
     def stop(self) -> None:
         self._inbox.put(_STOP)
         self._thread.join(timeout=10)
-
-    @property
-    def running(self) -> int:
-        return sum(len(r.sequences) for r in list(self._runners.values()))
 
     @property
     def alive(self) -> bool:
@@ -129,7 +127,7 @@ class Engine:
         try:
             while not self._abandoned:
                 self.heartbeat = time.monotonic()
-                self.decoding = sum(r.decoding for r in self._runners.values())
+                self._publish()
                 busy = any(r.busy for r in self._runners.values())
                 # Sleep on the inbox only when there is nothing to generate.
                 if not self._admit(block=not busy):
@@ -181,9 +179,13 @@ class Engine:
         if not command.future.set_running_or_notify_cancel():
             return
         try:
-            command.future.set_result(command.run(self))
+            result = command.run(self)
         except BaseException as exc:  # delivered to the caller, never raised here
+            self._publish()
             command.future.set_exception(exc)
+        else:
+            self._publish()  # a caller that reads the state next sees what it did
+            command.future.set_result(result)
 
     # Commands (run on the engine thread through call()).
 
@@ -207,33 +209,31 @@ class Engine:
                 self._emit(sequence.job, error)
         return self.pool.unload(model_id)
 
-    def status(self) -> dict:
-        models = []
-        for loaded in self.pool.loaded():
-            runner = self._runners.get(loaded.spec.model_id)
-            sequences = runner.sequences if runner else []
-            queued = sum(1 for s in sequences if s.first_token_at is None)
-            models.append(
-                {
-                    "id": loaded.spec.model_id,
-                    "bytes": loaded.nbytes,
-                    "compute_format": loaded.compute_format,
-                    "pinned": loaded.spec.pinned,
-                    "load_seconds": round(loaded.load_seconds, 3),
-                    "idle_seconds": round(time.monotonic() - loaded.last_used, 1),
-                    "active_sequences": len(sequences) - queued,
-                    "queued_sequences": queued,
-                    "tokens_per_second": round(runner.tokens_per_second(), 2) if runner else 0.0,
-                    "prefix_cache_bytes": runner.prefix_cache_bytes if runner else 0,
-                }
-            )
-        return {
-            "device": str(mx.default_device()),
-            "budget_bytes": self.pool.budget,
-            "used_bytes": sum(m["bytes"] for m in models),
-            "running_sequences": sum(m["active_sequences"] + m["queued_sequences"] for m in models),
-            "models": models,
-        }
+    def _publish(self) -> None:
+        """Swaps in a fresh snapshot; readers on other threads never wait for this one."""
+        self.state = EngineState(
+            device=self._device,
+            budget_bytes=self.pool.budget,
+            models=tuple(self._model_state(m) for m in self.pool.loaded()),
+            evictions=self.pool.evictions,
+        )
+
+    def _model_state(self, loaded: LoadedModel) -> ModelState:
+        runner = self._runners.get(loaded.spec.model_id)
+        sequences = runner.sequences if runner else []
+        queued = sum(1 for s in sequences if s.first_token_at is None)
+        return ModelState(
+            id=loaded.spec.model_id,
+            bytes=loaded.nbytes,
+            compute_format=loaded.compute_format,
+            pinned=loaded.spec.pinned,
+            load_seconds=round(loaded.load_seconds, 3),
+            last_used=loaded.last_used,
+            active_sequences=len(sequences) - queued,
+            queued_sequences=queued,
+            tokens_per_second=round(runner.tokens_per_second(), 2) if runner else 0.0,
+            prefix_cache_bytes=runner.prefix_cache_bytes if runner else 0,
+        )
 
     def _start(self, job: GenerationJob) -> None:
         if job.cancelled.is_set():
@@ -284,7 +284,9 @@ class Engine:
         except Exception:
             log.exception("a decode step failed for %s", runner.loaded.spec.model_id)
             self._fail_all(runner)
+            self._publish()
             return
+        self._publish()  # before the events: a client that saw Done reads it finished
         for sequence, events in results:
             for event in events:
                 self._emit(sequence.job, event)

@@ -3,15 +3,14 @@ the engine at scrape time."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from inference.observability.records import RequestRecord
+from inference.engine.state import EngineHealth
+from inference.runtime import current_health
 
 registry = CollectorRegistry()
 ProcessCollector(registry=registry)  # RSS, CPU seconds, open files of this process
@@ -54,21 +53,14 @@ REQUEST_DURATION = Histogram(
 )
 
 
-def observe_request(record: RequestRecord) -> None:
-    REQUESTS.labels(record.endpoint, record.model, str(record.status)).inc()
-    REQUEST_DURATION.labels(record.endpoint, record.model).observe(record.duration)
-    if record.model:
-        PROMPT_TOKENS.labels(record.model).inc(record.prompt_tokens)
-        GENERATED_TOKENS.labels(record.model).inc(record.completion_tokens)
-
-
 class EngineCollector(Collector):
-    """What the engine is doing now, read when Prometheus scrapes (never creates the engine)."""
+    """What the engine is doing now, read when Prometheus scrapes (never starts the engine)."""
+
+    def __init__(self, read_health: Callable[[], EngineHealth | None]) -> None:
+        self._read_health = read_health
 
     def collect(self) -> Iterator:
-        from inference.runtime import current_supervisor
-
-        supervisor = current_supervisor()
+        health = self._read_health()
         running = GaugeMetricFamily("inference_requests_running", "Sequences being decoded now.")
         queued = GaugeMetricFamily(
             "inference_requests_queued", "Sequences waiting for prefill or a batch slot."
@@ -83,26 +75,15 @@ class EngineCollector(Collector):
         restarts = CounterMetricFamily(
             "inference_engine_restarts", "Times the supervisor replaced a dead or wedged engine."
         )
-        if supervisor is None:
-            values = (0, 0, [], 0, 0)
-        else:
-            engine = supervisor.engine
-            models = engine.pool.loaded()
-            values = (
-                engine.decoding,
-                supervisor.admission.queued(engine.decoding),
-                models,
-                supervisor.evictions,
-                supervisor.restarts,
-            )
-        running.add_metric([], values[0])
-        queued.add_metric([], values[1])
-        loaded.add_metric([], len(values[2]))
-        for model in values[2]:
-            memory.add_metric([model.spec.model_id], model.nbytes)
-        evictions.add_metric([], values[3])
-        restarts.add_metric([], values[4])
+        models = health.models if health else ()
+        running.add_metric([], health.state.decoding if health else 0)
+        queued.add_metric([], health.queued if health else 0)
+        loaded.add_metric([], len(models))
+        for model in models:
+            memory.add_metric([model.id], model.bytes)
+        evictions.add_metric([], health.evictions if health else 0)
+        restarts.add_metric([], health.restarts if health else 0)
         yield from (running, queued, loaded, memory, evictions, restarts)
 
 
-registry.register(EngineCollector())
+registry.register(EngineCollector(current_health))

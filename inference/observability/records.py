@@ -1,15 +1,13 @@
-"""One record per /v1 request: filled in by the view decorator (endpoint, key, status, time)
-and by the generation (model, tokens, time to first token), finished when the response is
-done, then counted in the metrics, logged as one JSON line, and kept among the recent ones."""
+"""One record per /v1 request: filled in by the edge (endpoint, key, status, time) and by the
+generation (model, tokens, time to first token), finished when the response is done, then
+counted in the metrics, logged as one JSON line, and kept among the recent ones."""
 
 from __future__ import annotations
 
 import json
 import logging
 import time
-import uuid
 from collections import deque
-from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 
 from django.conf import settings
@@ -23,7 +21,7 @@ RECENT = 50
 @dataclass
 class RequestRecord:
     endpoint: str
-    id: str = field(default_factory=lambda: f"req_{uuid.uuid4().hex[:24]}")
+    id: str
     key: str = "anonymous"
     model: str = ""
     status: int = 0
@@ -54,10 +52,17 @@ class RequestRecord:
             return
         self._finished = True
         self.duration = time.monotonic() - self._started
-        metrics.observe_request(self)
+        self._count()
         recent.appendleft(self.public())
         if settings.REQUEST_LOG_JSON:
             log.info(json.dumps(self.public(), separators=(",", ":")))
+
+    def _count(self) -> None:
+        metrics.REQUESTS.labels(self.endpoint, self.model, str(self.status)).inc()
+        metrics.REQUEST_DURATION.labels(self.endpoint, self.model).observe(self.duration)
+        if self.model:
+            metrics.PROMPT_TOKENS.labels(self.model).inc(self.prompt_tokens)
+            metrics.GENERATED_TOKENS.labels(self.model).inc(self.completion_tokens)
 
     def public(self) -> dict:
         data = {k: v for k, v in asdict(self).items() if not k.startswith("_")}
@@ -68,5 +73,3 @@ class RequestRecord:
 
 
 recent: deque[dict] = deque(maxlen=RECENT)
-# The record of the request being handled; generations pick it up when they start.
-current: ContextVar[RequestRecord | None] = ContextVar("current_request_record", default=None)

@@ -7,9 +7,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from apikeys.auth import Caller
-from inference.engine.client import JobRequest
-from inference.engine.types import ChatPrompt, Delta, Failed, TokenLogprob
+from inference.engine.types import ChatPrompt, Delta, Failed, JobRequest, SampledToken
 from inference.protocol.chat import (
     AssistantMessage,
     ChatChoice,
@@ -23,14 +21,14 @@ from inference.protocol.chat import (
     ToolCall,
     ToolCallDelta,
 )
-from inference.protocol.common import ChoiceLogprobs, TopLogprob
-from inference.protocol.common import TokenLogprob as WireTokenLogprob
+from inference.protocol.common import ChoiceLogprobs, TokenLogprob, TopLogprob
 from inference.protocol.errors import APIError
+from inference.serving.context import RequestContext
 from inference.serving.errors import api_error
 from inference.serving.generation import Choice, Generation
 from inference.serving.resolve import ResolvedModel, resolve_model
 from inference.serving.sampling import per_choice, sampling_params
-from inference.serving.sse import DONE, chunk_writer, sse_event
+from inference.serving.sse import DONE, EventStream, chunk_writer, sse_event
 from inference.serving.structured import chat_grammar
 from inference.serving.tool_calls import StreamedReply, split_reply
 
@@ -64,7 +62,16 @@ class ChatRun:
     generation: Generation
 
 
-async def start_chat(request: ChatCompletionRequest, caller: Caller) -> ChatRun:
+async def answer_chat(
+    request: ChatCompletionRequest, ctx: RequestContext
+) -> ChatCompletion | EventStream:
+    run = await start_chat(request, ctx)
+    if request.stream:
+        return EventStream(stream_chat(run))
+    return await complete_chat(run)
+
+
+async def start_chat(request: ChatCompletionRequest, ctx: RequestContext) -> ChatRun:
     """Resolves the model and has the engine admit every choice; early failures raise."""
     if len(request.messages) > settings.MAX_MESSAGES:
         raise APIError(
@@ -73,7 +80,7 @@ async def start_chat(request: ChatCompletionRequest, caller: Caller) -> ChatRun:
             param="messages",
             code="too_many_messages",
         )
-    resolved = await resolve_model(request.model, caller)
+    resolved = await resolve_model(request.model, ctx.caller)
     params = sampling_params(
         request,
         resolved.entry,
@@ -87,13 +94,13 @@ async def start_chat(request: ChatCompletionRequest, caller: Caller) -> ChatRun:
         JobRequest(resolved.spec, resolved.adapter, prompt, choice_params)
         for choice_params in per_choice(params, request.n)
     ]
-    return ChatRun(request, resolved, await Generation.start(jobs, "chatcmpl", request.n))
+    return ChatRun(request, resolved, await Generation.start(ctx, jobs, "chatcmpl", request.n))
 
 
-def wire_logprobs(entries: list[TokenLogprob] | tuple[TokenLogprob, ...]) -> ChoiceLogprobs:
+def wire_logprobs(entries: list[SampledToken] | tuple[SampledToken, ...]) -> ChoiceLogprobs:
     return ChoiceLogprobs(
         content=[
-            WireTokenLogprob(
+            TokenLogprob(
                 token=e.token,
                 logprob=e.logprob,
                 bytes=list(e.bytes),

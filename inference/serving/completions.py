@@ -5,16 +5,23 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from apikeys.auth import Caller
-from inference.engine.client import JobRequest
-from inference.engine.types import Delta, Failed, Prompt, TextPrompt, TokenLogprob, TokenPrompt
+from inference.engine.types import (
+    Delta,
+    Failed,
+    JobRequest,
+    Prompt,
+    SampledToken,
+    TextPrompt,
+    TokenPrompt,
+)
 from inference.protocol.common import LegacyLogprobs
 from inference.protocol.completions import Completion, CompletionChoice, CompletionRequest
+from inference.serving.context import RequestContext
 from inference.serving.errors import api_error
 from inference.serving.generation import Choice, Generation
 from inference.serving.resolve import resolve_model
 from inference.serving.sampling import per_choice, sampling_params
-from inference.serving.sse import DONE, chunk_writer, sse_event
+from inference.serving.sse import DONE, EventStream, chunk_writer, sse_event
 
 
 @dataclass
@@ -34,7 +41,7 @@ class CompletionRun:
         prompt = self.prompt_of(choice)
         return prompt.text if isinstance(prompt, TextPrompt) else choice.started.prompt_text or ""
 
-    def logprobs(self, choice: Choice, entries: tuple[TokenLogprob, ...] | list[TokenLogprob]):
+    def logprobs(self, choice: Choice, entries: tuple[SampledToken, ...] | list[SampledToken]):
         if self.request.logprobs is None:
             return None
         offset = self.offsets.setdefault(choice.index, len(self.echo_text(choice)))
@@ -51,8 +58,17 @@ class CompletionRun:
         )
 
 
-async def start_completion(request: CompletionRequest, caller: Caller) -> CompletionRun:
-    resolved = await resolve_model(request.model, caller)
+async def answer_completion(
+    request: CompletionRequest, ctx: RequestContext
+) -> Completion | EventStream:
+    run = await start_completion(request, ctx)
+    if request.stream:
+        return EventStream(stream_completion(run))
+    return await complete(run)
+
+
+async def start_completion(request: CompletionRequest, ctx: RequestContext) -> CompletionRun:
+    resolved = await resolve_model(request.model, ctx.caller)
     params = sampling_params(
         request,
         resolved.entry,
@@ -70,7 +86,8 @@ async def start_completion(request: CompletionRequest, caller: Caller) -> Comple
         for prompt in prompts
         for choice_params in per_choice(params, request.n)
     ]
-    return CompletionRun(request, prompts, await Generation.start(jobs, "cmpl", request.n))
+    generation = await Generation.start(ctx, jobs, "cmpl", request.n)
+    return CompletionRun(request, prompts, generation)
 
 
 async def complete(run: CompletionRun) -> Completion:

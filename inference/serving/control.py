@@ -1,26 +1,29 @@
-"""Operating the running server: pool status, warming and unloading models.
+"""Operating the running server: health, pool status, warming and unloading models.
 
-The API views, manage.py's commands (through the API) and the admin's actions all come here.
+The /health and /control views, the dashboard, manage.py's commands (through the API) and the
+admin's actions all come here. Every reader of engine state renders the one EngineHealth
+snapshot; only warm and unload wait for the engine thread.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from django.conf import settings
 
 from catalog.models import CatalogModel
+from inference.engine.handle import EngineHandle
+from inference.engine.state import EngineHealth, ModelState
 from inference.engine.types import EngineError
 from inference.protocol.errors import model_not_found
-from inference.runtime import get_engine, get_supervisor
 from inference.serving.drain import drain
 from inference.serving.errors import api_error
 
+if TYPE_CHECKING:
+    from inference.engine.worker import Engine
 
-async def _on_engine(run):
-    try:
-        return await asyncio.wrap_future(get_engine().call(run))
-    except EngineError as exc:
-        raise api_error(exc) from None
+T = TypeVar("T")
 
 
 async def _catalog_entry(model_id: str, enabled_only: bool) -> CatalogModel:
@@ -33,75 +36,111 @@ async def _catalog_entry(model_id: str, enabled_only: bool) -> CatalogModel:
     return entry
 
 
-async def warm_model(model_id: str) -> dict:
+async def _on_engine(engine: EngineHandle, run: Callable[[Engine], T]) -> T:
+    try:
+        return await engine.call(run)
+    except EngineError as exc:
+        raise api_error(exc) from None
+
+
+async def warm_model(engine: EngineHandle, model_id: str) -> dict:
     entry = await _catalog_entry(model_id, enabled_only=True)
     spec = entry.spec()
-    return await _on_engine(lambda engine: engine.warm(spec))
+    return await _on_engine(engine, lambda e: e.warm(spec))
 
 
-async def unload_model(model_id: str) -> dict:
+async def unload_model(engine: EngineHandle, model_id: str) -> dict:
     await _catalog_entry(model_id, enabled_only=False)
-    unloaded = await _on_engine(lambda engine: engine.unload(model_id))
+    unloaded = await _on_engine(engine, lambda e: e.unload(model_id))
     return {"id": model_id, "unloaded": unloaded}
 
 
-async def pool_status() -> dict:
-    status = await _on_engine(lambda engine: engine.status())
-    loaded = {m["id"] for m in status["models"]}
-    status["catalog"] = [
-        {
-            "id": entry.public_id,
-            "enabled": entry.enabled,
-            "loaded": entry.public_id in loaded,
-            "pinned": entry.pinned,
-            "preload": entry.preload,
-        }
-        async for entry in CatalogModel.objects.all()
-    ]
-    return status
-
-
-def engine_health() -> dict:
-    """The engine's state for /health, /health/ready and the dashboard, read without waiting
-    for the engine thread."""
-    supervisor = get_supervisor()
-    engine = supervisor.engine
-    not_ready = []
-    if drain.draining:
-        not_ready.append("shutting down")
-    if supervisor.restarting:
-        not_ready.append("engine restarting")
-    elif not engine.alive:
-        not_ready.append("engine not running")
-    return {
-        "not_ready": not_ready,
-        "draining": drain.draining,
-        "running": engine.running,
-        "queued": supervisor.admission.queued(engine.decoding),
-        "loaded_models": engine.pool.loaded_ids(),
-        "restarts": supervisor.restarts,
-        "last_failure": supervisor.last_failure,
-    }
-
-
-def inject_fault(kind: str, seconds: float) -> str:
-    """Crashes the engine thread, or wedges it for `seconds`, without waiting for it."""
-    engine = get_engine()
-    if kind == "crash":
-        engine.request_crash()
-    elif kind == "stall" and seconds > 0:
-        engine.call(lambda engine: time.sleep(seconds))
-    else:
-        raise ValueError(kind)
-    return kind
-
-
-async def preload_models() -> list[str]:
+async def preload_models(engine: EngineHandle) -> list[str]:
     """Loads every enabled catalog model marked preload; returns the ids that failed."""
     failed = []
     async for entry in CatalogModel.objects.filter(enabled=True, preload=True):
         try:
-            await warm_model(entry.public_id)
+            await warm_model(engine, entry.public_id)
         except Exception:
             failed.append(entry.public_id)
     return failed
+
+
+def not_ready(health: EngineHealth) -> list[str]:
+    """Why a load balancer should send this instance no traffic now (empty: ready)."""
+    return (["shutting down"] if drain.draining else []) + health.problems
+
+
+def blas_name() -> str | None:
+    return settings.BLAS.library
+
+
+def health_document(health: EngineHealth) -> dict:
+    """GET /health."""
+    return {
+        "status": "unavailable" if not_ready(health) else "ok",
+        "running_sequences": health.running,
+        "queued_sequences": health.queued,
+        "loaded_models": health.loaded_ids,
+        "engine_restarts": health.restarts,
+        "last_engine_failure": health.last_failure,
+        "draining": drain.draining,
+        "blas": blas_name() or "mlx-bundled",
+    }
+
+
+def model_document(model: ModelState) -> dict:
+    return {
+        "id": model.id,
+        "bytes": model.bytes,
+        "compute_format": model.compute_format,
+        "pinned": model.pinned,
+        "load_seconds": model.load_seconds,
+        "idle_seconds": round(model.idle_seconds, 1),
+        "active_sequences": model.active_sequences,
+        "queued_sequences": model.queued_sequences,
+        "tokens_per_second": model.tokens_per_second,
+        "prefix_cache_bytes": model.prefix_cache_bytes,
+    }
+
+
+async def pool_document(health: EngineHealth) -> dict:
+    """GET /control/pool: the loaded models and the catalog beside them."""
+    loaded = set(health.loaded_ids)
+    return {
+        "device": health.state.device,
+        "budget_bytes": health.state.budget_bytes,
+        "used_bytes": health.used_bytes,
+        "running_sequences": health.running,
+        "models": [model_document(m) for m in health.models],
+        "catalog": [
+            {
+                "id": entry.public_id,
+                "enabled": entry.enabled,
+                "loaded": entry.public_id in loaded,
+                "pinned": entry.pinned,
+                "preload": entry.preload,
+            }
+            async for entry in CatalogModel.objects.all()
+        ],
+    }
+
+
+async def dashboard_document(health: EngineHealth, recent: list[dict]) -> dict:
+    """Everything the dashboard shows, polled every second."""
+    return {
+        "backend": {
+            "device": health.state.device,
+            "blas": blas_name() or "MLX's bundled BLAS",
+        },
+        "engine": {
+            "ready": not not_ready(health),
+            "restarts": health.restarts,
+            "last_failure": health.last_failure,
+            "running": health.state.decoding,
+            "queued": health.queued,
+            "tokens_per_second": round(health.tokens_per_second, 1),
+        },
+        "pool": await pool_document(health),
+        "recent": recent,
+    }

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from inference.engine.client import JobRequest, generate
+from inference.engine.handle import JobStream
 from inference.engine.types import (
     Delta,
     Done,
@@ -17,12 +16,13 @@ from inference.engine.types import (
     ErrorKind,
     Event,
     Failed,
+    JobRequest,
+    SampledToken,
     Started,
-    TokenLogprob,
 )
-from inference.observability import records
 from inference.protocol.common import PromptTokensDetails, Usage
 from inference.protocol.errors import APIError
+from inference.serving.context import RequestContext
 from inference.serving.drain import drain
 from inference.serving.errors import api_error
 from inference.serving.ids import completion_id, now, system_fingerprint
@@ -35,7 +35,7 @@ class Choice:
     index: int
     started: Started
     parts: list[str] = field(default_factory=list)
-    logprobs: list[TokenLogprob] = field(default_factory=list)
+    logprobs: list[SampledToken] = field(default_factory=list)
     done: Done | None = None
 
     @property
@@ -60,15 +60,15 @@ class Generation:
     """A request's jobs, all admitted by the engine (early failures were raised as HTTP errors).
 
     Every wait for the engine is bounded by the request's deadline, which a graceful shutdown
-    may bring forward (cut_at); the engine drops the request's sequences when its event stream
-    is closed."""
+    may bring forward (cut_at). The engine drops the request's sequences when the job stream is
+    released: after the last event, or when the request context closes (client gone)."""
 
     def __init__(
-        self, stream: AsyncIterator[tuple[int, Event]], id: str, choices_per_prompt: int = 1
+        self, stream: JobStream, ctx: RequestContext, id: str, choices_per_prompt: int = 1
     ) -> None:
         self._stream = stream
         self._per_prompt = choices_per_prompt
-        self._record = records.current.get()
+        self._record = ctx.record
         self._early: list[tuple[int, Event]] = []
         self._deadline = asyncio.get_running_loop().time() + settings.REQUEST_TIMEOUT
         self._expired = TIMEOUT
@@ -80,24 +80,42 @@ class Generation:
 
     @classmethod
     async def start(
-        cls, requests: list[JobRequest], id_prefix: str, choices_per_prompt: int = 1
+        cls,
+        ctx: RequestContext,
+        requests: list[JobRequest],
+        id_prefix: str,
+        choices_per_prompt: int = 1,
     ) -> Generation:
         if drain.draining:
             raise api_error(SHUTTING_DOWN)
-        generation = cls(generate(requests), completion_id(id_prefix), choices_per_prompt)
-        if generation._record is not None:
-            generation._record.model = requests[0].spec.model_id
+        if ctx.record is not None:
+            ctx.record.model = requests[0].spec.model_id
+        try:
+            stream = ctx.engine.start(requests)
+        except EngineError as exc:
+            raise api_error(exc) from None
+        generation = cls(stream, ctx, completion_id(id_prefix), choices_per_prompt)
+        ctx.on_close(generation.close)
         try:
             await generation._admit(len(requests))
         except BaseException:
-            await generation._stream.aclose()
+            generation.close()
             raise
         return generation
+
+    def close(self) -> None:
+        """Frees the engine's sequences and counts the tokens into the request's record; safe
+        to call again (the request context calls it whatever way the request ended)."""
+        self._stream.release()
+        self._report()
 
     async def _admit(self, count: int) -> None:
         started: dict[int, Started] = {}
         while len(started) < count:
-            index, event = await self._next()
+            item = await self._next()
+            if item is None:  # unreachable: every job sends Started or Failed first
+                raise api_error(EngineError(ErrorKind.INTERNAL, "no events"))
+            index, event = item
             if isinstance(event, Failed):
                 raise api_error(event.error)
             if isinstance(event, Started):
@@ -114,10 +132,10 @@ class Generation:
             if self._waiting is not None:
                 self._waiting.reschedule(deadline)
 
-    async def _next(self) -> tuple[int, Event]:
+    async def _next(self) -> tuple[int, Event] | None:
         try:
             async with asyncio.timeout_at(self._deadline) as self._waiting:
-                return await anext(self._stream)
+                return await self._stream.next()
         except TimeoutError:
             raise api_error(self._expired) from None
         finally:
@@ -125,21 +143,20 @@ class Generation:
 
     async def events(self) -> AsyncIterator[tuple[Choice, Delta | Done | Failed]]:
         """Each event with its choice, already recorded there; ends after the last Done."""
-        async with aclosing(self._stream):
-            try:
-                for index, event in self._early:
-                    yield self._add(index, event)
-                while True:
-                    try:
-                        index, event = await self._next()
-                    except StopAsyncIteration:
-                        return
-                    except APIError:  # the deadline passed
-                        yield next(iter(self.choices.values())), Failed(self._expired)
-                        return
-                    yield self._add(index, event)
-            finally:
-                self._report()
+        try:
+            for index, event in self._early:
+                yield self._add(index, event)
+            while True:
+                try:
+                    item = await self._next()
+                except APIError:  # the deadline passed
+                    yield next(iter(self.choices.values())), Failed(self._expired)
+                    return
+                if item is None:
+                    return
+                yield self._add(*item)
+        finally:
+            self.close()
 
     def envelope(self, model: str) -> dict:
         """The fields every response and chunk of this request shares."""

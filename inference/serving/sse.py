@@ -1,8 +1,18 @@
-from collections.abc import Callable
+"""Server-sent events: the lines a stream is made of, and the stream a view hands the edge."""
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 from pydantic import BaseModel
 
 DONE = "data: [DONE]\n\n"
+
+
+@dataclass(frozen=True)
+class EventStream:
+    """SSE lines for the edge to send as a streaming response in the endpoint's dialect."""
+
+    lines: AsyncIterator[str]
 
 
 def sse_event(payload: BaseModel, exclude: set[str] | None = None) -> str:

@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 
-from inference.runtime import stop_engine
+from inference.runtime import engine_handle, stop_engine
 from inference.serving.control import preload_models
 from inference.serving.drain import drain
 
@@ -94,6 +94,6 @@ class Command(BaseCommand):
             )
 
     def _preload(self) -> None:
-        failed = async_to_sync(preload_models)()
+        failed = async_to_sync(preload_models)(engine_handle())
         for model_id in failed:
             self.stderr.write(f"could not preload {model_id}; see the log above")

@@ -1,0 +1,105 @@
+"""Who may call an endpoint. Each policy names the caller or raises an APIError (401/403);
+the API key policy also holds one of the key's concurrency slots for the request's life."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+
+from django.conf import settings
+from django.http import HttpRequest
+from django.middleware.csrf import CsrfViewMiddleware
+
+from apikeys.auth import ANONYMOUS, Caller, authenticate, keys_required, limiter
+from inference.protocol.errors import APIError
+from inference.serving.context import RequestContext
+
+MISSING_KEY = (
+    "You didn't provide an API key. Send it in an Authorization header using Bearer auth "
+    "(Authorization: Bearer YOUR_KEY)."
+)
+
+
+@dataclass(frozen=True)
+class Auth:
+    name: str
+    check: Callable[[HttpRequest], Awaitable[Caller]]
+    # Holds one of the caller's concurrency slots until the request's context closes.
+    limit_concurrency: bool = False
+
+
+def bearer(request: HttpRequest) -> str | None:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
+async def anyone(request: HttpRequest) -> Caller:
+    return ANONYMOUS
+
+
+def _bad_key(message: str) -> APIError:
+    return APIError(
+        message, status=401, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"}
+    )
+
+
+async def api_key(request: HttpRequest) -> Caller:
+    secret = bearer(request)
+    if not secret:
+        if await keys_required():
+            raise _bad_key(MISSING_KEY)
+        return ANONYMOUS
+    if not await keys_required():
+        return ANONYMOUS  # clients such as the openai SDK always send some key
+    caller = await authenticate(secret)
+    if caller is None:  # never echo the secret, not even masked
+        raise _bad_key("Incorrect API key provided.")
+    return caller
+
+
+def _denied(message: str) -> APIError:
+    return APIError(message, status=401, type="authentication_error", code="invalid_admin_token")
+
+
+def _csrf_rejected(request: HttpRequest) -> bool:
+    # The CSRF middleware skips views marked csrf_exempt (every endpoint is, for /v1's sake):
+    # a staff session's writes are checked here instead.
+    return CsrfViewMiddleware(lambda r: None).process_view(request, None, (), {}) is not None
+
+
+async def staff_or_token(request: HttpRequest) -> Caller:
+    """The admin token as a bearer token, or a staff member's session (with CSRF for writes).
+    The caller speaks for an operator: every enabled model, no key limits."""
+    token = bearer(request)
+    if token is not None:
+        if secrets.compare_digest(token.encode(), settings.ADMIN_TOKEN.encode()):
+            return Caller(None, "admin-token", None, None)
+        raise _denied("The admin token is not valid.")
+    user = await request.auser()
+    if not (user.is_active and user.is_staff):
+        raise _denied("Give the admin token or log in as staff.")
+    if request.method not in ("GET", "HEAD") and _csrf_rejected(request):
+        raise APIError("CSRF check failed.", status=403)
+    return Caller(None, f"staff:{user.get_username()}", None, None)
+
+
+def hold_slot(ctx: RequestContext) -> None:
+    """One of the caller's concurrent requests, given back when the context closes."""
+    caller = ctx.caller
+    if not limiter.try_acquire(caller):
+        raise APIError(
+            f"Too many concurrent requests for API key '{caller.name}' "
+            f"(limit {caller.max_concurrent}).",
+            status=429,
+            type="rate_limit_error",
+            code="concurrency_limit_exceeded",
+            headers={"Retry-After": "1"},
+        )
+    ctx.on_close(partial(limiter.release, caller))
+
+
+PUBLIC = Auth("public", anyone)
+API_KEY = Auth("API key", api_key, limit_concurrency=True)
+STAFF_OR_TOKEN = Auth("staff session or admin token", staff_or_token)

@@ -1,0 +1,127 @@
+"""`@endpoint(...)`: the one declaration each view gets, and the one place that decides the
+order of what happens to a request before and after its view."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import wraps
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from pydantic import BaseModel
+
+from inference.edge.auth import PUBLIC, Auth, hold_slot
+from inference.edge.body import parse_body
+from inference.edge.dialects import OPENAI, Dialect
+from inference.edge.responses import (
+    ClosingStreamingResponse,
+    ViewResult,
+    event_stream_response,
+    json_response,
+)
+from inference.protocol.errors import APIError, server_error
+from inference.serving.context import RequestContext
+from inference.serving.sse import EventStream
+
+log = logging.getLogger(__name__)
+View = Callable[..., Awaitable[ViewResult]]
+CLIENT_CLOSED = 499  # nginx's status for a request whose client left before its answer
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    methods: tuple[str, ...]
+    body: type[BaseModel] | None
+    auth: Auth
+    dialect: Dialect
+    record: bool  # counted in metrics, logged, listed on the dashboard
+
+
+def endpoint(
+    *methods: str,
+    body: type[BaseModel] | None = None,
+    auth: Auth = PUBLIC,
+    dialect: Dialect = OPENAI,
+    record: bool = False,
+) -> Callable[[View], Callable[..., Awaitable[HttpResponse]]]:
+    """The view is called as `view(request, ctx, **url_kwargs)`, plus `body=` when a body
+    model is declared, once the method, the caller and the body have passed. It returns a
+    wire model, a dict, an EventStream or a response, or raises APIError."""
+    spec = Endpoint(methods, body, auth, dialect, record)
+
+    def decorate(view: View) -> Callable[..., Awaitable[HttpResponse]]:
+        @csrf_exempt  # /v1 is called with keys, not cookies; staff writes check CSRF in auth
+        @wraps(view)
+        async def handle(request: HttpRequest, **kwargs) -> HttpResponse:
+            ctx = _context(request, spec)
+            try:
+                response = await _respond(spec, view, request, ctx, kwargs)
+            except BaseException:  # cancelled: the client left while the view ran
+                if ctx.record is not None:
+                    ctx.record.status = CLIENT_CLOSED
+                ctx.close()
+                raise
+            return _hand_over(response, ctx)
+
+        handle.endpoint = spec  # type: ignore[attr-defined]
+        return handle
+
+    return decorate
+
+
+def _context(request: HttpRequest, spec: Endpoint) -> RequestContext:
+    match = request.resolver_match
+    route = "/" + match.route if match is not None else request.path
+    return RequestContext.recorded(route) if spec.record else RequestContext(route)
+
+
+async def _respond(
+    spec: Endpoint, view: View, request: HttpRequest, ctx: RequestContext, kwargs: dict
+) -> HttpResponse:
+    if request.method not in spec.methods:
+        allowed = ", ".join(spec.methods)
+        error = APIError(
+            f"Method {request.method} is not allowed here.", status=405, headers={"Allow": allowed}
+        )
+        return spec.dialect.error_response(error)
+    try:
+        ctx.identify(await spec.auth.check(request))
+        if spec.auth.limit_concurrency:
+            hold_slot(ctx)
+        if spec.body is not None:
+            kwargs["body"] = parse_body(request, spec.body)
+            if ctx.record is not None:
+                ctx.record.stream = bool(getattr(kwargs["body"], "stream", False))
+        return _render(await view(request, ctx, **kwargs), spec.dialect)
+    except APIError as exc:
+        if ctx.record is not None:
+            ctx.record.error_code = exc.code
+        return spec.dialect.error_response(exc)
+    except Exception:
+        log.exception("unhandled error in %s", request.path)
+        return spec.dialect.error_response(server_error())
+
+
+def _render(result: ViewResult, dialect: Dialect) -> HttpResponse:
+    if isinstance(result, HttpResponse):
+        return result
+    if isinstance(result, EventStream):
+        return event_stream_response(result, lambda: dialect.stream_failure(server_error()))
+    if isinstance(result, BaseModel):
+        return json_response(result)
+    return JsonResponse(result)
+
+
+def _hand_over(response: HttpResponse, ctx: RequestContext) -> HttpResponse:
+    """The context closes now, or when Django closes the stream (finished, failed, or the
+    client gone): the key's slot, the engine's jobs and the record are released exactly once."""
+    if ctx.record is not None:
+        ctx.record.status = response.status_code
+        response["X-Request-ID"] = ctx.id
+    if isinstance(response, ClosingStreamingResponse):
+        response.on_close(ctx.close)
+    else:
+        ctx.close()
+    return response

@@ -1,0 +1,123 @@
+"""The one way into the engine from outside its thread: start jobs, run calls, read health.
+
+Serving gets an EngineHandle from inference/runtime.py and never touches Engine, Supervisor or
+Admission itself. The handle outlives engine restarts: it always reaches the current engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, TypeVar
+
+from inference.engine.state import EngineHealth
+from inference.engine.types import (
+    Done,
+    EngineError,
+    ErrorKind,
+    Event,
+    Failed,
+    GenerationJob,
+    JobRequest,
+)
+
+if TYPE_CHECKING:
+    from inference.engine.admission import Admission
+    from inference.engine.supervisor import Supervisor
+    from inference.engine.worker import Engine
+
+T = TypeVar("T")
+
+
+class JobStream:
+    """A request's jobs on the engine and their events, in the order they come.
+
+    `release()` cancels whatever still runs and gives back the admission slots; it is safe to
+    call from any thread, any number of times, and only the first call counts."""
+
+    def __init__(self, engine: Engine, admission: Admission, requests: list[JobRequest]) -> None:
+        self._admission = admission
+        self._count = len(requests)
+        self._remaining = len(requests)
+        self._events: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
+        self._released = False
+        self._lock = threading.Lock()
+        self.jobs: list[GenerationJob] = []
+        loop = asyncio.get_running_loop()
+        try:
+            for index, r in enumerate(requests):
+                sink = partial(self._deliver, loop, index)
+                self.jobs.append(
+                    GenerationJob(r.spec, r.adapter, r.prompt, r.params, sink, echo=r.echo)
+                )
+                engine.submit(self.jobs[-1])
+        except BaseException:
+            self.release()
+            raise
+
+    def _deliver(self, loop: asyncio.AbstractEventLoop, index: int, event: Event) -> None:
+        # On the engine thread; raises once the loop is closed, which cancels the job.
+        loop.call_soon_threadsafe(self._events.put_nowait, (index, event))
+
+    async def next(self) -> tuple[int, Event] | None:
+        """The next (job index, event); None once every job is Done or Failed."""
+        if not self._remaining:
+            return None
+        index, event = await self._events.get()
+        self._remaining -= isinstance(event, Done | Failed)
+        return index, event
+
+    def release(self) -> None:
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+        for job in self.jobs:  # the engine drops their sequences on its next step
+            job.cancelled.set()
+        self._admission.finish(self._count)
+
+
+class EngineHandle:
+    def __init__(self, supervisor: Supervisor) -> None:
+        self._supervisor = supervisor
+
+    def start(self, requests: list[JobRequest]) -> JobStream:
+        """Admits and submits the jobs; raises EngineError(OVERLOADED) past the queue cap."""
+        supervisor = self._supervisor
+        admission = supervisor.admission
+        retry_after = admission.try_admit(len(requests), supervisor.engine.state.decoding)
+        if retry_after is not None:
+            raise overloaded(admission.max_queued, retry_after)
+        return JobStream(supervisor.engine, admission, requests)
+
+    async def call(self, run: Callable[[Engine], T]) -> T:
+        """Runs `run(engine)` on the engine thread between steps and returns its result."""
+        return await asyncio.wrap_future(self._supervisor.engine.call(run))
+
+    def health(self) -> EngineHealth:
+        return self._supervisor.health()
+
+    def inject_fault(self, kind: str, seconds: float = 0) -> None:
+        """Recovery drills: crash the engine thread, or wedge it for `seconds`."""
+        engine = self._supervisor.engine
+        if kind == "crash":
+            engine.request_crash()
+        elif kind == "stall" and seconds > 0:
+            engine.call(lambda engine: time.sleep(seconds))
+        else:
+            raise ValueError(kind)
+
+    def stop(self) -> None:
+        self._supervisor.stop()
+
+
+def overloaded(max_queued: int, retry_after: float) -> EngineError:
+    return EngineError(
+        ErrorKind.OVERLOADED,
+        f"The server is at capacity ({max_queued} requests already waiting); "
+        f"retry in {retry_after:.0f} s.",
+        retry_after=retry_after,
+    )

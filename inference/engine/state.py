@@ -1,0 +1,90 @@
+"""The engine's state as one frozen snapshot: what /health, /health/ready, /metrics, the
+control API and the dashboard all read. The engine thread publishes a fresh EngineState after
+every turn of its loop (a reference swap, so readers never wait for a decode step); the
+supervisor adds what outlives engines (restarts, admission) to make EngineHealth."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ModelState:
+    id: str
+    bytes: int
+    compute_format: str
+    pinned: bool
+    load_seconds: float
+    last_used: float  # monotonic clock: idle time keeps growing between snapshots
+    active_sequences: int  # past their first token
+    queued_sequences: int  # admitted to the batch, still prefilling
+    tokens_per_second: float
+    prefix_cache_bytes: int
+
+    @property
+    def idle_seconds(self) -> float:
+        return max(0.0, time.monotonic() - self.last_used)
+
+
+@dataclass(frozen=True)
+class EngineState:
+    """Published by the engine thread only."""
+
+    device: str
+    budget_bytes: int
+    models: tuple[ModelState, ...] = ()
+    evictions: int = 0  # models unloaded to make room or for being idle
+
+    @property
+    def running(self) -> int:
+        """Sequences in a batch: decoding or prefilling."""
+        return sum(m.active_sequences + m.queued_sequences for m in self.models)
+
+    @property
+    def decoding(self) -> int:
+        return sum(m.active_sequences for m in self.models)
+
+
+@dataclass(frozen=True)
+class EngineHealth:
+    """The current engine's state plus what the supervisor keeps across restarts."""
+
+    state: EngineState
+    alive: bool  # the engine thread runs and has not been abandoned
+    restarting: bool
+    restarts: int
+    last_failure: str | None
+    queued: int  # admitted by admission control, not yet decoding
+    evictions: int  # by every engine of this process
+
+    @property
+    def ready(self) -> bool:
+        return self.alive and not self.restarting
+
+    @property
+    def problems(self) -> list[str]:
+        """Why this engine should get no traffic now (empty when ready)."""
+        if self.restarting:
+            return ["engine restarting"]
+        return [] if self.alive else ["engine not running"]
+
+    @property
+    def running(self) -> int:
+        return self.state.running
+
+    @property
+    def models(self) -> tuple[ModelState, ...]:
+        return self.state.models
+
+    @property
+    def loaded_ids(self) -> list[str]:
+        return [m.id for m in self.state.models]
+
+    @property
+    def used_bytes(self) -> int:
+        return sum(m.bytes for m in self.state.models)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return sum(m.tokens_per_second for m in self.state.models)

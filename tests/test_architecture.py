@@ -1,0 +1,115 @@
+"""The house rules the architecture notes state, checked on the source: one direction of flow,
+no import cycles, small functions, and every URL declared once at the edge."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver
+
+ROOT = Path(__file__).resolve().parent.parent
+APPS = ("apikeys", "catalog", "config", "dashboard", "inference")
+LONGEST_FUNCTION = 60
+
+
+def load_import_graph():
+    spec = importlib.util.spec_from_file_location("import_graph", ROOT / "scripts/import_graph.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+import_graph = load_import_graph()
+GRAPH = import_graph.module_graph()
+
+
+def test_the_module_and_room_graphs_have_no_cycle():
+    assert import_graph.cycles(GRAPH) == []
+    assert import_graph.cycles(import_graph.room_graph(GRAPH)) == []
+
+
+@pytest.mark.parametrize(
+    "room, forbidden",
+    [
+        # The engine owns MLX and knows nothing above it: no Django, settings, ORM or HTTP.
+        (
+            "inference.engine",
+            r"^(django|config|catalog|apikeys|dashboard)|^inference\.(runtime|serving|edge|protocol|observability|views)",
+        ),
+        (
+            "inference.adapters",
+            r"^(django|config|catalog|apikeys)|^inference\.(runtime|serving|edge|engine)",
+        ),
+        (
+            "inference.protocol",
+            r"^(django|catalog|apikeys)|^inference\.(runtime|serving|edge|engine)",
+        ),
+        ("inference.serving", r"^inference\.(edge|views|control_views)"),
+        ("apikeys", r"^inference"),
+    ],
+)
+def test_arrows_point_one_way(room, forbidden):
+    wrong = []
+    for module, path in import_graph.module_files().items():
+        if import_graph.room_of(module) != room:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            wrong += [f"{module} imports {n}" for n in names if re.search(forbidden, n)]
+    assert wrong == []
+
+
+def production_files() -> list[Path]:
+    files = [p for app in APPS for p in (ROOT / app).rglob("*.py") if "migrations" not in p.parts]
+    return files + sorted((ROOT / "bench").glob("*.py")) + sorted((ROOT / "scripts").glob("*.py"))
+
+
+def test_no_production_function_is_long():
+    long = []
+    for path in production_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = node.end_lineno - node.lineno + 1
+                if length > LONGEST_FUNCTION:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({length})")
+    assert long == []
+
+
+def test_no_private_django_hooks_or_ambient_request_state():
+    pattern = re.compile(r"_resource_closers|records\.current|ContextVar")
+    found = [
+        str(path.relative_to(ROOT))
+        for path in production_files()
+        if pattern.search(path.read_text())
+    ]
+    assert found == []
+
+
+def url_patterns(resolver: URLResolver, prefix: str = ""):
+    for entry in resolver.url_patterns:
+        if isinstance(entry, URLResolver):
+            if entry.app_name != "admin":
+                yield from url_patterns(entry, prefix + str(entry.pattern))
+        elif isinstance(entry, URLPattern):
+            yield prefix + str(entry.pattern), entry.callback
+
+
+# Pages for people (HTML, redirect to the admin login) rather than API endpoints.
+PAGES = {"", "playground"}
+
+
+def test_every_api_url_is_declared_at_the_edge():
+    undeclared = [
+        route
+        for route, view in url_patterns(get_resolver())
+        if route not in PAGES and not hasattr(view, "endpoint")
+    ]
+    assert undeclared == []
