@@ -16,7 +16,9 @@ class Admission:
         self.max_queued = max_queued
         self.live = 0  # sequences admitted and not yet finished or abandoned
         self._finished: deque[float] = deque(maxlen=RECENT)
-        self._lock = threading.Lock()
+        # Reentrant: a lost JobStream's finalizer may give its slots back in the middle of
+        # try_admit on the same thread, when the garbage collector happens to run there.
+        self._lock = threading.RLock()
 
     def try_admit(self, count: int, decoding: int) -> float | None:
         """Admits `count` sequences, or returns the seconds to wait before retrying.

@@ -70,6 +70,12 @@ class JobStream:
         self._remaining -= isinstance(event, Done | Failed)
         return index, event
 
+    def __del__(self) -> None:
+        # A backstop for a request lost without closing (the engine's jobs hold their sinks,
+        # so this runs only once no sequence of it is left).
+        if hasattr(self, "jobs"):
+            self.release()
+
     def release(self) -> None:
         with self._lock:
             if self._released:
