@@ -1,5 +1,6 @@
 """The generation engine: one thread owns every MLX call.
 
-Modules that import MLX (pool, sequence, sampling, worker) are imported only by the engine
-thread, so importing this package from serving code does not import MLX.
+Outside that thread only `handle.py` (the way in), `state.py` (the health snapshot), `types.py`
+(jobs, events, errors) and `config.py` are imported; none of them imports MLX. Modules that do
+(pool, sequence, sampling, batching, worker) are imported by the engine side alone.
 """
