@@ -7,10 +7,7 @@ import pytest
 
 from inference.conversion.gguf import convert_gguf
 from inference.engine.types import ModelSpec
-from tests.helpers import build_tiny_model
-
-ROOT = Path(__file__).resolve().parent.parent
-DEMO_ID = "smollm2-135m-instruct"
+from tests.helpers import DEMO_ID, ROOT, build_tiny_model
 
 
 @pytest.fixture(scope="session")

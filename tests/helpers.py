@@ -1,4 +1,5 @@
-"""Shared helpers for tests: building models, running engine jobs synchronously."""
+"""What several test modules share: paths, request bodies and assertions for /v1, building
+small models, and running engine jobs synchronously. Fixtures live in conftest.py."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import json
 import queue
 import shutil
 from pathlib import Path
+
+from asgiref.sync import async_to_sync
+from django.test import AsyncClient
 
 from inference.adapters import FamilyAdapter, FamilyProfile, get_adapter
 from inference.engine.types import (
@@ -19,6 +23,11 @@ from inference.engine.types import (
     SamplingParams,
     Started,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_ID = "smollm2-135m-instruct"
+CHAT = "/v1/chat/completions"
+NO_EOS = {"2": -100}  # logit_bias that bans the tiny model's end token
 
 TINY_CONFIG = {
     "model_type": "llama",
@@ -125,3 +134,28 @@ SHORT_CHAT = {
     "temperature": 0,
     "logit_bias": {"2": -100},
 }
+
+
+def assert_error(response, status, param=None, code=None) -> dict:
+    """An OpenAI error object with this status, param and code; returns its `error`."""
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/json"
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"]
+    assert error["param"] == param
+    assert error["code"] == code
+    return error
+
+
+def stream(body: dict) -> tuple[int, str, list[str]]:
+    """POSTs a streaming chat in-process; returns status, content type and the SSE payloads."""
+
+    async def go():
+        response = await AsyncClient().post(CHAT, body, content_type="application/json")
+        lines = [chunk async for chunk in response.streaming_content]
+        return response.status_code, response["Content-Type"], b"".join(lines).decode()
+
+    status, content_type, text = async_to_sync(go)()
+    events = [block.removeprefix("data: ") for block in text.split("\n\n") if block]
+    return status, content_type, events

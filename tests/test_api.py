@@ -4,30 +4,15 @@ import json
 import logging
 
 import pytest
-from asgiref.sync import async_to_sync
-from django.test import AsyncClient
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from catalog.models import CatalogModel
-
-CHAT = "/v1/chat/completions"
-NO_EOS = {"2": -100}
+from tests.helpers import CHAT, NO_EOS, assert_error, stream
 
 
 def chat(client, **body):
     payload = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], **body}
     return client.post(CHAT, payload, content_type="application/json")
-
-
-def assert_error(response, status, param=None, code=None):
-    assert response.status_code == status, response.content
-    assert response["Content-Type"] == "application/json"
-    error = response.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"}
-    assert error["message"]
-    assert error["param"] == param
-    assert error["code"] == code
-    return error
 
 
 def test_models_lists_enabled_entries_only(client, tiny_entry):
@@ -278,17 +263,6 @@ def test_disabled_model_is_not_served(client, tiny_entry):
     tiny_entry.enabled = False
     tiny_entry.save()
     assert_error(chat(client), 404, "model", "model_not_found")
-
-
-def stream(body: dict) -> tuple[int, str, list[str]]:
-    async def go():
-        response = await AsyncClient().post(CHAT, body, content_type="application/json")
-        lines = [chunk async for chunk in response.streaming_content]
-        return response.status_code, response["Content-Type"], b"".join(lines).decode()
-
-    status, content_type, text = async_to_sync(go)()
-    events = [block.removeprefix("data: ") for block in text.split("\n\n") if block]
-    return status, content_type, events
 
 
 @pytest.mark.django_db(transaction=True)

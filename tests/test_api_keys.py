@@ -9,8 +9,7 @@ from django.test import AsyncClient
 
 from apikeys.models import ApiKey
 from catalog.models import CatalogModel
-from tests.helpers import SHORT_CHAT
-from tests.test_api import CHAT, assert_error
+from tests.helpers import CHAT, SHORT_CHAT, assert_error
 
 BODY = SHORT_CHAT
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import ROOT
+
 APPS = ("apikeys", "catalog", "config", "dashboard", "inference")
 LONGEST_FUNCTION = 60
 

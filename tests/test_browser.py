@@ -17,7 +17,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 from tests.live_server import LiveServer, live_server
 
 # Debian's chromium by default; CHROMIUM names another build (e.g. on a Mac).

@@ -20,9 +20,8 @@ from inference.engine.types import JobRequest, SamplingParams
 from inference.observability import records
 from inference.protocol.errors import APIError
 from inference.runtime import engine_handle, get_supervisor
-from tests.helpers import SHORT_CHAT
+from tests.helpers import CHAT, SHORT_CHAT
 
-CHAT = "/v1/chat/completions"
 LONG = {**SHORT_CHAT, "max_tokens": 400, "stream": True}
 
 

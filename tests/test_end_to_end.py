@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import DEMO_ID, ROOT
+from tests.helpers import DEMO_ID, ROOT
 from tests.live_server import ADMIN_TOKEN, LiveServer, free_port, live_server
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]

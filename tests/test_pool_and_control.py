@@ -18,8 +18,7 @@ from inference.engine.types import Done, ModelSpec, SamplingParams
 from inference.engine.worker import Engine
 from inference.runtime import engine_handle
 from inference.serving.control import preload_models
-from tests.conftest import ROOT
-from tests.helpers import collect, run_job, start_job
+from tests.helpers import ROOT, collect, run_job, start_job
 
 NO_EOS = {2: -100.0}
 
