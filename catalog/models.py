@@ -15,10 +15,8 @@ from catalog.validators import (
     validate_string_list,
 )
 from inference.adapters import FamilyProfile, adapter_choices
+from inference.engine.formats import COMPUTE_FORMATS
 from inference.engine.types import ModelSpec
-
-# Mirrors inference.engine.compute_format.CHOICES, which imports MLX and so stays out of here.
-COMPUTE_FORMATS = ("auto", "quantized", "float32", "float16", "bfloat16")
 
 
 class ModelFamily(models.Model):

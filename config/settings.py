@@ -1,17 +1,36 @@
 """Settings, all overridable from the environment (or a .env file beside manage.py)."""
 
+import os
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
+from pydantic import ByteSize, TypeAdapter, ValidationError
 
 from config.secrets import read_or_create_secret
-from config.sizes import parse_size, physical_memory
 from inference import blas
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env")
+
+
+def byte_size(name: str, default: str | int) -> int:
+    """A size setting such as "8GiB", "512MB" or "1000000" (pydantic's ByteSize units)."""
+    text = env.str(name, default=str(default))
+    try:
+        return int(TypeAdapter(ByteSize).validate_python(text))
+    except ValidationError:
+        raise ImproperlyConfigured(
+            f"{name}={text!r} is not a byte size (examples: 8GiB, 512MB, 1000000)"
+        ) from None
+
+
+def physical_memory() -> int:
+    # sysconf answers on both Linux and macOS.
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
 
 # First, before anything imports MLX: an optimized BLAS under its CPU backend (Linux only).
 BLAS = blas.preload(env.bool("BLAS_PRELOAD", default=True), env.str("BLAS_LIBRARY", default=None))
@@ -93,14 +112,14 @@ MEDIA_ROOT = VAR_DIR / "media"
 # Where imported models (GGUF conversions) are written.
 MODEL_STORAGE_DIR = Path(env.str("MODEL_STORAGE_DIR", default=str(VAR_DIR / "models")))
 # Bytes the model pool may hold in weights before it evicts the least recently used model.
-POOL_MEMORY_BUDGET = parse_size(env.str("POOL_MEMORY_BUDGET", default=str(physical_memory() // 2)))
+POOL_MEMORY_BUDGET = byte_size("POOL_MEMORY_BUDGET", physical_memory() // 2)
 # Continuous batching: sequences decoded together per model, prompts prefilled together, and
 # tokens per prefill chunk (smaller chunks keep running streams flowing while a long prompt loads).
 ENGINE_MAX_BATCH = env.int("ENGINE_MAX_BATCH", default=32)
 ENGINE_PREFILL_BATCH = env.int("ENGINE_PREFILL_BATCH", default=32)
 ENGINE_PREFILL_STEP = env.int("ENGINE_PREFILL_STEP", default=512)
 # Reusable prompt KV cache per model: a conversation's next turn prefills only its new tokens.
-PROMPT_CACHE_BYTES = parse_size(env.str("PROMPT_CACHE_BYTES", default="1GiB"))
+PROMPT_CACHE_BYTES = byte_size("PROMPT_CACHE_BYTES", "1GiB")
 # Seconds after which an unused, unpinned model is unloaded (0: keep until evicted).
 MODEL_IDLE_TTL = env.float("MODEL_IDLE_TTL", default=0)
 # The control API (pool status, warm, unload) takes this bearer token, or a staff session.
@@ -133,7 +152,7 @@ SERVER_URL = env.str("SERVER_URL", default=f"http://127.0.0.1:{env.int('PORT', d
 # Seconds a request may take from arrival to its last token (model load included).
 REQUEST_TIMEOUT = env.float("REQUEST_TIMEOUT", default=600)
 # Largest request body /v1 accepts (bytes).
-DATA_UPLOAD_MAX_MEMORY_SIZE = parse_size(env.str("MAX_REQUEST_BODY", default="4MiB"))
+DATA_UPLOAD_MAX_MEMORY_SIZE = byte_size("MAX_REQUEST_BODY", "4MiB")
 
 # One JSON line per /v1 request on stdout (id, endpoint, model, key name, tokens, timings,
 # status, finish reason), for log shippers.

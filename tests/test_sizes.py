@@ -1,17 +1,28 @@
-import pytest
+"""Size settings ("8GiB", "512MB", "1000000") are read with pydantic's ByteSize."""
 
-from config.sizes import parse_size
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from config.settings import byte_size
 
 
 @pytest.mark.parametrize(
     ("text", "value"),
     [("1000", 1000), ("8GiB", 8 * 2**30), ("512MB", 512 * 10**6), ("1.5 gib", int(1.5 * 2**30))],
 )
-def test_parse_size(text, value):
-    assert parse_size(text) == value
+def test_byte_sizes(monkeypatch, text, value):
+    monkeypatch.setenv("SOME_SIZE", text)
+    assert byte_size("SOME_SIZE", "1GiB") == value
+
+
+def test_the_default_applies_when_unset(monkeypatch):
+    monkeypatch.delenv("SOME_SIZE", raising=False)
+    assert byte_size("SOME_SIZE", "4MiB") == 4 * 2**20
+    assert byte_size("SOME_SIZE", 12345) == 12345
 
 
 @pytest.mark.parametrize("text", ["", "lots", "8 parsecs", "-1GB"])
-def test_parse_size_rejects(text):
-    with pytest.raises(ValueError, match="not a byte size"):
-        parse_size(text)
+def test_a_bad_size_names_the_setting(monkeypatch, text):
+    monkeypatch.setenv("SOME_SIZE", text)
+    with pytest.raises(ImproperlyConfigured, match=r"SOME_SIZE=.* is not a byte size"):
+        byte_size("SOME_SIZE", "1GiB")

@@ -16,7 +16,6 @@ from mlx_lm.utils import dequantize_model
 
 from inference import blas
 
-CHOICES = ("auto", "quantized", "float32", "float16", "bfloat16")
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 QUANTIZED = (nn.QuantizedLinear, nn.QuantizedEmbedding)
 

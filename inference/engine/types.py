@@ -19,7 +19,7 @@ class ModelSpec:
     from_hub: bool = False
     context_length: int | None = None
     pinned: bool = False  # never unloaded to make room, nor for being idle
-    compute_format: str = "auto"  # see engine/compute_format.py
+    compute_format: str = "auto"  # one of formats.COMPUTE_FORMATS
 
 
 @dataclass(frozen=True)

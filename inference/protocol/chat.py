@@ -17,6 +17,7 @@ from inference.protocol.common import (
     ChoiceLogprobs,
     FinishReason,
     JSONObject,
+    ResponseEnvelope,
     SamplingFields,
     Usage,
 )
@@ -172,12 +173,8 @@ class ChatChoice(BaseModel):
     finish_reason: FinishReason | None
 
 
-class ChatCompletion(BaseModel):
-    id: str
+class ChatCompletion(ResponseEnvelope):
     object: Literal["chat.completion"] = "chat.completion"
-    created: int
-    model: str
-    system_fingerprint: str
     choices: list[ChatChoice]
     usage: Usage
 
@@ -212,11 +209,7 @@ class ChunkChoice(BaseModel):
     finish_reason: FinishReason | None = None
 
 
-class ChatCompletionChunk(BaseModel):
-    id: str
+class ChatCompletionChunk(ResponseEnvelope):
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int
-    model: str
-    system_fingerprint: str
     choices: list[ChunkChoice]
     usage: Usage | None = None

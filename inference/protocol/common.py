@@ -60,6 +60,17 @@ class SamplingFields(BaseModel):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
+class ResponseEnvelope(BaseModel):
+    """The fields every response and stream chunk of chat and legacy completions opens with;
+    each subclass pins `object` to its own literal."""
+
+    id: str
+    object: str
+    created: int
+    model: str
+    system_fingerprint: str
+
+
 class PromptTokensDetails(BaseModel):
     cached_tokens: int
 

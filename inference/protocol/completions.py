@@ -6,7 +6,13 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from inference.protocol.common import FinishReason, LegacyLogprobs, SamplingFields, Usage
+from inference.protocol.common import (
+    FinishReason,
+    LegacyLogprobs,
+    ResponseEnvelope,
+    SamplingFields,
+    Usage,
+)
 from inference.protocol.errors import invalid_param
 
 TokenIds = list[int]
@@ -55,11 +61,7 @@ class CompletionChoice(BaseModel):
     finish_reason: FinishReason | None
 
 
-class Completion(BaseModel):
-    id: str
+class Completion(ResponseEnvelope):
     object: Literal["text_completion"] = "text_completion"
-    created: int
-    model: str
-    system_fingerprint: str
     choices: list[CompletionChoice]
     usage: Usage | None = None
