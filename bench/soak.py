@@ -480,38 +480,38 @@ def rss_figures(samples: list[tuple[float, float]], warmup: float) -> dict:
     }
 
 
-def summarise(soak: Soak, run: dict, alive: bool, log_summary: dict) -> dict:
-    outcomes = soak.outcomes
-    per_kind: dict = {}
+def kind_row(kind: str, results: list) -> dict:
+    durations = [r.duration for r in results]
+    ttfts = [r.ttft for r in results if r.ttft is not None]
+    details = Counter(f"{r.outcome} {r.detail}".strip() for r in results)
+    unexpected = Counter(
+        f"{r.outcome} {r.detail}".strip()
+        for r in results
+        if r.outcome not in (EXPECTED[kind], "429")
+        or (kind == "oversized_prompt" and r.detail != "context_length_exceeded")
+    )
+    return {
+        "requests": len(results),
+        "outcomes": dict(Counter(r.outcome for r in results).most_common()),
+        "details": dict(details.most_common()),
+        "unexpected": dict(unexpected.most_common()),
+        "p50_s": percentile(durations, 0.5),
+        "p95_s": percentile(durations, 0.95),
+        "ttft_p50_s": percentile(ttfts, 0.5) if ttfts else None,
+        "ttft_p95_s": percentile(ttfts, 0.95) if ttfts else None,
+    }
+
+
+def per_kind_rows(outcomes: list) -> dict:
     by_kind = defaultdict(list)
     for result in outcomes:
         by_kind[result.kind].append(result)
-    for kind, _ in KINDS:
-        results = by_kind.get(kind, [])
-        durations = [r.duration for r in results]
-        ttfts = [r.ttft for r in results if r.ttft is not None]
-        details = Counter(f"{r.outcome} {r.detail}".strip() for r in results)
-        unexpected = Counter(
-            f"{r.outcome} {r.detail}".strip()
-            for r in results
-            if r.outcome not in (EXPECTED[kind], "429")
-            or (kind == "oversized_prompt" and r.detail != "context_length_exceeded")
-        )
-        per_kind[kind] = {
-            "requests": len(results),
-            "outcomes": dict(Counter(r.outcome for r in results).most_common()),
-            "details": dict(details.most_common()),
-            "unexpected": dict(unexpected.most_common()),
-            "p50_s": percentile(durations, 0.5),
-            "p95_s": percentile(durations, 0.95),
-            "ttft_p50_s": percentile(ttfts, 0.5) if ttfts else None,
-            "ttft_p95_s": percentile(ttfts, 0.95) if ttfts else None,
-        }
-    totals = Counter(r.outcome for r in outcomes)
-    server_errors = sum(n for key, n in totals.items() if key.isdigit() and int(key) >= 500)
-    rss = rss_figures(run["samples"], soak.warmup)
-    drain = run["drain"]
-    leaked = drain["running"]
+    return {kind: kind_row(kind, by_kind.get(kind, [])) for kind, _ in KINDS}
+
+
+def failures_of(server_errors: int, run: dict, alive: bool, rss: dict | None) -> list[str]:
+    """Why the soak fails; empty when it passes."""
+    leaked = run["drain"]["running"]
     failures = []
     if server_errors:
         failures.append(f"{server_errors} responses were 5xx")
@@ -525,24 +525,37 @@ def summarise(soak: Soak, run: dict, alive: bool, log_summary: dict) -> dict:
         failures.append(f"a small request after the load got {run['after']['status']}")
     if rss and rss["growth"] >= RSS_GROWTH_LIMIT:
         failures.append(f"RSS grew {rss['growth']:.1%} after warm-up")
-    tokens = sum(r.tokens for r in outcomes)
+    return failures
+
+
+def soak_config(soak: Soak) -> dict:
     return {
-        "config": {
-            "url": soak.url,
-            "model": soak.model,
-            "clients": soak.clients,
-            "duration_s": soak.duration,
-            "warmup_s": soak.warmup,
-            "max_tokens": soak.max_tokens,
-            "seed": soak.seed,
-            "request_timeout_s": REQUEST_TIMEOUT,
-        },
+        "url": soak.url,
+        "model": soak.model,
+        "clients": soak.clients,
+        "duration_s": soak.duration,
+        "warmup_s": soak.warmup,
+        "max_tokens": soak.max_tokens,
+        "seed": soak.seed,
+        "request_timeout_s": REQUEST_TIMEOUT,
+    }
+
+
+def summarise(soak: Soak, run: dict, alive: bool, log_summary: dict) -> dict:
+    outcomes = soak.outcomes
+    totals = Counter(r.outcome for r in outcomes)
+    server_errors = sum(n for key, n in totals.items() if key.isdigit() and int(key) >= 500)
+    rss = rss_figures(run["samples"], soak.warmup)
+    drain = run["drain"]
+    failures = failures_of(server_errors, run, alive, rss)
+    return {
+        "config": soak_config(soak),
         "prime": run["prime"],
         "probe_after_load": run["after"],
         "load_seconds": round(run["load_seconds"], 2),
         "requests": len(outcomes),
         "requests_per_second": len(outcomes) / run["load_seconds"],
-        "completion_tokens_reported": tokens,
+        "completion_tokens_reported": sum(r.tokens for r in outcomes),
         "outcomes": dict(totals.most_common()),
         "rate_limited": totals.get("429", 0),
         "retry_after_s": sorted(
@@ -550,17 +563,11 @@ def summarise(soak: Soak, run: dict, alive: bool, log_summary: dict) -> dict:
         ),
         "server_error_samples": list(dict.fromkeys(r.body for r in outcomes if r.body))[:3],
         "server_errors": server_errors,
-        "per_kind": per_kind,
+        "per_kind": per_kind_rows(outcomes),
         "rss": rss,
         "end_of_load_rss_mib": run["end_of_load_rss"],
-        "drain": {
-            "leaked_sequences": leaked,
-            "seconds": drain["seconds"],
-            "pool": drain["pool"],
-            "pool_error": drain["pool_error"],
-            "health": drain["health"],
-            "health_error": drain["health_error"],
-        },
+        "drain": {"leaked_sequences": drain["running"]}
+        | {k: drain[k] for k in ("seconds", "pool", "pool_error", "health", "health_error")},
         "server_alive": alive,
         "server_log": log_summary,
         "notes": soak.notes,
@@ -573,7 +580,7 @@ def seconds(value: float | None) -> str:
     return "    -  " if value is None or value != value else f"{value:6.2f}s"
 
 
-def print_report(summary: dict) -> None:
+def print_header(summary: dict) -> None:
     config = summary["config"]
     print(
         f"\nsoak: {config['clients']} clients, {config['duration_s']:.0f}s of load "
@@ -592,32 +599,38 @@ def print_report(summary: dict) -> None:
         print(f"429 Retry-After values: {values}")
     for body in summary["server_error_samples"]:
         print(f"5xx body: {body}")
+
+
+def print_kinds(per_kind: dict) -> None:
     print(f"\n{'kind':<18}{'n':>6}  {'p50':>7} {'p95':>7}  {'TTFT50':>7} {'TTFT95':>7}  outcomes")
-    for kind, row in summary["per_kind"].items():
+    for kind, row in per_kind.items():
         outcomes = ", ".join(f"{k} x{n}" for k, n in row["outcomes"].items())
         print(
             f"{kind:<18}{row['requests']:>6}  {seconds(row['p50_s'])} {seconds(row['p95_s'])}  "
             f"{seconds(row['ttft_p50_s'])} {seconds(row['ttft_p95_s'])}  {outcomes}"
         )
-    unexpected = {k: r["unexpected"] for k, r in summary["per_kind"].items() if r["unexpected"]}
+    unexpected = {k: r["unexpected"] for k, r in per_kind.items() if r["unexpected"]}
     if unexpected:
         print("\nunexpected outcomes (kind: outcome detail x count):")
         for kind, found in unexpected.items():
             for what, n in list(found.items())[:6]:
                 print(f"  {kind}: {what} x{n}")
-    rss = summary["rss"]
-    if rss:
-        print(
-            f"\nRSS: start {rss['start_mib']:.0f} MiB, baseline (end of warm-up) "
-            f"{rss['baseline_mib']:.0f} MiB, max after warm-up {rss['max_after_warmup_mib']:.0f} "
-            f"MiB, end {rss['end_mib']:.0f} MiB: growth {rss['growth']:+.1%} "
-            f"({rss['samples']} samples)"
-        )
-    else:
+
+
+def print_rss(rss: dict | None) -> None:
+    if not rss:
         print("\nRSS: not measured (no server pid)")
-    drain = summary["drain"]
-    pool = drain["pool"]
-    models = (pool or {}).get("models", [])
+        return
+    print(
+        f"\nRSS: start {rss['start_mib']:.0f} MiB, baseline (end of warm-up) "
+        f"{rss['baseline_mib']:.0f} MiB, max after warm-up {rss['max_after_warmup_mib']:.0f} "
+        f"MiB, end {rss['end_mib']:.0f} MiB: growth {rss['growth']:+.1%} "
+        f"({rss['samples']} samples)"
+    )
+
+
+def print_drain(drain: dict) -> None:
+    models = (drain["pool"] or {}).get("models", [])
     per_model = "; ".join(
         f"{m['id']}: {m.get('active_sequences')} active, {m.get('queued_sequences')} queued"
         for m in models
@@ -633,6 +646,9 @@ def print_report(summary: dict) -> None:
             else f"; /health: {drain['health_error']}"
         )
     )
+
+
+def print_server(summary: dict) -> None:
     after = summary["probe_after_load"]
     print(
         f"small request after the load: {after['status']} in {after['seconds']:.1f}s"
@@ -647,6 +663,14 @@ def print_report(summary: dict) -> None:
         )
         for line in log["samples"]:
             print(f"  | {line}")
+
+
+def print_report(summary: dict) -> None:
+    print_header(summary)
+    print_kinds(summary["per_kind"])
+    print_rss(summary["rss"])
+    print_drain(summary["drain"])
+    print_server(summary)
     for note in summary["notes"]:
         print(f"note: {note}")
     if summary["passed"]:
@@ -712,7 +736,7 @@ def stop_server(process: subprocess.Popen) -> None:
         process.wait(timeout=10)
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--duration", type=float, default=180, help="seconds of load in all")
@@ -738,62 +762,92 @@ def main() -> int:
         parser.error("need --clients >= 1 and 0 <= --warmup < --duration")
     if args.duration > 24 * 3600:
         parser.error("--duration is capped at a day")
+    if args.url and urlsplit(args.url).hostname not in LOOPBACK:
+        parser.error("--url must be a loopback address (127.0.0.1, localhost, ::1)")
+    if not args.url and not args.gguf.exists():
+        parser.error(f"{args.gguf} is missing: run `make serve` or `make test` once")
+    return args
 
-    workdir, process, log_path = None, None, None
+
+@dataclass
+class Target:
+    """The server under load: given with --url, or started here (then stopped here too)."""
+
+    url: str
+    pid: int | None
+    admin_token: str
+    model: str
+    headers: dict
+    process: subprocess.Popen | None = None
+    workdir: Path | None = None
+    log_path: Path | None = None
+
+    def alive(self, run: dict) -> bool:
+        if self.process is not None:
+            return self.process.poll() is None
+        return run["drain"]["health"] is not None
+
+
+def given_target(args: argparse.Namespace) -> Target:
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    return Target(args.url.rstrip("/"), args.pid, args.admin_token, args.model, headers)
+
+
+def started_target(args: argparse.Namespace) -> Target:
+    workdir = Path(tempfile.mkdtemp(prefix="soak-"))
+    admin_token = secrets.token_urlsafe(24)
+    log_path = args.server_log or workdir / "server.log"
+    target = Target("", None, admin_token, DEMO_ID, {}, workdir=workdir, log_path=log_path)
+    print("starting the server (migrate, import the GGUF, serve)...", flush=True)
     try:
-        if args.url:
-            url = args.url.rstrip("/")
-            if urlsplit(url).hostname not in LOOPBACK:
-                parser.error("--url must be a loopback address (127.0.0.1, localhost, ::1)")
-            pid, admin_token, model = args.pid, args.admin_token, args.model
-            headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-        else:
-            if not args.gguf.exists():
-                parser.error(f"{args.gguf} is missing: run `make serve` or `make test` once")
-            workdir = Path(tempfile.mkdtemp(prefix="soak-"))
-            admin_token = secrets.token_urlsafe(24)
-            log_path = args.server_log or workdir / "server.log"
-            print("starting the server (migrate, import the GGUF, serve)...", flush=True)
-            process, url, _ = start_server(args.gguf, workdir, admin_token, log_path)
-            pid, model, headers = process.pid, DEMO_ID, {}
-            print(f"server up at {url} (pid {pid})", flush=True)
-        soak = Soak(
-            url=url,
-            model=model,
-            clients=args.clients,
-            duration=args.duration,
-            warmup=args.warmup,
-            max_tokens=args.max_tokens,
-            seed=args.seed,
-            headers=headers,
-        )
-        filler = b"x" * (BODY_CAP + 1024 * 1024)  # a 5 MiB body, one past the 4 MiB cap
-        soak.big_body = (
-            (b'{"model": "' + model.encode() + b'", "messages": [{"role": "user", "content": "')
-            + filler
-            + b'"}]}'
-        )
+        target.process, target.url, _ = start_server(args.gguf, workdir, admin_token, log_path)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    target.pid = target.process.pid
+    print(f"server up at {target.url} (pid {target.pid})", flush=True)
+    return target
+
+
+def make_soak(args: argparse.Namespace, target: Target) -> Soak:
+    soak = Soak(
+        url=target.url,
+        model=target.model,
+        clients=args.clients,
+        duration=args.duration,
+        warmup=args.warmup,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+        headers=target.headers,
+    )
+    filler = b"x" * (BODY_CAP + 1024 * 1024)  # a 5 MiB body, one past the 4 MiB cap
+    opening = b'{"model": "' + target.model.encode() + b'", "messages": [{"role": "user", '
+    soak.big_body = opening + b'"content": "' + filler + b'"}]}'
+    return soak
+
+
+def main() -> int:
+    args = parse_args()
+    target = given_target(args) if args.url else started_target(args)
+    try:
+        soak = make_soak(args, target)
         print(
             f"soaking: {args.clients} clients for {args.duration:.0f}s "
             f"(RSS baseline at {args.warmup:.0f}s)...",
             flush=True,
         )
-        run = asyncio.run(soak_run(soak, pid, admin_token))
-        if process is not None:
-            alive = process.poll() is None
-        else:
-            alive = run["drain"]["health"] is not None
-        summary = summarise(soak, run, alive, scan_log(log_path))
+        run = asyncio.run(soak_run(soak, target.pid, target.admin_token))
+        summary = summarise(soak, run, target.alive(run), scan_log(target.log_path))
         print_report(summary)
         if args.json:
             args.json.write_text(json.dumps(summary, indent=2, default=str))
             print(f"summary written to {args.json}")
         return 0 if summary["passed"] else 1
     finally:
-        if process is not None:
-            stop_server(process)
-        if workdir is not None:
-            shutil.rmtree(workdir, ignore_errors=True)
+        if target.process is not None:
+            stop_server(target.process)
+        if target.workdir is not None:
+            shutil.rmtree(target.workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
