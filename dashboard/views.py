@@ -10,7 +10,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from catalog.models import CatalogModel
 from inference.edge import STAFF_OR_TOKEN, endpoint
 from inference.observability import records
-from inference.protocol.chat import ChatCompletion, ChatCompletionRequest
+from inference.protocol.openai.chat import ChatCompletion, ChatCompletionRequest
 from inference.serving.chat import answer_chat
 from inference.serving.context import RequestContext
 from inference.serving.control import dashboard_document

@@ -6,10 +6,14 @@ from functools import cache
 
 from pydantic.json_schema import models_json_schema
 
-from inference.protocol.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
-from inference.protocol.completions import Completion, CompletionRequest
-from inference.protocol.errors import ErrorResponse
-from inference.protocol.models import ModelCard, ModelList
+from inference.protocol.openai.chat import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+)
+from inference.protocol.openai.completions import Completion, CompletionRequest
+from inference.protocol.openai.errors import ErrorResponse
+from inference.protocol.openai.models import ModelCard, ModelList
 
 REF = "#/components/schemas/{model}"
 

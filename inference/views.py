@@ -10,10 +10,10 @@ from catalog.models import CatalogModel
 from inference.edge import API_KEY, endpoint
 from inference.observability.metrics import registry
 from inference.openapi import openapi_document
-from inference.protocol.chat import ChatCompletion, ChatCompletionRequest
-from inference.protocol.completions import Completion, CompletionRequest
 from inference.protocol.errors import APIError, model_not_found
-from inference.protocol.models import ModelCard, ModelList
+from inference.protocol.openai.chat import ChatCompletion, ChatCompletionRequest
+from inference.protocol.openai.completions import Completion, CompletionRequest
+from inference.protocol.openai.models import ModelCard, ModelList
 from inference.serving.chat import answer_chat
 from inference.serving.completions import answer_completion
 from inference.serving.context import RequestContext

@@ -126,7 +126,7 @@ class BracketDialect(Dialect):
         return ["event: failure\ndata: {}\n\n"]
 
 
-BRACKETS = BracketDialect("brackets")
+BRACKETS = BracketDialect("brackets", error_body=lambda error: None)
 
 
 @endpoint("POST", dialect=BRACKETS)

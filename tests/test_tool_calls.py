@@ -7,7 +7,7 @@ import pytest
 
 from inference.adapters import FamilyProfile, get_adapter
 from inference.adapters.tools import ParsedCall, parse_hermes, parse_llama3, parse_mistral
-from inference.protocol.chat import ChatCompletionRequest
+from inference.protocol.openai.chat import ChatCompletionRequest
 from inference.serving.tool_calls import StreamedReply, split_reply
 
 WEATHER = ParsedCall("get_weather", '{"city": "Paris"}')

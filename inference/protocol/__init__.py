@@ -1,1 +1,2 @@
-"""The OpenAI wire format as pydantic models: what /v1 accepts and returns."""
+"""Wire formats as pydantic models, one package per dialect (`openai/` today), plus the
+dialect-neutral APIError that serving raises and the edge renders in the endpoint's dialect."""

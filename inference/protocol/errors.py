@@ -1,22 +1,11 @@
 from __future__ import annotations
 
-from pydantic import BaseModel
 from pydantic_core import PydanticCustomError
 
 
-class ErrorDetail(BaseModel):
-    message: str
-    type: str
-    param: str | None = None
-    code: str | None = None
-
-
-class ErrorResponse(BaseModel):
-    error: ErrorDetail
-
-
 class APIError(Exception):
-    """An error that reaches the client as an OpenAI error object."""
+    """An error that reaches the client, written in the endpoint's dialect. `type` and `code`
+    use OpenAI's vocabulary; other dialects map them to their own."""
 
     def __init__(
         self,
@@ -35,10 +24,6 @@ class APIError(Exception):
         self.param = param
         self.code = code
         self.headers = headers or {}
-
-    def body(self) -> ErrorResponse:
-        detail = ErrorDetail(message=self.message, type=self.type, param=self.param, code=self.code)
-        return ErrorResponse(error=detail)
 
 
 def model_not_found(model: str) -> APIError:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from inference.engine.types import ChatPrompt, Delta, Failed, JobRequest, SampledToken
-from inference.protocol.chat import (
+from inference.protocol.errors import APIError
+from inference.protocol.openai.chat import (
     AssistantMessage,
     ChatChoice,
     ChatCompletion,
@@ -21,8 +22,8 @@ from inference.protocol.chat import (
     ToolCall,
     ToolCallDelta,
 )
-from inference.protocol.common import ChoiceLogprobs, TokenLogprob, TopLogprob
-from inference.protocol.errors import APIError
+from inference.protocol.openai.common import ChoiceLogprobs, TokenLogprob, TopLogprob
+from inference.protocol.openai.errors import error_body
 from inference.serving.context import RequestContext
 from inference.serving.errors import api_error
 from inference.serving.generation import Choice, Generation
@@ -162,7 +163,7 @@ async def stream_chat(run: ChatRun) -> AsyncIterator[str]:
         yield chunk([ChunkChoice(index=index, delta=ChunkDelta(role="assistant", content=""))])
     async for choice, event in generation.events():
         if isinstance(event, Failed):
-            yield sse_event(api_error(event.error).body())
+            yield sse_event(error_body(api_error(event.error)))
             break
         reply = replies[choice.index]
         if isinstance(event, Delta):

@@ -14,8 +14,9 @@ from inference.engine.types import (
     TextPrompt,
     TokenPrompt,
 )
-from inference.protocol.common import LegacyLogprobs
-from inference.protocol.completions import Completion, CompletionChoice, CompletionRequest
+from inference.protocol.openai.common import LegacyLogprobs
+from inference.protocol.openai.completions import Completion, CompletionChoice, CompletionRequest
+from inference.protocol.openai.errors import error_body
 from inference.serving.context import RequestContext
 from inference.serving.errors import api_error
 from inference.serving.generation import Choice, Generation
@@ -120,7 +121,7 @@ async def stream_completion(run: CompletionRun) -> AsyncIterator[str]:
             yield chunk([text_choice(choice, echo)])
     async for choice, event in generation.events():
         if isinstance(event, Failed):
-            yield sse_event(api_error(event.error).body())
+            yield sse_event(error_body(api_error(event.error)))
             break
         if isinstance(event, Delta):
             logprobs = run.logprobs(choice, event.logprobs)

@@ -20,8 +20,8 @@ from inference.engine.types import (
     SampledToken,
     Started,
 )
-from inference.protocol.common import PromptTokensDetails, Usage
 from inference.protocol.errors import APIError
+from inference.protocol.openai.common import PromptTokensDetails, Usage
 from inference.serving.context import RequestContext
 from inference.serving.drain import drain
 from inference.serving.errors import api_error

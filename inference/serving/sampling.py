@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from catalog.models import CatalogModel
 from inference.engine.types import SamplingParams
-from inference.protocol.common import SamplingFields
 from inference.protocol.errors import APIError
+from inference.protocol.openai.common import SamplingFields
 
 
 def _first(*values: float | None) -> float:

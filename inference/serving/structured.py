@@ -6,14 +6,14 @@ import json
 
 import llguidance
 
-from inference.protocol.chat import (
+from inference.protocol.errors import APIError
+from inference.protocol.openai.chat import (
     ChatCompletionRequest,
     NamedToolChoice,
     ResponseFormatJSONObject,
     ResponseFormatJSONSchema,
     ToolDefinition,
 )
-from inference.protocol.errors import APIError
 
 # Compact separators and no free whitespace: small models otherwise pad JSON with blank lines.
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from inference.adapters import FamilyAdapter
 from inference.engine.stops import StopStringMatcher
-from inference.protocol.chat import (
+from inference.protocol.openai.chat import (
     ChatCompletionRequest,
     FunctionCall,
     NamedToolChoice,

@@ -13,7 +13,8 @@ from pydantic import (
     model_validator,
 )
 
-from inference.protocol.common import (
+from inference.protocol.errors import invalid_param
+from inference.protocol.openai.common import (
     ChoiceLogprobs,
     FinishReason,
     JSONObject,
@@ -21,7 +22,6 @@ from inference.protocol.common import (
     SamplingFields,
     Usage,
 )
-from inference.protocol.errors import invalid_param
 
 FUNCTION_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
 

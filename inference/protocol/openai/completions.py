@@ -6,14 +6,14 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from inference.protocol.common import (
+from inference.protocol.errors import invalid_param
+from inference.protocol.openai.common import (
     FinishReason,
     LegacyLogprobs,
     ResponseEnvelope,
     SamplingFields,
     Usage,
 )
-from inference.protocol.errors import invalid_param
 
 TokenIds = list[int]
 
