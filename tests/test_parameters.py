@@ -48,10 +48,20 @@ def test_seed_reproduces_and_differs(client, tiny_entry):
     assert texts(ask(client, temperature=1.0, seed=8)) != first
 
 
-@pytest.mark.parametrize("narrowing", [{"top_k": 1}, {"top_p": 0.0}, {"min_p": 1.0}])
+@pytest.mark.parametrize(
+    "narrowing",
+    [
+        {"top_k": 1},
+        {"top_p": 0.0},
+        {"min_p": 1.0},
+        {"top_p": 5e-324},  # 0 in float32: once masked every token, sampling uniformly
+        {"top_p": 1e-9},  # far below any token's probability: only the top one is left
+        {"temperature": 1e-300},  # 1/temperature overflows float32
+    ],
+)
 def test_narrow_sampling_equals_greedy(client, tiny_entry, narrowing):
     greedy = texts(ask(client, temperature=0))
-    assert texts(ask(client, temperature=1.5, seed=1, **narrowing)) == greedy
+    assert texts(ask(client, **{"temperature": 1.5, "seed": 1, **narrowing})) == greedy
 
 
 def test_top_p_and_top_k_change_sampling(client, tiny_entry):

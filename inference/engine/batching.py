@@ -60,10 +60,6 @@ class ModelRunner:
         return bool(self._by_uid)
 
     @property
-    def decoding(self) -> int:
-        return sum(1 for s in self._by_uid.values() if s.first_token_at is not None)
-
-    @property
     def sequences(self) -> list[Sequence]:
         return list(self._by_uid.values())
 

@@ -13,6 +13,12 @@ from inference.engine.types import SamplingParams
 Sampler = Callable[[mx.array], mx.array]
 # OpenAI's penalties look at the whole answer; mlx-lm's default window is 20 tokens.
 PENALTY_WINDOW = 1024
+# A top_p this small keeps only the most likely token (its probability is at least
+# 1/vocabulary), and in float32 mlx-lm's filter cannot tell it from 0 (1 - top_p rounds to 1)
+# and masks every token: sampling would then be uniform over the vocabulary.
+GREEDY_TOP_P = 1e-6
+# Below this, 1/temperature pushes logits out of float32's range (inf, then NaN).
+GREEDY_TEMPERATURE = 1e-30
 
 
 def greedy(logprobs: mx.array) -> mx.array:
@@ -21,7 +27,7 @@ def greedy(logprobs: mx.array) -> mx.array:
 
 def make_sampler(params: SamplingParams) -> Sampler:
     """Each request owns its random key, so a seed reproduces its output whatever runs beside it."""
-    if params.temperature == 0 or params.top_p == 0:  # top_p 0 keeps only the top token
+    if params.temperature < GREEDY_TEMPERATURE or params.top_p < GREEDY_TOP_P:
         return greedy
     filters: list[Callable[[mx.array], mx.array]] = []
     if 0 < params.top_p < 1:
