@@ -136,6 +136,9 @@ CORS_URLS_REGEX = r"^/v1/.*$"
 # Sequences that may wait for a place in a decode batch; past that, /v1 answers 429 with
 # Retry-After instead of queueing without bound.
 MAX_QUEUED_REQUESTS = env.int("MAX_QUEUED_REQUESTS", default=64)
+# Sequences (prompts x n) one request may ask for; more is a 400, never a 429 that no retry
+# could satisfy. The queue's size caps it too.
+MAX_REQUEST_SEQUENCES = env.int("MAX_REQUEST_SEQUENCES", default=64)
 # Messages one chat request may carry.
 MAX_MESSAGES = env.int("MAX_MESSAGES", default=1024)
 # Seconds the engine may go without finishing a step while it has work (model loads excepted)

@@ -44,12 +44,42 @@ def test_oversized_body_is_a_413(client, tiny_entry, settings):
 def test_full_queue_is_a_429_with_retry_after(client, tiny_entry, monkeypatch):
     admission = get_supervisor().admission
     monkeypatch.setattr(admission, "max_queued", 2)
-    refused = post(client, {**BODY, "n": 3})  # three waiting sequences, room for two
+    admission.live += 1  # one sequence of another request waits (and never decodes here)
+    try:
+        refused = post(client, {**BODY, "n": 2})  # two more waiting: room for one
+    finally:
+        admission.live -= 1
     error = assert_error(refused, 429, None, "queue_full")
     assert error["type"] == "rate_limit_error"
     assert 1 <= int(refused["Retry-After"]) <= 60
     assert post(client, {**BODY, "n": 2}).status_code == 200
     assert admission.live == 0  # every admitted sequence was given back
+
+
+def test_more_sequences_than_the_queue_holds_is_a_400_not_a_429(client, tiny_entry, monkeypatch):
+    admission = get_supervisor().admission
+    monkeypatch.setattr(admission, "max_queued", 2)
+    error = assert_error(post(client, {**BODY, "n": 3}), 400, "n")  # could never fit
+    assert "at most 2" in error["message"]
+    assert admission.live == 0
+
+
+@pytest.mark.parametrize(
+    ("limits", "setting"),
+    [
+        ({"MAX_REQUEST_SEQUENCES": 8}, "MAX_REQUEST_SEQUENCES"),
+        ({"MAX_QUEUED_REQUESTS": 4}, "MAX_QUEUED_REQUESTS"),
+    ],
+)
+def test_a_request_past_the_sequence_limit_names_the_setting(
+    client, tiny_entry, settings, limits, setting
+):
+    for name, value in limits.items():
+        setattr(settings, name, value)
+    body = {"model": "tiny", "prompt": ["a", "b", "c"], "n": 3, "max_tokens": 2}
+    response = client.post("/v1/completions", body, content_type="application/json")
+    error = assert_error(response, 400, "n", "too_many_sequences")
+    assert "9 sequences" in error["message"] and setting in error["message"]
 
 
 @pytest.mark.parametrize(

@@ -91,9 +91,16 @@ class EngineHandle:
         self._supervisor = supervisor
 
     def start(self, requests: list[JobRequest]) -> JobStream:
-        """Admits and submits the jobs; raises EngineError(OVERLOADED) past the queue cap."""
+        """Admits and submits the jobs; raises EngineError: OVERLOADED past the queue cap (worth
+        a retry), INVALID_REQUEST for more sequences than the queue holds (never worth one)."""
         supervisor = self._supervisor
         admission = supervisor.admission
+        if len(requests) > admission.max_queued:  # would wait forever: no retry can help
+            raise EngineError(
+                ErrorKind.INVALID_REQUEST,
+                f"{len(requests)} sequences in one request; at most {admission.max_queued} fit.",
+                param="n",
+            )
         retry_after = admission.try_admit(len(requests), supervisor.engine.state.decoding)
         if retry_after is not None:
             raise overloaded(admission.max_queued, retry_after)

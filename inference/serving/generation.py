@@ -56,6 +56,21 @@ SHUTTING_DOWN = EngineError(
 )
 
 
+def check_sequence_count(count: int) -> None:
+    """A request larger than the queue could ever hold gets a 400, not a 429 forever."""
+    limit, setting = min(
+        (settings.MAX_REQUEST_SEQUENCES, "MAX_REQUEST_SEQUENCES"),
+        (settings.MAX_QUEUED_REQUESTS, "MAX_QUEUED_REQUESTS"),
+    )
+    if count > limit:
+        raise APIError(
+            f"This request asks for {count} sequences (prompts x n); this server runs at most "
+            f"{limit} for one request ({setting}).",
+            param="n",
+            code="too_many_sequences",
+        )
+
+
 class Generation:
     """A request's jobs, all admitted by the engine (early failures were raised as HTTP errors).
 
@@ -88,6 +103,7 @@ class Generation:
     ) -> Generation:
         if drain.draining:
             raise api_error(SHUTTING_DOWN)
+        check_sequence_count(len(requests))
         if ctx.record is not None:
             ctx.record.model = requests[0].spec.model_id
         try:
