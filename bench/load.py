@@ -174,3 +174,58 @@ async def multi_turn(url: str, model: str, turns: int = 4) -> dict:
                 {"role": "assistant", "content": reply.json()["choices"][0]["message"]["content"]}
             )
     return {"cold_ttft": ttfts[0], "warm_ttft": statistics.mean(ttfts[1:])}
+
+
+async def closed_loop(url: str, model: str, clients: int, seconds: float, tokens: int) -> dict:
+    """`clients` greedy chats of `tokens` tokens each, asked again as each ends."""
+    deadline = time.perf_counter() + seconds
+
+    async def client_loop(client: httpx.AsyncClient, index: int) -> list:
+        outcomes = []
+        while time.perf_counter() < deadline:
+            messages = [{"role": "user", "content": f"Tell me about {TOPICS[index]}."}]
+            try:
+                outcomes.append(await one_stream(client, url, model, messages, tokens))
+            except (httpx.HTTPError, ValueError) as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    limits = httpx.Limits(max_connections=clients)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+        started = time.perf_counter()
+        per_client = await asyncio.gather(*(client_loop(client, i) for i in range(clients)))
+        elapsed = time.perf_counter() - started
+    return summarise([o for outcomes in per_client for o in outcomes], elapsed)
+
+
+async def running_sequences(client: httpx.AsyncClient, url: str) -> int:
+    health = (await client.get(f"{url}/health")).json()
+    return health["running_sequences"] + health["queued_sequences"]
+
+
+async def abuse(url: str, model: str, clients: int = 8, seconds: float = 60) -> dict:
+    """Normal streams alone, then beside one legacy request of 8 prompts x 2,000 tokens with
+    n 8 (64 sequences, 128k prompt tokens) that is abandoned after `seconds`: the normal
+    streams' TTFT and inter-token p95 both times, and how long the abandoned sequences took to
+    leave the engine."""
+    alone = await closed_loop(url, model, clients, seconds, 32)
+    body = {
+        "model": model,
+        "prompt": [f"{TOPICS[i]}: " + "tell me more, " * 500 for i in range(8)],
+        "n": 8,
+        "max_tokens": 64,
+        "stream": True,
+    }
+    async with httpx.AsyncClient(timeout=600) as client:
+        big = asyncio.create_task(client.post(f"{url}/v1/completions", json=body))
+        await asyncio.sleep(1)
+        beside = await closed_loop(url, model, clients, seconds, 32)
+        if big.done():  # refused or failed: the scenario did not run
+            response = big.result()
+            raise RuntimeError(f"the big request ended early: {response.status_code}")
+        big.cancel()
+        gone_at = time.perf_counter()
+        while await running_sequences(client, url) and time.perf_counter() - gone_at < 120:
+            await asyncio.sleep(0.05)
+        freed = time.perf_counter() - gone_at
+    return {"alone": alone, "beside": beside, "freed_seconds": freed}

@@ -54,6 +54,8 @@ def start_ours(gguf: Path, workdir: Path, env: dict) -> tuple[subprocess.Popen, 
         "LOG_LEVEL": "WARNING",
         # Loopback only, like the peers: no key (it defaults to required outside DEBUG).
         "REQUIRE_API_KEY": "false",
+        # The abusive-request scenario sends 128k prompt tokens in one request on purpose.
+        "MAX_REQUEST_PROMPT_TOKENS": "200000",
     }
     manage = [sys.executable, str(ROOT / "manage.py")]
     subprocess.run([*manage, "migrate", "-v0"], env=env, check=True)

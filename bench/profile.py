@@ -2,13 +2,13 @@
 
     .venv/bin/python bench/profile.py [--batch 1,8,32] [--sampling greedy,top_p] [--steps 20]
 
-For each batch size and sampling mode it fills a ModelRunner (the engine's batch, on mlx-lm's
-BatchGenerator) with that many sequences, times whole decode steps, then times each part alone
-at the same shapes, evaluated (MLX is lazy, so parts are measured apart, not inside the step):
-the model's layers, the lm_head, sampling as the batch runs it (one call per row when rows have
-their own sampler), logits processors (logit_bias), and the engine's per-token work
-(detokenizing, stop strings, events). What the parts leave of the step is bookkeeping: Python
-between the parts, cache updates, synchronisation.
+For each batch size and sampling mode it fills a ModelRunner (the engine's batch) with that
+many sequences, times whole decode steps, then times each part alone at the same shapes,
+evaluated (MLX is lazy, so parts are measured apart, not inside the step): the model's layers,
+the lm_head, sampling as the batch runs it (one vectorized call for every row), logits
+processors (logit_bias), and the engine's per-token work (detokenizing, stop strings, events).
+What the parts leave of the step is bookkeeping: Python between the parts, cache updates,
+synchronisation. Then it times reading prompts (prefill) at a few lengths.
 """
 
 from __future__ import annotations
@@ -34,11 +34,19 @@ from inference.conversion.gguf import convert_gguf  # noqa: E402
 from inference.engine.batching import ModelRunner  # noqa: E402
 from inference.engine.config import EngineConfig  # noqa: E402
 from inference.engine.pool import LoadedModel, ModelPool  # noqa: E402
-from inference.engine.sampling import make_processors, make_sampler  # noqa: E402
+from inference.engine.prefill import PrefillBatch  # noqa: E402
+from inference.engine.sampling import make_processors, make_row_sampler, sample  # noqa: E402
 from inference.engine.sequence import Sequence  # noqa: E402
-from inference.engine.types import ChatPrompt, GenerationJob, ModelSpec, SamplingParams  # noqa: E402
+from inference.engine.types import (  # noqa: E402
+    ChatPrompt,
+    GenerationJob,
+    ModelSpec,
+    SamplingParams,
+    TextPrompt,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
+PREFILLS = ((1, 64), (8, 64), (1, 512))
 MODES = {
     "greedy": SamplingParams(temperature=0, max_tokens=4096, logit_bias={0: -100, 2: -100}),
     "top_p": SamplingParams(
@@ -99,21 +107,21 @@ def step_seconds(runner: ModelRunner, steps: int) -> tuple[float, float]:
 def part_seconds(loaded: LoadedModel, runner: ModelRunner, params: SamplingParams, steps: int):
     """The step's parts, alone, at the batch's shapes."""
     model = loaded.model
-    batch = runner._batch._generation_batch
-    cache = batch.prompt_cache
-    tokens = mx.zeros((len(batch.uids), 1), dtype=mx.uint32)
+    batch = runner._decode
+    cache = batch.cache
+    tokens = mx.zeros((len(batch), 1), dtype=mx.uint32)
     hidden = model.model(tokens, cache=cache)
     head = model.lm_head if hasattr(model, "lm_head") else model.model.embed_tokens.as_linear
     logits = head(hidden)[:, -1, :]
     logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
     mx.eval(logprobs)
-    rows = len(batch.uids)
-    samplers = [make_sampler(params) for _ in range(rows)]
+    rows = len(batch)
+    samplers = [make_row_sampler(params) for _ in range(rows)]
     processors = [make_processors(params) for _ in range(rows)]
     context = mx.zeros((1, 16), dtype=mx.uint32)
 
-    def sample_per_row():
-        return mx.concatenate([s(logprobs[i : i + 1]) for i, s in enumerate(samplers)])
+    def sample_batch():
+        return mx.array(sample(logits, samplers, want_logprobs=False)[0])
 
     def process_per_row():
         out = []
@@ -127,9 +135,7 @@ def part_seconds(loaded: LoadedModel, runner: ModelRunner, params: SamplingParam
     return {
         "layers": timed(lambda: model.model(tokens, cache=cache), steps),
         "lm_head": timed(lambda: head(hidden), steps),
-        "sampling": timed(
-            sample_per_row if params.temperature else lambda: mx.argmax(logprobs, -1), steps
-        ),
+        "sampling": timed(sample_batch, steps),
         "processors": timed(process_per_row, steps),
     }
 
@@ -145,6 +151,20 @@ def profile(loaded: LoadedModel, batch: int, mode: str, steps: int) -> dict:
     parts["per-token Python"] = per_token
     parts["bookkeeping (rest)"] = max(0.0, step - sum(parts.values()))
     return {"step": step, "parts": parts, "tok_s": batch / step}
+
+
+def prefill_seconds(loaded: LoadedModel, rows: int, length: int) -> float:
+    """Seconds to read `rows` prompts of `length` tokens in one prefill step."""
+    batch = PrefillBatch(loaded.model)
+    adapter = get_adapter(FamilyProfile(adapter="chatml"))
+    params = SamplingParams(temperature=0)
+    for _ in range(rows):
+        job = GenerationJob(loaded.spec, adapter, TextPrompt("x"), params, lambda event: None)
+        sequence = Sequence(job, loaded)
+        batch.add(sequence, None, [1] * (length + 1))
+    started = time.perf_counter()
+    batch.step(rows * length)
+    return time.perf_counter() - started
 
 
 def load_demo(gguf: Path, workdir: Path) -> LoadedModel:
@@ -178,6 +198,13 @@ def main() -> None:
         for batch in [int(b) for b in args.batch.split(",")]:
             for mode in args.sampling.split(","):
                 report(batch, mode, profile(loaded, batch, mode, args.steps))
+        print("\nprefill (one step, layers only)")
+        for rows, length in PREFILLS:
+            seconds = prefill_seconds(loaded, rows, length)
+            print(
+                f"    {rows:>2} x {length:>4} tokens  {seconds * 1000:7.0f} ms  "
+                f"{rows * length / seconds:6.0f} tok/s"
+            )
 
 
 if __name__ == "__main__":

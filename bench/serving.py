@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from load import NO_EOS, burst, churn, multi_turn
+from load import NO_EOS, abuse, burst, churn, multi_turn
 from peers import (
     DEMO_ID,
     ROOT,
@@ -72,6 +72,12 @@ def parse_args() -> argparse.Namespace:
         "setup: stored 4-bit weights, bundled BLAS)",
     )
     parser.add_argument("--skip-multi-turn", action="store_true")
+    parser.add_argument(
+        "--abuse",
+        type=float,
+        default=0,
+        help="seconds per phase of the abusive-request scenario (ours only; 0: skip)",
+    )
     args = parser.parse_args()
     args.levels = [int(c) for c in args.concurrency.split(",") if c]
     args.churn_clients = [int(c) for c in args.churn.split(",") if c]
@@ -114,6 +120,18 @@ def show(name: str, mode: str, row: dict) -> None:
     )
 
 
+def report_abuse(result: dict) -> None:
+    alone, beside = result["alone"], result["beside"]
+    show("ours", "8 alone", alone)
+    show("ours", "8 + big", beside)
+    print(
+        f"{'':>18} beside the big request: ITL p95 x{beside['itl_p95'] / alone['itl_p95']:.2f}, "
+        f"TTFT p95 {beside['ttft_p95']:.2f}s; its sequences left "
+        f"{result['freed_seconds']:.2f}s after its client went",
+        flush=True,
+    )
+
+
 def measure(name: str, url: str, model: str, args: argparse.Namespace) -> dict[str, dict]:
     """One server's rows by mode, printed as they come."""
     rows = {}
@@ -126,6 +144,8 @@ def measure(name: str, url: str, model: str, args: argparse.Namespace) -> dict[s
         row = asyncio.run(churn(url, model, clients, args.churn_seconds, sampling, args.seed))
         rows[f"churn {clients}"] = row
         show(name, f"churn {clients}", row)
+    if args.abuse and name == "ours":
+        report_abuse(asyncio.run(abuse(url, model, seconds=args.abuse)))
     if not args.skip_multi_turn:
         turns = asyncio.run(multi_turn(url, model))
         print(

@@ -113,11 +113,12 @@ MEDIA_ROOT = VAR_DIR / "media"
 MODEL_STORAGE_DIR = Path(env.str("MODEL_STORAGE_DIR", default=str(VAR_DIR / "models")))
 # Bytes the model pool may hold in weights before it evicts the least recently used model.
 POOL_MEMORY_BUDGET = byte_size("POOL_MEMORY_BUDGET", physical_memory() // 2)
-# Continuous batching: sequences decoded together per model, prompts prefilled together, and
-# tokens per prefill chunk (smaller chunks keep running streams flowing while a long prompt loads).
+# Continuous batching: sequences decoded together per model; the share of each engine step that
+# reading newcomers' prompts may take while others stream (0.5: a step at most doubles), and the
+# most prompt tokens one step reads (the share paces it; this caps it on fast hardware).
 ENGINE_MAX_BATCH = env.int("ENGINE_MAX_BATCH", default=32)
-ENGINE_PREFILL_BATCH = env.int("ENGINE_PREFILL_BATCH", default=32)
-ENGINE_PREFILL_STEP = env.int("ENGINE_PREFILL_STEP", default=512)
+ENGINE_PREFILL_SHARE = env.float("ENGINE_PREFILL_SHARE", default=0.5)
+ENGINE_PREFILL_STEP = env.int("ENGINE_PREFILL_STEP", default=2048)
 # Reusable prompt KV cache per model: a conversation's next turn prefills only its new tokens.
 PROMPT_CACHE_BYTES = byte_size("PROMPT_CACHE_BYTES", "1GiB")
 # Seconds after which an unused, unpinned model is unloaded (0: keep until evicted).
@@ -139,6 +140,9 @@ MAX_QUEUED_REQUESTS = env.int("MAX_QUEUED_REQUESTS", default=64)
 # Sequences (prompts x n) one request may ask for; more is a 400, never a 429 that no retry
 # could satisfy. The queue's size caps it too.
 MAX_REQUEST_SEQUENCES = env.int("MAX_REQUEST_SEQUENCES", default=64)
+# Prompt tokens one request may have read (every prompt x n, before prefix-cache hits); more is a
+# 400 too_many_prompt_tokens.
+MAX_REQUEST_PROMPT_TOKENS = env.int("MAX_REQUEST_PROMPT_TOKENS", default=65536)
 # Messages one chat request may carry.
 MAX_MESSAGES = env.int("MAX_MESSAGES", default=1024)
 # Seconds the engine may go without finishing a step while it has work (model loads excepted)

@@ -61,8 +61,9 @@ def engine_config() -> EngineConfig:
     return EngineConfig(
         pool_budget_bytes=settings.POOL_MEMORY_BUDGET,
         max_batch=settings.ENGINE_MAX_BATCH,
-        prefill_batch=settings.ENGINE_PREFILL_BATCH,
+        prefill_share=settings.ENGINE_PREFILL_SHARE,
         prefill_step=settings.ENGINE_PREFILL_STEP,
+        max_request_prompt_tokens=settings.MAX_REQUEST_PROMPT_TOKENS,
         prompt_cache_bytes=settings.PROMPT_CACHE_BYTES,
         idle_ttl=settings.MODEL_IDLE_TTL,
         max_queued=settings.MAX_QUEUED_REQUESTS,

@@ -191,14 +191,14 @@ def test_top_k_beyond_the_vocabulary_keeps_every_token(client, tiny_entry, top_k
 def test_a_request_whose_sampler_fails_is_refused_alone(client, tiny_entry, monkeypatch):
     from inference.engine import sampling
 
-    real = sampling.make_sampler
+    real = sampling.make_row_sampler
 
     def picky(params):
         if params.temperature == 1.5:
             raise ValueError("temperature 1.5 is not supported by this sampler")
         return real(params)
 
-    monkeypatch.setattr(sampling, "make_sampler", picky)
+    monkeypatch.setattr(sampling, "make_row_sampler", picky)
     error = assert_error(post(client, {**BODY, "temperature": 1.5}), 400)
     assert "cannot be applied" in error["message"]
     assert post(client, BODY).status_code == 200

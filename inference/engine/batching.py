@@ -1,23 +1,32 @@
-"""Continuous batching for one loaded model: mlx-lm's BatchGenerator plus prefix-cache reuse."""
+"""Continuous batching for one loaded model: who waits, whose prompt is read, who decodes.
+
+A sequence goes waiting -> prefill -> decode. Each engine step admits waiting sequences by fair
+share (scheduling.admit), reads a paced share of the waiting prompts (prefill.PrefillBatch),
+and decodes one token for every sequence past its prompt (decode.DecodeBatch). mlx-lm's KV cache
+classes, model code and LRUPromptCache are used as they are; its BatchGenerator is not (its
+prefill read every waiting prompt's next 512-token chunk in one step, and it sampled row by
+row).
+"""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections import deque
+from typing import Any
 
 import mlx.core as mx
-from mlx_lm.generate import BatchGenerator, StopSequences
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
 
 from inference.engine.config import EngineConfig
+from inference.engine.decode import DecodeBatch
 from inference.engine.pool import LoadedModel
+from inference.engine.prefill import PrefillBatch
+from inference.engine.scheduling import PrefillPacer, admit
 from inference.engine.sequence import Sequence
 from inference.engine.types import Event
 
 log = logging.getLogger(__name__)
-# Sequences decide for themselves when to stop (stop tokens and strings, across tokens).
-NO_STOPS = StopSequences(None)
 RATE_WINDOW = 10.0  # seconds of decode steps behind tokens/s
 
 
@@ -36,32 +45,35 @@ def compact(cache: list) -> None:
 
 
 class ModelRunner:
-    """Engine thread only. New sequences join between decode steps; finished ones leave at once."""
+    """Engine thread only. Sequences join between steps; finished ones leave at once."""
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         self.loaded = loaded
-        self._batch = BatchGenerator(
-            loaded.model,
-            stop_tokens=None,
-            completion_batch_size=config.max_batch,
-            prefill_batch_size=config.prefill_batch,
-            prefill_step_size=config.prefill_step,
-        )
+        self.config = config
+        self._waiting: list[Sequence] = []
+        self._prefill = PrefillBatch(loaded.model)
+        self._decode = DecodeBatch(loaded.model)
+        self._pacer = PrefillPacer(config.prefill_share)
+        self._prefix_hits: dict[int, tuple[Any, list[int]]] = {}  # id(sequence) -> (cache, rest)
         self._prefixes = (
             LRUPromptCache(max_size=64, max_bytes=config.prompt_cache_bytes)
             if config.prompt_cache_bytes
             else None
         )
-        self._by_uid: dict[int, Sequence] = {}
         self._recent: deque[tuple[float, int]] = deque()  # (when, tokens) of recent steps
 
     @property
     def busy(self) -> bool:
-        return bool(self._by_uid)
+        return bool(self._waiting or self._prefill.rows or self._decode.rows)
 
     @property
     def sequences(self) -> list[Sequence]:
-        return list(self._by_uid.values())
+        return [*self._waiting, *self._prefill.rows, *self._decode.rows]
+
+    @property
+    def waiting(self) -> int:
+        """Sequences not yet given a place in the batch (reading or decoding)."""
+        return len(self._waiting)
 
     @property
     def prefix_cache_bytes(self) -> int:
@@ -69,19 +81,9 @@ class ModelRunner:
 
     def add(self, sequence: Sequence) -> None:
         cache, rest = self._cached_prefix(sequence.prompt)
-        cached = len(sequence.prompt) - len(rest)
-        sequence.cached_tokens = cached
-        (uid,) = self._batch.insert(
-            [rest],
-            max_tokens=[sequence.max_tokens],
-            caches=[cache],
-            all_tokens=[sequence.prompt[:cached]],
-            samplers=[sequence.sampler],
-            logits_processors=[sequence.processors],
-            stop_sequences=[NO_STOPS],
-        )
-        self._by_uid[uid] = sequence
-        sequence.uid = uid
+        sequence.cached_tokens = len(sequence.prompt) - len(rest)
+        self._prefix_hits[id(sequence)] = (cache, rest)
+        self._waiting.append(sequence)
         self.loaded.active += 1
 
     def _cached_prefix(self, prompt: list[int]):
@@ -97,20 +99,71 @@ class ModelRunner:
         return cache, rest
 
     def step(self) -> list[tuple[Sequence, list[Event]]]:
-        """One decode step for the batch (and a prefill chunk for newcomers)."""
-        _, responses = self._batch.next()
-        self._count(len(responses))
-        out = []
-        for response in responses:
-            sequence = self._by_uid.get(response.uid)
-            if sequence is None:
+        """Admits, reads a paced share of waiting prompts, decodes one token per stream."""
+        self._admit()
+        if self._prefill.rows:
+            self._read_prompts()
+        if not self._decode.rows:
+            return []
+        started = time.perf_counter()
+        produced = self._decode.step()
+        self._pacer.decoded(time.perf_counter() - started)
+        self._count(len(produced))
+        return self._deliver(produced)
+
+    def _admit(self) -> None:
+        running = self._prefill.rows + self._decode.rows
+        slots = self.config.max_batch - len(running)
+        if slots <= 0 or not self._waiting:
+            return
+        for sequence in admit(self._waiting, running, slots):
+            self._waiting.remove(sequence)
+            cache, rest = self._prefix_hits.pop(id(sequence))
+            self._prefill.add(sequence, cache, rest)
+        self._graduate()
+
+    def _read_prompts(self) -> None:
+        budget = self._pacer.budget(bool(self._decode.rows), self.config.prefill_step)
+        started = time.perf_counter()
+        read = self._prefill.step(budget)
+        self._pacer.read(read, time.perf_counter() - started)
+        mx.clear_cache()
+        self._graduate()
+
+    def _graduate(self) -> None:
+        """Rows with only their prompt's last token left move to the decode batch."""
+        ready = self._prefill.ready()
+        if ready:
+            rows, cache = self._prefill.take(ready)
+            self._decode.join(rows, cache, [row.prompt[-1] for row in rows])
+
+    def _deliver(self, produced) -> list[tuple[Sequence, list[Event]]]:
+        out, keep, finished = [], [], []
+        for index, (sequence, token, logprobs) in enumerate(produced):
+            if sequence.job.cancelled.is_set():
+                finished.append((index, sequence, False))
                 continue
-            last = response.finish_reason is not None
-            events = sequence.on_token(response.token, response.logprobs, last)
-            if sequence.finished:
-                self._retire(sequence, response if last else None)
+            last = sequence.completion_tokens + 1 >= sequence.max_tokens
+            events = sequence.on_token(token, logprobs, last)
             out.append((sequence, events))
+            if sequence.finished:
+                finished.append((index, sequence, True))
+            else:
+                keep.append(index)
+        for index, sequence, completed in finished:
+            if completed:
+                self._remember(sequence, self._decode.extract(index))
+            self._release()
+        self._decode.keep(keep)
         return out
+
+    def _remember(self, sequence: Sequence, cache: list[Any]) -> None:
+        if self._prefixes is None:
+            return
+        # A later turn of the same conversation starts with these tokens.
+        compact(cache)
+        tokens = sequence.prompt[:-1] + sequence.fed
+        self._prefixes.insert_cache(self.loaded.spec.model_id, tokens, cache)
 
     def _count(self, tokens: int) -> None:
         now = time.monotonic()
@@ -122,25 +175,21 @@ class ModelRunner:
         now = time.monotonic()
         return sum(n for t, n in self._recent if t >= now - RATE_WINDOW) / RATE_WINDOW
 
-    def cancel(self, sequence: Sequence) -> None:
-        """Drops the sequence from the batch now; its KV memory goes with it."""
-        if self._by_uid.pop(sequence.uid, None) is not None:
-            self._batch.remove([sequence.uid])
+    def cancel(self, sequences: list[Sequence]) -> None:
+        """Drops the sequences wherever they are now; their KV memory goes with them."""
+        gone = {id(s) for s in sequences}
+        waiting = [s for s in self._waiting if id(s) in gone]
+        for sequence in waiting:
+            self._waiting.remove(sequence)
+            self._prefix_hits.pop(id(sequence), None)
+        in_prefill = [i for i, s in enumerate(self._prefill.rows) if id(s) in gone]
+        if in_prefill:
+            self._prefill.take(in_prefill)
+        keep = [i for i, s in enumerate(self._decode.rows) if id(s) not in gone]
+        dropped = len(self._decode.rows) - len(keep)
+        self._decode.keep(keep)
+        for _ in range(len(waiting) + len(in_prefill) + dropped):
             self._release()
-
-    def _retire(self, sequence: Sequence, response) -> None:
-        uid = sequence.uid
-        del self._by_uid[uid]
-        self._release()
-        if response is not None:  # the generator already let it go, with its cache
-            cache, tokens = response.prompt_cache, response.all_tokens
-        else:
-            extracted = self._batch.remove([uid], return_prompt_caches=self._prefixes is not None)
-            cache, tokens = extracted.get(uid, (None, None))
-        if self._prefixes is not None and cache is not None:
-            # A later turn of the same conversation starts with these tokens.
-            compact(cache)
-            self._prefixes.insert_cache(self.loaded.spec.model_id, list(tokens), cache)
 
     def _release(self) -> None:
         # Idle time counts from the last sequence's end, not from when it started.
@@ -148,6 +197,4 @@ class ModelRunner:
         self.loaded.last_used = time.monotonic()
 
     def close(self) -> None:
-        for sequence in self.sequences:
-            self.cancel(sequence)
-        self._batch.close()
+        self.cancel(self.sequences)

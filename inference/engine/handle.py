@@ -38,7 +38,14 @@ class JobStream:
     `release()` cancels whatever still runs and gives back the admission slots; it is safe to
     call from any thread, any number of times, and only the first call counts."""
 
-    def __init__(self, engine: Engine, admission: Admission, requests: list[JobRequest]) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        admission: Admission,
+        requests: list[JobRequest],
+        owner: str = "",
+        group: str = "",
+    ) -> None:
         self._admission = admission
         self._count = len(requests)
         self._remaining = len(requests)
@@ -50,10 +57,10 @@ class JobStream:
         try:
             for index, r in enumerate(requests):
                 sink = partial(self._deliver, loop, index)
-                self.jobs.append(
-                    GenerationJob(r.spec, r.adapter, r.prompt, r.params, sink, echo=r.echo)
-                )
-                engine.submit(self.jobs[-1])
+                job = GenerationJob(r.spec, r.adapter, r.prompt, r.params, sink, r.echo)
+                job.owner, job.group = owner, group
+                self.jobs.append(job)
+            engine.submit(*self.jobs)
         except BaseException:
             self.release()
             raise
@@ -90,9 +97,10 @@ class EngineHandle:
     def __init__(self, supervisor: Supervisor) -> None:
         self._supervisor = supervisor
 
-    def start(self, requests: list[JobRequest]) -> JobStream:
-        """Admits and submits the jobs; raises EngineError: OVERLOADED past the queue cap (worth
-        a retry), INVALID_REQUEST for more sequences than the queue holds (never worth one)."""
+    def start(self, requests: list[JobRequest], owner: str = "", group: str = "") -> JobStream:
+        """Admits and submits one request's jobs (`owner`: who sent it, `group`: which
+        request, for fair shares); raises EngineError: OVERLOADED past the queue cap (worth a
+        retry), INVALID_REQUEST for more sequences than the queue holds (never worth one)."""
         supervisor = self._supervisor
         admission = supervisor.admission
         if len(requests) > admission.max_queued:  # would wait forever: no retry can help
@@ -104,7 +112,7 @@ class EngineHandle:
         retry_after = admission.try_admit(len(requests), supervisor.engine.state.decoding)
         if retry_after is not None:
             raise overloaded(admission.max_queued, retry_after)
-        return JobStream(supervisor.engine, admission, requests)
+        return JobStream(supervisor.engine, admission, requests, owner, group)
 
     async def call(self, run: Callable[[Engine], T]) -> T:
         """Runs `run(engine)` on the engine thread between steps and returns its result."""

@@ -13,7 +13,7 @@ import mlx.core as mx
 from inference.adapters.base import ChatTemplateMissing
 from inference.engine.detokenize import make_detokenizer
 from inference.engine.pool import LoadedModel
-from inference.engine.sampling import make_processors, make_sampler, probe
+from inference.engine.sampling import make_processors, make_row_sampler, probe
 from inference.engine.stops import StopStringMatcher
 from inference.engine.types import (
     Candidate,
@@ -64,7 +64,7 @@ class Sequence:
             raise EngineError(
                 ErrorKind.INVALID_REQUEST, f"These sampling parameters cannot be applied: {exc}"
             ) from exc
-        self.sampler = make_sampler(params)
+        self.sampler = make_row_sampler(params)
         self.processors = make_processors(params)
         if params.grammar:
             from inference.engine.constraints import GrammarConstraint
@@ -75,7 +75,7 @@ class Sequence:
         self._stops = StopStringMatcher((*job.adapter.stop_strings(), *params.stop))
         self._detokenizer = make_detokenizer(loaded.tokenizer)
         self._pending_logprobs: list[SampledToken] = []
-        self.uid = -1  # the batch generator's id for it, once added
+        self.fed: list[int] = []  # tokens generated and fed back, so in the KV cache
         self.cached_tokens = 0
         self.completion_tokens = 0
         self.finished = False

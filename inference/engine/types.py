@@ -66,6 +66,7 @@ class ErrorKind(Enum):
     MODEL_UNAVAILABLE = "model_unavailable"
     TIMEOUT = "timeout"
     OVERLOADED = "overloaded"
+    PROMPT_TOO_LARGE = "too_many_prompt_tokens"
     ENGINE_RESTARTED = "engine_restarted"
     SHUTTING_DOWN = "shutting_down"
     INTERNAL = "internal"
@@ -157,3 +158,6 @@ class GenerationJob:
     sink: Callable[[Event], None]
     echo: bool = False
     cancelled: threading.Event = field(default_factory=threading.Event)
+    # Fair shares: who sent it (the API key's name) and which request it belongs to.
+    owner: str = ""
+    group: str = ""

@@ -14,6 +14,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from inference.engine import fastmath
 from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
 from inference.engine.pool import LoadedModel, ModelPool
@@ -74,13 +75,15 @@ class Engine:
         self._thread = threading.Thread(target=self._run, name="mlx-engine", daemon=True)
         self._thread.start()
 
-    def submit(self, job: GenerationJob) -> None:
+    def submit(self, *jobs: GenerationJob) -> None:
+        """One request's jobs: started together, so its limits see all of them."""
         with self._jobs_lock:
             if self._abandoned:
-                job.sink(Failed(RESTARTING))
+                for job in jobs:
+                    job.sink(Failed(RESTARTING))
                 return
-            self._jobs.add(job)
-        self._inbox.put(job)
+            self._jobs.update(jobs)
+        self._inbox.put(list(jobs))
 
     def call(self, run: Callable[[Engine], Any]) -> Future:
         """Runs `run(engine)` on the engine thread between steps."""
@@ -125,6 +128,8 @@ class Engine:
 
     def _run(self) -> None:
         try:
+            if mx.default_device() == mx.cpu:
+                fastmath.warm_up()  # before the first request waits for it
             while not self._abandoned:
                 self.heartbeat = time.monotonic()
                 self._publish()
@@ -221,7 +226,7 @@ class Engine:
     def _model_state(self, loaded: LoadedModel) -> ModelState:
         runner = self._runners.get(loaded.spec.model_id)
         sequences = runner.sequences if runner else []
-        queued = sum(1 for s in sequences if s.first_token_at is None)
+        queued = runner.waiting if runner else 0
         return ModelState(
             id=loaded.spec.model_id,
             bytes=loaded.nbytes,
@@ -235,21 +240,35 @@ class Engine:
             prefix_cache_bytes=runner.prefix_cache_bytes if runner else 0,
         )
 
-    def _start(self, job: GenerationJob) -> None:
-        if job.cancelled.is_set():
+    def _start(self, jobs: list[GenerationJob]) -> None:
+        started = [(job, s) for job in jobs if (s := self._sequence(job)) is not None]
+        limit = self.config.max_request_prompt_tokens
+        total = sum(len(s.prompt) for _, s in started)
+        if limit and total > limit:
+            error = EngineError(
+                ErrorKind.PROMPT_TOO_LARGE,
+                f"This request's prompts (every prompt x n) take {total} tokens; this server "
+                f"reads at most {limit} for one request",
+            )
+            for job, _ in started:
+                self._emit(job, Failed(error))
             return
+        for job, sequence in started:
+            self._runner(sequence.loaded).add(sequence)
+            self._emit(job, sequence.started())
+
+    def _sequence(self, job: GenerationJob) -> Sequence | None:
+        """The job's sequence, ready to add; None (and the job failed) if it cannot run."""
+        if job.cancelled.is_set():
+            return None
         try:
-            loaded = self._load(job.spec)
-            sequence = Sequence(job, loaded)
-            self._runner(loaded).add(sequence)
+            return Sequence(job, self._load(job.spec))
         except EngineError as exc:
             self._emit(job, Failed(exc))
-            return
         except Exception:  # a bad request must never take the engine down
             log.exception("could not start a sequence for %s", job.spec.model_id)
             self._emit(job, Failed(EngineError(ErrorKind.INTERNAL, "generation failed")))
-            return
-        self._emit(job, sequence.started())
+        return None
 
     def _load(self, spec: ModelSpec) -> LoadedModel:
         self.loading = True
@@ -274,9 +293,9 @@ class Engine:
             runner.close()
 
     def _step(self, runner: ModelRunner) -> None:
-        for sequence in runner.sequences:
-            if sequence.job.cancelled.is_set():
-                runner.cancel(sequence)
+        cancelled = [s for s in runner.sequences if s.job.cancelled.is_set()]
+        if cancelled:
+            runner.cancel(cancelled)
         if not runner.busy:
             return
         try:

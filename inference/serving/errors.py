@@ -7,6 +7,10 @@ def api_error(error: EngineError) -> APIError:
         return APIError(error.message, param=error.param)
     if error.kind is ErrorKind.CONTEXT_LENGTH_EXCEEDED:
         return APIError(error.message, param=error.param, code="context_length_exceeded")
+    if error.kind is ErrorKind.PROMPT_TOO_LARGE:
+        return APIError(
+            f"{error.message} (MAX_REQUEST_PROMPT_TOKENS).", param="prompt", code=error.kind.value
+        )
     if error.kind is ErrorKind.TIMEOUT:
         return APIError(error.message, status=504, type="server_error", code="timeout")
     if error.kind is ErrorKind.OVERLOADED:

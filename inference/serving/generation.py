@@ -107,7 +107,7 @@ class Generation:
         if ctx.record is not None:
             ctx.record.model = requests[0].spec.model_id
         try:
-            stream = ctx.engine.start(requests)
+            stream = ctx.engine.start(requests, owner=ctx.caller.name, group=ctx.id)
         except EngineError as exc:
             raise api_error(exc) from None
         generation = cls(stream, ctx, completion_id(id_prefix), choices_per_prompt)

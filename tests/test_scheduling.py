@@ -1,0 +1,161 @@
+"""Fair shares, paced prompt reading, bounded cancellation, greedy outputs as mlx-lm's."""
+
+import queue
+import re
+import time
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+from mlx_lm import stream_generate
+from mlx_lm.sample_utils import make_sampler
+
+from inference.adapters import FamilyProfile, get_adapter
+from inference.engine.config import EngineConfig
+from inference.engine.pool import ModelPool
+from inference.engine.scheduling import PrefillPacer, admit
+from inference.engine.types import (
+    Delta,
+    Done,
+    Failed,
+    GenerationJob,
+    SamplingParams,
+    Started,
+    TextPrompt,
+)
+from inference.engine.worker import Engine
+from inference.runtime import get_supervisor
+from tests.helpers import assert_error, collect, start_job
+
+NO_EOS = {2: -100.0}  # the end token of SmolLM2's vocabulary, banned
+
+
+def seq(owner: str, group: str) -> SimpleNamespace:
+    return SimpleNamespace(job=SimpleNamespace(owner=owner, group=group))
+
+
+def test_a_newcomer_gets_the_next_slot_before_a_request_holding_the_batch():
+    running = [seq("k", "big") for _ in range(7)]
+    waiting = [seq("k", "big") for _ in range(20)] + [seq("k", "small")]
+    assert admit(waiting, running, slots=1) == [waiting[-1]]
+
+
+def test_a_request_alone_may_fill_the_batch():
+    waiting = [seq("k", "big") for _ in range(40)]
+    assert len(admit(waiting, [], slots=32)) == 32
+
+
+def test_slots_are_shared_between_keys_first_then_their_requests():
+    waiting = [seq("a", f"a{i}") for i in range(3) for _ in range(10)]
+    waiting += [seq("b", "b0") for _ in range(10)]
+    chosen = admit(waiting, [], slots=8)
+    owners = [s.job.owner for s in chosen]
+    assert owners.count("b") == 4  # half the batch for key b's one request
+    assert sorted({s.job.group for s in chosen if s.job.owner == "a"}) == ["a0", "a1", "a2"]
+
+
+def test_prefill_is_paced_to_a_share_of_the_decode_step():
+    pacer = PrefillPacer(prefill_share=0.5)
+    pacer.read(tokens=1000, seconds=2.0)  # 500 tokens/s
+    pacer.decoded(0.2)
+    assert pacer.budget(decoding=True, ceiling=4096) == 100  # 0.2 s of reading
+    assert pacer.budget(decoding=False, ceiling=4096) == 250  # an idle step: 0.5 s
+    assert pacer.budget(decoding=False, ceiling=64) == 64
+
+
+@pytest.fixture
+def long_spec(tiny_spec):
+    """The tiny model with room for long prompts (its rotary embedding has no hard limit)."""
+    return replace(tiny_spec, model_id="tiny-long", context_length=8192)
+
+
+@pytest.fixture
+def paced_engine():
+    engine = Engine(EngineConfig(pool_budget_bytes=8 * 2**30, prefill_step=64))
+    yield engine
+    engine.stop()
+
+
+def long_job(spec, tokens: int, max_tokens: int = 4) -> GenerationJob:
+    events: queue.SimpleQueue = queue.SimpleQueue()
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, logit_bias=NO_EOS)
+    prompt = TextPrompt(" hello" * tokens)
+    job = GenerationJob(spec, get_adapter(FamilyProfile()), prompt, params, events.put)
+    job.events = events  # type: ignore[attr-defined]
+    return job
+
+
+def test_streams_keep_flowing_while_a_long_prompt_is_read(paced_engine, long_spec):
+    streaming = start_job(
+        paced_engine,
+        long_spec,
+        params=SamplingParams(temperature=0, max_tokens=200, logit_bias=NO_EOS),
+    )
+    assert isinstance(streaming.events.get(timeout=60), Started)
+    assert isinstance(streaming.events.get(timeout=60), Delta)
+    reader = long_job(long_spec, 1500)
+    paced_engine.submit(reader)
+    assert isinstance(reader.events.get(timeout=60), Started)
+    deltas = 0
+    while reader.events.empty():  # until the long prompt's first token
+        event = streaming.events.get(timeout=60)
+        assert not isinstance(event, Done | Failed), "the stream ended before the prompt was read"
+        deltas += isinstance(event, Delta)
+    # 1,500 tokens at most 64 a step: the stream got a token in each of those ~24 steps.
+    assert deltas >= 20
+    streaming.cancelled.set()
+    assert isinstance(collect(reader)[1], Done)
+
+
+def test_a_request_cancelled_mid_prefill_leaves_within_a_step(paced_engine, long_spec):
+    job = long_job(long_spec, 6000)
+    paced_engine.submit(job)
+    assert isinstance(job.events.get(timeout=60), Started)
+    time.sleep(0.3)
+    assert paced_engine.state.models[0].active_sequences == 1  # still reading its prompt
+    assert paced_engine.state.running == 1
+    job.cancelled.set()
+    deadline = time.monotonic() + 5
+    while paced_engine.state.running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert paced_engine.state.running == 0
+    assert job.events.empty()  # cancelled jobs get no more events
+
+
+def test_greedy_output_is_token_identical_to_mlx_lm(engine, smollm_spec):
+    loaded = ModelPool(4 * 2**30).get(smollm_spec)
+    prompts = ["Name three rivers.", "What is 2 + 2?", "Write a haiku about rain."]
+    params = SamplingParams(temperature=0, max_tokens=24, logit_bias=NO_EOS)
+    jobs = [start_job(engine, smollm_spec, p, params) for p in prompts]  # decoded together
+    for prompt, job in zip(prompts, jobs, strict=True):
+        text, done = collect(job)
+        ids = loaded.tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True
+        )
+        expected = "".join(
+            r.text
+            for r in stream_generate(
+                loaded.model,
+                loaded.tokenizer,
+                ids,
+                max_tokens=24,
+                sampler=make_sampler(0.0),
+                logits_processors=[lambda _, logits: logits.at[:, 2].add(-100.0)],
+            )
+        )
+        assert text == expected
+        assert done.completion_tokens == 24
+
+
+def test_a_request_over_the_prompt_token_limit_is_a_400_naming_it(client, tiny_entry, monkeypatch):
+    engine = get_supervisor().engine
+    monkeypatch.setattr(engine, "config", replace(engine.config, max_request_prompt_tokens=100))
+    body = {"model": "tiny", "prompt": ["word " * 30] * 2, "n": 2, "max_tokens": 2}
+    response = client.post("/v1/completions", body, content_type="application/json")
+    error = assert_error(response, 400, "prompt", "too_many_prompt_tokens")
+    assert re.search(
+        r"take \d+ tokens; .* at most 100 .*\(MAX_REQUEST_PROMPT_TOKENS\)\.$", error["message"]
+    )
+    assert get_supervisor().admission.live == 0
+    body["n"] = 1  # 60 tokens
+    assert client.post("/v1/completions", body, content_type="application/json").status_code == 200
