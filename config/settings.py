@@ -135,8 +135,10 @@ API_KEY_MAX_CONCURRENT = env.int("API_KEY_MAX_CONCURRENT", default=16)
 CORS_ALLOWED_ORIGINS = env.list("CORS_ALLOWED_ORIGINS", default=[])
 CORS_URLS_REGEX = r"^/v1/.*$"
 # Sequences that may wait for a place in a decode batch; past that, /v1 answers 429 with
-# Retry-After instead of queueing without bound.
-MAX_QUEUED_REQUESTS = env.int("MAX_QUEUED_REQUESTS", default=64)
+# Retry-After instead of queueing without bound. Several times MAX_REQUEST_SEQUENCES: one
+# request at its limit must not fill the queue alone (waiting sequences get slots by fair
+# share, not in arrival order, so a newcomer behind a big request still starts at once).
+MAX_QUEUED_REQUESTS = env.int("MAX_QUEUED_REQUESTS", default=256)
 # Sequences (prompts x n) one request may ask for; more is a 400, never a 429 that no retry
 # could satisfy. The queue's size caps it too.
 MAX_REQUEST_SEQUENCES = env.int("MAX_REQUEST_SEQUENCES", default=64)

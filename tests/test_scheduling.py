@@ -13,7 +13,7 @@ from mlx_lm.sample_utils import make_sampler
 from inference.adapters import FamilyProfile, get_adapter
 from inference.engine.config import EngineConfig
 from inference.engine.pool import ModelPool
-from inference.engine.scheduling import PrefillPacer, admit
+from inference.engine.scheduling import PrefillPacer, admit, preemptible, starved
 from inference.engine.types import (
     Delta,
     Done,
@@ -159,3 +159,38 @@ def test_a_request_over_the_prompt_token_limit_is_a_400_naming_it(client, tiny_e
     assert get_supervisor().admission.live == 0
     body["n"] = 1  # 60 tokens
     assert client.post("/v1/completions", body, content_type="application/json").status_code == 200
+
+
+def test_with_nobody_below_their_share_waiting_no_slot_idles():
+    running = [seq("k", "big") for _ in range(20)] + [seq("k", "small")]
+    waiting = [seq("k", "big") for _ in range(5)]
+    assert len(admit(waiting, running, slots=3)) == 3
+
+
+def test_a_prompt_being_read_is_set_aside_for_a_request_below_its_share():
+    reading = [seq("k", "big") for _ in range(4)]
+    running = [seq("k", "big") for _ in range(28)] + reading
+    waiting = [seq("k", "small"), seq("k", "big")]
+    assert starved(waiting, running) == 1
+    assert preemptible(waiting, running, reading) == 3  # the newest prompt of the big request
+    assert preemptible([seq("k", "big")], running, reading) is None
+
+
+def test_a_one_line_chat_is_answered_while_a_huge_request_holds_the_batch(long_spec):
+    engine = Engine(EngineConfig(pool_budget_bytes=8 * 2**30, prefill_step=64, max_batch=4))
+    try:
+        big = [long_job(long_spec, 3000, max_tokens=8) for _ in range(8)]
+        for job in big:
+            job.group = "big"
+        engine.submit(*big)
+        assert all(isinstance(job.events.get(timeout=60), Started) for job in big)
+        small = long_job(long_spec, 5, max_tokens=8)
+        small.group = "small"
+        engine.submit(small)
+        _, done = collect(small, timeout=60)
+        assert isinstance(done, Done) and done.completion_tokens == 8
+        assert all(job.events.empty() for job in big)  # still reading their prompts
+        for job in big:
+            job.cancelled.set()
+    finally:
+        engine.stop()

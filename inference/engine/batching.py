@@ -22,7 +22,7 @@ from inference.engine.config import EngineConfig
 from inference.engine.decode import DecodeBatch
 from inference.engine.pool import LoadedModel
 from inference.engine.prefill import PrefillBatch
-from inference.engine.scheduling import PrefillPacer, admit
+from inference.engine.scheduling import PrefillPacer, admit, preemptible, starved
 from inference.engine.sequence import Sequence
 from inference.engine.types import Event
 
@@ -112,15 +112,33 @@ class ModelRunner:
         return self._deliver(produced)
 
     def _admit(self) -> None:
+        if not self._waiting:
+            return
         running = self._prefill.rows + self._decode.rows
         slots = self.config.max_batch - len(running)
-        if slots <= 0 or not self._waiting:
-            return
+        if slots <= 0:
+            slots = self._make_room(running)
         for sequence in admit(self._waiting, running, slots):
             self._waiting.remove(sequence)
             cache, rest = self._prefix_hits.pop(id(sequence))
             self._prefill.add(sequence, cache, rest)
         self._graduate()
+
+    def _make_room(self, running: list[Sequence]) -> int:
+        """With the batch full and a request below its share waiting, sets aside the newest
+        prompt still being read of the request furthest above its share (its cache so far is
+        kept: nothing is read twice). Decoding sequences are never interrupted."""
+        freed = 0
+        for _ in range(starved(self._waiting, running)):
+            victim = preemptible(self._waiting, running, self._prefill.rows)
+            if victim is None:
+                break
+            sequence, cache, rest = self._prefill.set_aside(victim)
+            self._prefix_hits[id(sequence)] = (cache, rest)
+            self._waiting.insert(0, sequence)
+            running = [s for s in running if s is not sequence]
+            freed += 1
+        return freed
 
     def _read_prompts(self) -> None:
         budget = self._pacer.budget(bool(self._decode.rows), self.config.prefill_step)
@@ -184,7 +202,7 @@ class ModelRunner:
             self._prefix_hits.pop(id(sequence), None)
         in_prefill = [i for i, s in enumerate(self._prefill.rows) if id(s) in gone]
         if in_prefill:
-            self._prefill.take(in_prefill)
+            self._prefill.drop(in_prefill)
         keep = [i for i, s in enumerate(self._decode.rows) if id(s) not in gone]
         dropped = len(self._decode.rows) - len(keep)
         self._decode.keep(keep)

@@ -17,6 +17,6 @@ class EngineConfig:
     # Bytes of reusable prompt KV cache kept per model (0 turns prefix reuse off).
     prompt_cache_bytes: int = 2 * 2**30
     # Sequences that may wait for a decode slot before new requests are refused (429).
-    max_queued: int = 64
+    max_queued: int = 256
     # Unpinned models unused this many seconds are unloaded (0: never).
     idle_ttl: float = 0.0

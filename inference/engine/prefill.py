@@ -2,21 +2,25 @@
 
 Replaces mlx-lm's PromptProcessingBatch, which read up to prefill_batch x prefill_step tokens in
 one step (16k with our settings: minutes on a 2-core CPU, during which no stream moved and no
-cancellation landed). Here the scheduler gives each step a token budget; every row reads the
-same share of it (right-padded rows cost as much as full ones), and a row leaves for the decode
-batch as soon as only its prompt's last token is left. Only the layers run: the lm_head's
-logits of prompt positions are never needed (for a 135M model they were 20% of the work).
+cancellation landed). Here the scheduler gives each step a token budget, split evenly between
+the requests with prompts to read (least recently served first), and within a request given to
+its prompts in order. Each prompt keeps its own cache between steps, so a request can be served
+or passed over, and a prompt set aside, without touching anyone else's; the prompts read in one
+step go through the model together (their caches merged for the pass, then split again). Only
+the layers run: the lm_head's logits over prompt positions are never needed.
 """
 
 from __future__ import annotations
 
-import copy
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
+from inference.engine.scheduling import MIN_CHUNK, group_of
 from inference.engine.sequence import Sequence
 
 
@@ -25,44 +29,75 @@ def merge(caches: list[list[Any]]) -> list[Any]:
     return [type(layers[0]).merge(list(layers)) for layers in zip(*caches, strict=True)]
 
 
+@dataclass
+class Reading:
+    sequence: Sequence
+    cache: list[Any]  # the sequence's own cache, one entry per layer
+    todo: list[int]  # prompt tokens still to read (never the last: decoding feeds it)
+
+
 class PrefillBatch:
     def __init__(self, model: nn.Module) -> None:
         self.model = model
-        self.rows: list[Sequence] = []
-        self._todo: list[list[int]] = []  # prompt tokens still to read (never the last one)
-        self.cache: list[Any] = []
+        self._readings: list[Reading] = []
+        self._served: dict[str, int] = {}  # group -> the step it was last served
+        self._steps = 0
+
+    @property
+    def rows(self) -> list[Sequence]:
+        return [r.sequence for r in self._readings]
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self._readings)
 
-    def add(self, row: Sequence, cache: list[Any] | None, rest: list[int]) -> None:
+    def add(self, sequence: Sequence, cache: list[Any] | None, rest: list[int]) -> None:
         """`rest`: the prompt's tokens past what `cache` (a prefix-cache hit) already holds."""
         cache = cache if cache is not None else make_prompt_cache(self.model)
-        joined = merge([cache])
-        if not self.rows:
-            self.cache = joined
-        else:
-            for mine, theirs in zip(self.cache, joined, strict=True):
-                mine.extend(theirs)
-        self.rows.append(row)
-        self._todo.append(list(rest[:-1]))
-
-    def waiting_tokens(self) -> int:
-        return sum(len(t) for t in self._todo)
+        self._readings.append(Reading(sequence, cache, list(rest[:-1])))
 
     def step(self, budget: int) -> int:
-        """Reads up to about `budget` tokens, shared evenly between the rows (all of which
-        have tokens left: the runner takes ready rows out first). Returns the tokens the
-        forward pass computed, padding included."""
-        if not self.rows:
+        """Reads about `budget` prompt tokens; returns the tokens the pass computed."""
+        chunks = self._plan(budget)
+        if not chunks:
             return 0
-        share = max(1, budget // len(self.rows))
-        chunks = [todo[:share] for todo in self._todo]
-        self._todo = [todo[share:] for todo in self._todo]
-        self._read(self.cache, chunks)
-        return len(chunks) * max(len(c) for c in chunks)
+        readings = [self._readings[i] for i, _ in chunks]
+        tokens = [r.todo[:n] for r, (_, n) in zip(readings, chunks, strict=True)]
+        for reading, chunk in zip(readings, tokens, strict=True):
+            reading.todo = reading.todo[len(chunk) :]
+        if len(readings) == 1:
+            self._forward(readings[0].cache, tokens)
+        else:
+            cache = merge([r.cache for r in readings])
+            self._forward(cache, tokens)
+            for i, reading in enumerate(readings):
+                reading.cache = [layer.extract(i) for layer in cache]
+        return len(tokens) * max(len(t) for t in tokens)
 
-    def _read(self, cache: list[Any], chunks: list[list[int]]) -> None:
+    def _plan(self, budget: int) -> list[tuple[int, int]]:
+        """(reading index, tokens) for this step: the budget split between requests."""
+        groups: OrderedDict[str, list[int]] = OrderedDict()
+        for i, reading in enumerate(self._readings):
+            if reading.todo:
+                groups.setdefault(group_of(reading.sequence), []).append(i)
+        if not groups:
+            return []
+        order = sorted(groups, key=lambda g: self._served.get(g, -1))
+        served = order[: max(1, min(len(order), budget // MIN_CHUNK))]
+        share = max(1, budget // len(served))
+        self._steps += 1
+        plan = []
+        for group in served:
+            self._served[group] = self._steps
+            left = share
+            for i in groups[group]:
+                n = min(left, len(self._readings[i].todo))
+                plan.append((i, n))
+                left -= n
+                if left <= 0:
+                    break
+        return plan
+
+    def _forward(self, cache: list[Any], chunks: list[list[int]]) -> None:
         lengths = [len(c) for c in chunks]
         longest = max(lengths)
         padding = [longest - n for n in lengths]
@@ -77,27 +112,27 @@ class PrefillBatch:
                 layer.finalize()
         mx.eval([layer.state for layer in cache])
 
-    def _split(self, indices: list[int]) -> list[Any]:
-        """Takes rows `indices` out (rows and cache); returns their batched cache."""
-        chosen = set(indices)
-        rest = [i for i in range(len(self.rows)) if i not in chosen]
-        taken = [copy.copy(layer) for layer in self.cache]
-        for layer in taken:
-            layer.filter(indices)
-        for layer in self.cache:
-            layer.filter(rest)
-        self.rows = [self.rows[i] for i in rest]
-        self._todo = [self._todo[i] for i in rest]
-        return taken
-
     def ready(self) -> list[int]:
-        return [i for i, todo in enumerate(self._todo) if not todo]
+        return [i for i, r in enumerate(self._readings) if not r.todo]
 
     def take(self, indices: list[int]) -> tuple[list[Sequence], list[Any]]:
-        """Removes rows `indices` and returns them with their batched cache."""
-        rows = [self.rows[i] for i in indices]
-        if len(indices) == len(self.rows):
-            cache, self.cache = self.cache, []
-            self.rows, self._todo = [], []
-            return rows, cache
-        return rows, self._split(indices)
+        """Removes readings `indices`; returns their sequences and one batched cache."""
+        chosen = [self._readings[i] for i in indices]
+        self._drop(indices)
+        return [r.sequence for r in chosen], merge([r.cache for r in chosen])
+
+    def set_aside(self, index: int) -> tuple[Sequence, list[Any], list[int]]:
+        """Removes one reading, returning what resumes it later: its sequence, its cache so
+        far, and the prompt tokens past that cache (the last one included)."""
+        reading = self._readings[index]
+        self._drop([index])
+        return reading.sequence, reading.cache, [*reading.todo, reading.sequence.prompt[-1]]
+
+    def drop(self, indices: list[int]) -> None:
+        self._drop(indices)
+
+    def _drop(self, indices: list[int]) -> None:
+        gone = set(indices)
+        self._readings = [r for i, r in enumerate(self._readings) if i not in gone]
+        live = {group_of(r.sequence) for r in self._readings}
+        self._served = {g: s for g, s in self._served.items() if g in live}

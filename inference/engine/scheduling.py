@@ -2,9 +2,11 @@
 
 Fair shares: a key, and a request within its key, may hold at most its share of the batch's
 slots while others want them (max_batch / keys with work, split again between that key's
-requests), and free slots go to whoever holds fewest. Nothing is preempted: a request that
-took the whole batch while alone gives slots back as its sequences end, and newcomers get them
-first.
+requests), and free slots go to whoever holds fewest (no slot idles: with nobody below their
+share waiting, the rest go in order). A request that took the whole batch while alone gives
+way to a newcomer below its share at once where it can: a prompt it is still reading is set
+aside, its cache so far kept (preemptible); decoding sequences are never interrupted, so their
+slots come back as they end.
 
 Prefill budget: prompt reading is paced by time, not tokens, so it adapts to the machine. While
 streams decode, a step reads about as many prompt tokens as fit in `prefill_share` of the step
@@ -48,7 +50,8 @@ def admit(waiting: list[Sequence], running: list[Sequence], slots: int) -> list[
             rank = (by_owner[owner_of(s)], by_group[group_of(s)])
             if best is None or rank < best[0]:
                 best = (rank, s)
-        if best is None:
+        if best is None:  # nobody below their share waits: the rest in order (no slot idles)
+            chosen.extend(candidates[: slots - len(chosen)])
             break
         pick = best[1]
         candidates.remove(pick)
@@ -56,6 +59,30 @@ def admit(waiting: list[Sequence], running: list[Sequence], slots: int) -> list[
         by_owner[owner_of(pick)] += 1
         by_group[group_of(pick)] += 1
     return chosen
+
+
+def starved(waiting: list[Sequence], running: list[Sequence]) -> int:
+    """How many waiting sequences their request's share entitles to a slot now."""
+    shares = _shares(waiting, running, len(running))
+    held = Counter(group_of(s) for s in running)
+    want = Counter(group_of(s) for s in waiting)
+    return sum(max(0, min(n, shares[g] - held[g])) for g, n in want.items())
+
+
+def preemptible(
+    waiting: list[Sequence], running: list[Sequence], reading: list[Sequence]
+) -> int | None:
+    """Index in `reading` of the prompt to set aside so that a waiting request below its
+    share gets a slot, or None when no waiting request is below its share."""
+    shares = _shares(waiting, running, len(running))
+    held = Counter(group_of(s) for s in running)
+    if all(held[group_of(s)] >= shares[group_of(s)] for s in waiting):
+        return None
+    excess = {g: held[g] - shares[g] for g in held}
+    candidates = [i for i, s in enumerate(reading) if excess[group_of(s)] > 0]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda i: (excess[group_of(reading[i])], i))
 
 
 def _shares(waiting: list[Sequence], running: list[Sequence], capacity: int) -> dict[str, int]:
