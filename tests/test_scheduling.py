@@ -13,6 +13,7 @@ from mlx_lm.sample_utils import make_sampler
 from inference.adapters import FamilyProfile, get_adapter
 from inference.engine.config import EngineConfig
 from inference.engine.pool import ModelPool
+from inference.engine.prefill import PrefillBatch
 from inference.engine.scheduling import PrefillPacer, admit, preemptible, starved
 from inference.engine.types import (
     Delta,
@@ -71,7 +72,8 @@ def long_spec(tiny_spec):
 
 @pytest.fixture
 def paced_engine():
-    engine = Engine(EngineConfig(pool_budget_bytes=8 * 2**30, prefill_step=64))
+    config = EngineConfig(pool_budget_bytes=8 * 2**30, prefill_step=64, prompt_cache_bytes=0)
+    engine = Engine(config)
     yield engine
     engine.stop()
 
@@ -194,3 +196,92 @@ def test_a_one_line_chat_is_answered_while_a_huge_request_holds_the_batch(long_s
             job.cancelled.set()
     finally:
         engine.stop()
+
+
+def test_a_prompt_set_aside_mid_read_resumes_to_the_same_answer(long_spec, monkeypatch):
+    set_aside = []
+    original = PrefillBatch.set_aside
+
+    def counted(self, index):
+        set_aside.append(len(self._readings[index].todo))
+        return original(self, index)
+
+    monkeypatch.setattr(PrefillBatch, "set_aside", counted)
+
+    def job(tokens: int, group: str, max_tokens: int = 8) -> GenerationJob:
+        made = long_job(long_spec, tokens, max_tokens=max_tokens)
+        made.group = group
+        return made
+
+    engine = Engine(
+        EngineConfig(
+            pool_budget_bytes=8 * 2**30, prefill_step=64, max_batch=2, prompt_cache_bytes=0
+        )
+    )
+    try:
+        alone = job(700, "alone")
+        engine.submit(alone)
+        expected, _ = collect(alone)
+        # The short one decodes at once; the long one is still being read when the small
+        # request arrives, so it is the one set aside, part read.
+        short, long = job(20, "big", max_tokens=400), job(700, "big")
+        engine.submit(short, long)
+        assert isinstance(short.events.get(timeout=60), Started)
+        assert isinstance(short.events.get(timeout=60), Delta)
+        small = job(5, "small")
+        engine.submit(small)
+        assert isinstance(collect(small)[1], Done)
+        assert set_aside and 0 < set_aside[0] < 699
+        text, done = collect(long)
+        assert isinstance(done, Done) and text == expected
+        short.cancelled.set()
+    finally:
+        engine.stop()
+
+
+def test_copies_of_a_prompt_in_one_request_read_it_once(paced_engine, long_spec, monkeypatch):
+    read = []
+    original = PrefillBatch.step
+
+    def counted(self, budget):
+        tokens = original(self, budget)
+        read.append(tokens)
+        return tokens
+
+    monkeypatch.setattr(PrefillBatch, "step", counted)
+    alone = long_job(long_spec, 300, max_tokens=6)
+    paced_engine.submit(alone)
+    expected, _ = collect(alone)
+    read.clear()
+    copies = [long_job(long_spec, 300, max_tokens=6) for _ in range(4)]
+    for job in copies:
+        job.group = "n4"
+    paced_engine.submit(*copies)
+    started = [job.events.get(timeout=60) for job in copies]
+    assert [s.cached_tokens for s in started] == [0] + [started[0].prompt_tokens - 1] * 3
+    for job in copies:
+        text, done = collect(job)
+        assert isinstance(done, Done) and text == expected
+    assert 299 <= sum(read) < 2 * 300  # one copy read, padding aside
+
+
+def test_cancelling_a_request_with_copies_frees_them_all(paced_engine, long_spec):
+    copies = [long_job(long_spec, 3000) for _ in range(3)]
+    for job in copies:
+        job.group = "n3"
+    paced_engine.submit(*copies)
+    assert all(isinstance(job.events.get(timeout=60), Started) for job in copies)
+    assert settles(lambda: paced_engine.state.running == 3)
+    copies[0].cancelled.set()  # the one being read goes first; the others queue on their own
+    assert settles(lambda: paced_engine.state.running == 2)
+    assert settles(lambda: paced_engine.state.models[0].active_sequences == 1)  # one reads
+    for job in copies[1:]:
+        job.cancelled.set()
+    assert settles(lambda: paced_engine.state.running == 0)
+
+
+def settles(condition, seconds: float = 5) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return condition()

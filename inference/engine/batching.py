@@ -19,6 +19,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
 
 from inference.engine.config import EngineConfig
+from inference.engine.copies import Copies
 from inference.engine.decode import DecodeBatch
 from inference.engine.pool import LoadedModel
 from inference.engine.prefill import PrefillBatch
@@ -55,6 +56,7 @@ class ModelRunner:
         self._decode = DecodeBatch(loaded.model)
         self._pacer = PrefillPacer(config.prefill_share)
         self._prefix_hits: dict[int, tuple[Any, list[int]]] = {}  # id(sequence) -> (cache, rest)
+        self._copies = Copies()
         self._prefixes = (
             LRUPromptCache(max_size=64, max_bytes=config.prompt_cache_bytes)
             if config.prompt_cache_bytes
@@ -68,23 +70,29 @@ class ModelRunner:
 
     @property
     def sequences(self) -> list[Sequence]:
-        return [*self._waiting, *self._prefill.rows, *self._decode.rows]
+        return [*self._waiting, *self._copies.waiting, *self._prefill.rows, *self._decode.rows]
 
     @property
     def waiting(self) -> int:
         """Sequences not yet given a place in the batch (reading or decoding)."""
-        return len(self._waiting)
+        return len(self._waiting) + len(self._copies.waiting)
 
     @property
     def prefix_cache_bytes(self) -> int:
         return self._prefixes.nbytes if self._prefixes else 0
 
     def add(self, sequence: Sequence) -> None:
+        self.loaded.active += 1
+        self._enqueue(sequence)
+
+    def _enqueue(self, sequence: Sequence) -> None:
+        if self._copies.follow(sequence):
+            sequence.cached_tokens = len(sequence.prompt) - 1  # read once, for its leader
+            return
         cache, rest = self._cached_prefix(sequence.prompt)
         sequence.cached_tokens = len(sequence.prompt) - len(rest)
         self._prefix_hits[id(sequence)] = (cache, rest)
         self._waiting.append(sequence)
-        self.loaded.active += 1
 
     def _cached_prefix(self, prompt: list[int]):
         if self._prefixes is None:
@@ -149,11 +157,18 @@ class ModelRunner:
         self._graduate()
 
     def _graduate(self) -> None:
-        """Rows with only their prompt's last token left move to the decode batch."""
+        """Rows with only their prompt's last token left move to the decode batch; copies
+        of their prompts queue with their cache (merging copies it for each)."""
         ready = self._prefill.ready()
-        if ready:
-            rows, cache = self._prefill.take(ready)
-            self._decode.join(rows, cache, [row.prompt[-1] for row in rows])
+        if not ready:
+            return
+        for index in ready:
+            leader = self._prefill.rows[index]
+            for copy in reversed(self._copies.release(leader)):
+                self._prefix_hits[id(copy)] = (self._prefill.cache_of(index), copy.prompt[-1:])
+                self._waiting.insert(0, copy)
+        rows, cache = self._prefill.take(ready)
+        self._decode.join(rows, cache, [row.prompt[-1] for row in rows])
 
     def _deliver(self, produced) -> list[tuple[Sequence, list[Event]]]:
         out, keep, finished = [], [], []
@@ -196,6 +211,10 @@ class ModelRunner:
     def cancel(self, sequences: list[Sequence]) -> None:
         """Drops the sequences wherever they are now; their KV memory goes with them."""
         gone = {id(s) for s in sequences}
+        copies = self._copies.forget(gone)
+        for leader in sequences:  # its copies, if still wanted, queue on their own
+            for copy in self._copies.release(leader):
+                self._enqueue(copy)
         waiting = [s for s in self._waiting if id(s) in gone]
         for sequence in waiting:
             self._waiting.remove(sequence)
@@ -206,7 +225,7 @@ class ModelRunner:
         keep = [i for i, s in enumerate(self._decode.rows) if id(s) not in gone]
         dropped = len(self._decode.rows) - len(keep)
         self._decode.keep(keep)
-        for _ in range(len(waiting) + len(in_prefill) + dropped):
+        for _ in range(copies + len(waiting) + len(in_prefill) + dropped):
             self._release()
 
     def _release(self) -> None:

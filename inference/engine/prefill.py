@@ -112,6 +112,10 @@ class PrefillBatch:
                 layer.finalize()
         mx.eval([layer.state for layer in cache])
 
+    def cache_of(self, index: int) -> list[Any]:
+        """Reading `index`'s cache (shared, not copied: batching a cache copies it)."""
+        return self._readings[index].cache
+
     def ready(self) -> list[int]:
         return [i for i, r in enumerate(self._readings) if not r.todo]
 
