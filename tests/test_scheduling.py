@@ -31,25 +31,27 @@ from tests.helpers import assert_error, collect, start_job
 NO_EOS = {2: -100.0}  # the end token of SmolLM2's vocabulary, banned
 
 
-def seq(owner: str, group: str) -> SimpleNamespace:
-    return SimpleNamespace(job=SimpleNamespace(owner=owner, group=group))
+def seq(owner: str, group: str, prompt_tokens: int = 30) -> SimpleNamespace:
+    return SimpleNamespace(
+        job=SimpleNamespace(owner=owner, group=group), prompt=[0] * prompt_tokens
+    )
 
 
 def test_a_newcomer_gets_the_next_slot_before_a_request_holding_the_batch():
     running = [seq("k", "big") for _ in range(7)]
     waiting = [seq("k", "big") for _ in range(20)] + [seq("k", "small")]
-    assert admit(waiting, running, slots=1) == [waiting[-1]]
+    assert admit(waiting, running, free=1) == [waiting[-1]]
 
 
 def test_a_request_alone_may_fill_the_batch():
     waiting = [seq("k", "big") for _ in range(40)]
-    assert len(admit(waiting, [], slots=32)) == 32
+    assert len(admit(waiting, [], free=32)) == 32
 
 
 def test_slots_are_shared_between_keys_first_then_their_requests():
     waiting = [seq("a", f"a{i}") for i in range(3) for _ in range(10)]
     waiting += [seq("b", "b0") for _ in range(10)]
-    chosen = admit(waiting, [], slots=8)
+    chosen = admit(waiting, [], free=8)
     owners = [s.job.owner for s in chosen]
     assert owners.count("b") == 4  # half the batch for key b's one request
     assert sorted({s.job.group for s in chosen if s.job.owner == "a"}) == ["a0", "a1", "a2"]
@@ -78,10 +80,10 @@ def paced_engine():
     engine.stop()
 
 
-def long_job(spec, tokens: int, max_tokens: int = 4) -> GenerationJob:
+def long_job(spec, tokens: int, max_tokens: int = 4, word: str = " hello") -> GenerationJob:
     events: queue.SimpleQueue = queue.SimpleQueue()
     params = SamplingParams(temperature=0, max_tokens=max_tokens, logit_bias=NO_EOS)
-    prompt = TextPrompt(" hello" * tokens)
+    prompt = TextPrompt(word * tokens)
     job = GenerationJob(spec, get_adapter(FamilyProfile()), prompt, params, events.put)
     job.events = events  # type: ignore[attr-defined]
     return job
@@ -166,22 +168,32 @@ def test_a_request_over_the_prompt_token_limit_is_a_400_naming_it(client, tiny_e
 def test_with_nobody_below_their_share_waiting_no_slot_idles():
     running = [seq("k", "big") for _ in range(20)] + [seq("k", "small")]
     waiting = [seq("k", "big") for _ in range(5)]
-    assert len(admit(waiting, running, slots=3)) == 3
+    assert len(admit(waiting, running, free=3)) == 3
 
 
 def test_a_prompt_being_read_is_set_aside_for_a_request_below_its_share():
     reading = [seq("k", "big") for _ in range(4)]
     running = [seq("k", "big") for _ in range(28)] + reading
     waiting = [seq("k", "small"), seq("k", "big")]
-    assert starved(waiting, running) == 1
-    assert preemptible(waiting, running, reading) == 3  # the newest prompt of the big request
-    assert preemptible([seq("k", "big")], running, reading) is None
+    assert starved(waiting, running, 32) == 1
+    assert preemptible(waiting, running, reading, 32) == 3  # the newest prompt of the big one
+    assert starved([seq("k", "big")], running, 32) == 0
+
+
+def test_long_prompts_take_more_of_the_batch():
+    waiting = [seq("k", "big", prompt_tokens=2000) for _ in range(10)]
+    assert len(admit(waiting, [], free=32)) == 8  # 4 slots each
+    running = [seq("k", f"chat{i}") for i in range(8)]
+    chosen = admit([*waiting, seq("k", "chat8")], running, free=24)
+    assert chosen[0].job.group == "chat8"  # both hold nothing: the cheaper first
+    assert sum(1 for s in chosen if s.job.group == "big") == 5  # the rest fills, 4 slots each
 
 
 def test_a_one_line_chat_is_answered_while_a_huge_request_holds_the_batch(long_spec):
     engine = Engine(EngineConfig(pool_budget_bytes=8 * 2**30, prefill_step=64, max_batch=4))
     try:
-        big = [long_job(long_spec, 3000, max_tokens=8) for _ in range(8)]
+        words = [" hello", " world", " story", " river", " stone", " cloud", " green", " light"]
+        big = [long_job(long_spec, 6000, max_tokens=8, word=w) for w in words]
         for job in big:
             job.group = "big"
         engine.submit(*big)
@@ -191,7 +203,8 @@ def test_a_one_line_chat_is_answered_while_a_huge_request_holds_the_batch(long_s
         engine.submit(small)
         _, done = collect(small, timeout=60)
         assert isinstance(done, Done) and done.completion_tokens == 8
-        assert all(job.events.empty() for job in big)  # still reading their prompts
+        early = [job.events.get_nowait() for job in big if not job.events.empty()]
+        assert not early, early  # still reading their prompts
         for job in big:
             job.cancelled.set()
     finally:
@@ -215,7 +228,7 @@ def test_a_prompt_set_aside_mid_read_resumes_to_the_same_answer(long_spec, monke
 
     engine = Engine(
         EngineConfig(
-            pool_budget_bytes=8 * 2**30, prefill_step=64, max_batch=2, prompt_cache_bytes=0
+            pool_budget_bytes=8 * 2**30, prefill_step=64, max_batch=3, prompt_cache_bytes=0
         )
     )
     try:

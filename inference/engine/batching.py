@@ -23,7 +23,7 @@ from inference.engine.copies import Copies
 from inference.engine.decode import DecodeBatch
 from inference.engine.pool import LoadedModel
 from inference.engine.prefill import PrefillBatch
-from inference.engine.scheduling import PrefillPacer, admit, preemptible, starved
+from inference.engine.scheduling import PrefillPacer, admit, preemptible, starved, weight
 from inference.engine.sequence import Sequence
 from inference.engine.types import Event
 
@@ -122,31 +122,29 @@ class ModelRunner:
     def _admit(self) -> None:
         if not self._waiting:
             return
+        self._make_room()
         running = self._prefill.rows + self._decode.rows
-        slots = self.config.max_batch - len(running)
-        if slots <= 0:
-            slots = self._make_room(running)
-        for sequence in admit(self._waiting, running, slots):
+        free = self.config.max_batch - sum(weight(s) for s in running)
+        for sequence in admit(self._waiting, running, max(0, free)):
             self._waiting.remove(sequence)
             cache, rest = self._prefix_hits.pop(id(sequence))
             self._prefill.add(sequence, cache, rest)
         self._graduate()
 
-    def _make_room(self, running: list[Sequence]) -> int:
-        """With the batch full and a request below its share waiting, sets aside the newest
-        prompt still being read of the request furthest above its share (its cache so far is
-        kept: nothing is read twice). Decoding sequences are never interrupted."""
-        freed = 0
-        for _ in range(starved(self._waiting, running)):
-            victim = preemptible(self._waiting, running, self._prefill.rows)
+    def _make_room(self) -> None:
+        """While a request below its share waits without room, sets aside prompts still being
+        read of requests above their share (their caches so far kept: nothing is read twice).
+        Decoding sequences are never interrupted."""
+        capacity = self.config.max_batch
+        running = self._prefill.rows + self._decode.rows
+        while starved(self._waiting, running, capacity) > 0:
+            victim = preemptible(self._waiting, running, self._prefill.rows, capacity)
             if victim is None:
-                break
+                return
             sequence, cache, rest = self._prefill.set_aside(victim)
             self._prefix_hits[id(sequence)] = (cache, rest)
             self._waiting.insert(0, sequence)
-            running = [s for s in running if s is not sequence]
-            freed += 1
-        return freed
+            running = self._prefill.rows + self._decode.rows
 
     def _read_prompts(self) -> None:
         budget = self._pacer.budget(bool(self._decode.rows), self.config.prefill_step)

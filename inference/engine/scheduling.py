@@ -1,7 +1,8 @@
 """Who runs next, and how much prompt reading one step may do.
 
-Fair shares: a key, and a request within its key, may hold at most its share of the batch's
-slots while others want them (max_batch / keys with work, split again between that key's
+Fair shares: slots are weighted by context (weight: a long prompt takes several). A key, and
+a request within its key, may hold at most its share of the batch's slots while others want
+them (max_batch / keys with work, split again between that key's
 requests), and free slots go to whoever holds fewest (no slot idles: with nobody below their
 share waiting, the rest go in order). A request that took the whole batch while alone gives
 way to a newcomer below its share at once where it can: a prompt it is still reading is set
@@ -24,6 +25,7 @@ from inference.engine.sequence import Sequence
 IDLE_STEP_SECONDS = 0.5
 SMOOTHING = 0.3  # weight of the newest measurement in the running averages
 MIN_CHUNK = 16  # tokens: below this a forward pass is mostly fixed cost
+UNIT = 512  # prompt tokens per batch slot (see weight)
 
 
 def owner_of(sequence: Sequence) -> str:
@@ -34,51 +36,70 @@ def group_of(sequence: Sequence) -> str:
     return sequence.job.group or str(id(sequence.job))
 
 
-def admit(waiting: list[Sequence], running: list[Sequence], slots: int) -> list[Sequence]:
-    """Picks from `waiting` (oldest first) the sequences to start now, at most `slots`."""
+def weight(sequence: Sequence) -> int:
+    """Slots a sequence takes: one per UNIT tokens of prompt. A decode step's cost grows with
+    its rows' context (every row attends over the longest), so a 2,000-token prompt counts as
+    four one-line chats."""
+    return 1 + len(sequence.prompt) // UNIT
+
+
+def held(sequences: list[Sequence]) -> Counter:
+    """Slots each request holds."""
+    out: Counter = Counter()
+    for s in sequences:
+        out[group_of(s)] += weight(s)
+    return out
+
+
+def admit(waiting: list[Sequence], running: list[Sequence], free: int) -> list[Sequence]:
+    """Picks from `waiting` (oldest first) the sequences to start now, within `free` slots."""
     chosen: list[Sequence] = []
-    by_owner = Counter(owner_of(s) for s in running)
-    by_group = Counter(group_of(s) for s in running)
-    capacity = len(running) + slots
+    capacity = sum(weight(s) for s in running) + free
+    by_owner = Counter()
+    for s in running:
+        by_owner[owner_of(s)] += weight(s)
+    by_group = held(running)
     candidates = list(waiting)
-    while candidates and len(chosen) < slots:
+    while candidates and free > 0:
         shares = _shares(candidates, running + chosen, capacity)
-        best = None
-        for s in candidates:
-            if by_group[group_of(s)] >= shares[group_of(s)]:
-                continue
-            rank = (by_owner[owner_of(s)], by_group[group_of(s)])
-            if best is None or rank < best[0]:
-                best = (rank, s)
-        if best is None:  # nobody below their share waits: the rest in order (no slot idles)
-            chosen.extend(candidates[: slots - len(chosen)])
+        fitting = [s for s in candidates if min(weight(s), capacity) <= free]
+        below = [s for s in fitting if by_group[group_of(s)] < shares[group_of(s)]]
+        if not below:  # nobody below their share waits: the rest in order (no slot idles)
+            for s in fitting:
+                if min(weight(s), capacity) <= free:
+                    chosen.append(s)
+                    free -= min(weight(s), capacity)
             break
-        pick = best[1]
+        # Fewest slots held first (keys, then requests), then the cheapest: a prompt set
+        # aside for a newcomer must not win its slot back from it.
+        pick = min(below, key=lambda s: (by_owner[owner_of(s)], by_group[group_of(s)], weight(s)))
         candidates.remove(pick)
         chosen.append(pick)
-        by_owner[owner_of(pick)] += 1
-        by_group[group_of(pick)] += 1
+        free -= min(weight(pick), capacity)
+        by_owner[owner_of(pick)] += weight(pick)
+        by_group[group_of(pick)] += weight(pick)
     return chosen
 
 
-def starved(waiting: list[Sequence], running: list[Sequence]) -> int:
-    """How many waiting sequences their request's share entitles to a slot now."""
-    shares = _shares(waiting, running, len(running))
-    held = Counter(group_of(s) for s in running)
-    want = Counter(group_of(s) for s in waiting)
-    return sum(max(0, min(n, shares[g] - held[g])) for g, n in want.items())
+def starved(waiting: list[Sequence], running: list[Sequence], capacity: int) -> int:
+    """Slots the neediest waiting sequence below its request's share lacks (0: none such)."""
+    shares = _shares(waiting, running, capacity)
+    holding = held(running)
+    below = [s for s in waiting if holding[group_of(s)] < shares[group_of(s)]]
+    if not below:
+        return 0
+    free = capacity - sum(holding.values())
+    return max(0, min(weight(below[0]), capacity) - free)
 
 
 def preemptible(
-    waiting: list[Sequence], running: list[Sequence], reading: list[Sequence]
+    waiting: list[Sequence], running: list[Sequence], reading: list[Sequence], capacity: int
 ) -> int | None:
     """Index in `reading` of the prompt to set aside so that a waiting request below its
-    share gets a slot, or None when no waiting request is below its share."""
-    shares = _shares(waiting, running, len(running))
-    held = Counter(group_of(s) for s in running)
-    if all(held[group_of(s)] >= shares[group_of(s)] for s in waiting):
-        return None
-    excess = {g: held[g] - shares[g] for g in held}
+    share gets a slot: the newest of the request furthest above its share; None if none."""
+    shares = _shares(waiting, running, capacity)
+    holding = held(running)
+    excess = {g: holding[g] - shares[g] for g in holding}
     candidates = [i for i, s in enumerate(reading) if excess[group_of(s)] > 0]
     if not candidates:
         return None
