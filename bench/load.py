@@ -4,10 +4,12 @@ loop, each answer a random length) and a multi-turn chat. Every loop is bounded.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import random
 import statistics
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import httpx
@@ -128,32 +130,48 @@ async def burst(url: str, model: str, concurrency: int, max_tokens: int) -> dict
     return summarise(list(outcomes), elapsed)
 
 
-async def churn(
-    url: str, model: str, clients: int, seconds: float, sampling: dict, seed: int = 0
+Ask = tuple[list[dict], int, dict]  # messages, max_tokens, sampling
+
+
+async def closed_loop(
+    url: str, model: str, clients: int, seconds: float, asks: Callable[[int], Iterator[Ask]]
 ) -> dict:
-    """Closed loop: each client asks again as soon as its answer ends, for `seconds`; answer
-    lengths 16-160 tokens drawn from a seeded generator per client, so every server gets the
-    same sequence of requests."""
+    """`clients` clients, each asking again as soon as its answer ends, for `seconds`;
+    `asks(i)` is client i's endless run of requests."""
     deadline = time.perf_counter() + seconds
-    limits = httpx.Limits(max_connections=clients)
 
     async def client_loop(client: httpx.AsyncClient, index: int) -> list:
-        rng, outcomes = random.Random(seed * 1000 + index), []
+        outcomes, requests = [], asks(index)
         while time.perf_counter() < deadline:
-            topic = TOPICS[rng.randrange(len(TOPICS))]
-            messages = [{"role": "user", "content": f"Tell me about {topic}."}]
-            length = rng.randint(16, 160)
+            messages, length, sampling = next(requests)
             try:
                 outcomes.append(await one_stream(client, url, model, messages, length, sampling))
             except (httpx.HTTPError, ValueError) as exc:
                 outcomes.append(exc)
         return outcomes
 
+    limits = httpx.Limits(max_connections=clients)
     async with httpx.AsyncClient(timeout=1800, limits=limits) as client:
         started = time.perf_counter()
         per_client = await asyncio.gather(*(client_loop(client, i) for i in range(clients)))
         elapsed = time.perf_counter() - started
     return summarise([o for outcomes in per_client for o in outcomes], elapsed)
+
+
+async def churn(
+    url: str, model: str, clients: int, seconds: float, sampling: dict, seed: int = 0
+) -> dict:
+    """Closed loop with answer lengths 16-160 tokens drawn from a seeded generator per client,
+    so every server gets the same sequence of requests."""
+
+    def asks(index: int) -> Iterator[Ask]:
+        rng = random.Random(seed * 1000 + index)
+        while True:
+            topic = TOPICS[rng.randrange(len(TOPICS))]
+            messages = [{"role": "user", "content": f"Tell me about {topic}."}]
+            yield messages, rng.randint(16, 160), sampling
+
+    return await closed_loop(url, model, clients, seconds, asks)
 
 
 async def multi_turn(url: str, model: str, turns: int = 4) -> dict:
@@ -176,26 +194,14 @@ async def multi_turn(url: str, model: str, turns: int = 4) -> dict:
     return {"cold_ttft": ttfts[0], "warm_ttft": statistics.mean(ttfts[1:])}
 
 
-async def closed_loop(url: str, model: str, clients: int, seconds: float, tokens: int) -> dict:
-    """`clients` greedy chats of `tokens` tokens each, asked again as each ends."""
-    deadline = time.perf_counter() + seconds
+async def chats(url: str, model: str, clients: int, seconds: float, tokens: int) -> dict:
+    """`clients` greedy chats of `tokens` tokens each, in a closed loop."""
 
-    async def client_loop(client: httpx.AsyncClient, index: int) -> list:
-        outcomes = []
-        while time.perf_counter() < deadline:
-            messages = [{"role": "user", "content": f"Tell me about {TOPICS[index]}."}]
-            try:
-                outcomes.append(await one_stream(client, url, model, messages, tokens))
-            except (httpx.HTTPError, ValueError) as exc:
-                outcomes.append(exc)
-        return outcomes
+    def asks(index: int) -> Iterator[Ask]:
+        messages = [{"role": "user", "content": f"Tell me about {TOPICS[index]}."}]
+        return itertools.repeat((messages, tokens, GREEDY))
 
-    limits = httpx.Limits(max_connections=clients)
-    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
-        started = time.perf_counter()
-        per_client = await asyncio.gather(*(client_loop(client, i) for i in range(clients)))
-        elapsed = time.perf_counter() - started
-    return summarise([o for outcomes in per_client for o in outcomes], elapsed)
+    return await closed_loop(url, model, clients, seconds, asks)
 
 
 async def running_sequences(client: httpx.AsyncClient, url: str) -> int:
@@ -208,7 +214,7 @@ async def abuse(url: str, model: str, clients: int = 8, seconds: float = 60) -> 
     n 8 (64 sequences, 128k prompt tokens) that is abandoned after `seconds`: the normal
     streams' TTFT and inter-token p95 both times, and how long the abandoned sequences took to
     leave the engine."""
-    alone = await closed_loop(url, model, clients, seconds, 32)
+    alone = await chats(url, model, clients, seconds, 32)
     body = {
         "model": model,
         "prompt": [f"{TOPICS[i]}: " + "tell me more, " * 500 for i in range(8)],
@@ -219,7 +225,7 @@ async def abuse(url: str, model: str, clients: int = 8, seconds: float = 60) -> 
     async with httpx.AsyncClient(timeout=600) as client:
         big = asyncio.create_task(client.post(f"{url}/v1/completions", json=body))
         await asyncio.sleep(1)
-        beside = await closed_loop(url, model, clients, seconds, 32)
+        beside = await chats(url, model, clients, seconds, 32)
         if big.done():  # refused or failed: the scenario did not run
             response = big.result()
             raise RuntimeError(f"the big request ended early: {response.status_code}")

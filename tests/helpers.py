@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import queue
 import shutil
+import time
 from pathlib import Path
 
 from asgiref.sync import async_to_sync
@@ -159,3 +160,11 @@ def stream(body: dict) -> tuple[int, str, list[str]]:
     status, content_type, text = async_to_sync(go)()
     events = [block.removeprefix("data: ") for block in text.split("\n\n") if block]
     return status, content_type, events
+
+
+def wait_until(condition, timeout: float = 2.0) -> bool:
+    """Polls `condition` until it holds or `timeout` seconds pass; returns it."""
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return condition()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -20,7 +19,7 @@ from inference.engine.types import JobRequest, SamplingParams
 from inference.observability import records
 from inference.protocol.errors import APIError
 from inference.runtime import engine_handle, get_supervisor
-from tests.helpers import CHAT, SHORT_CHAT
+from tests.helpers import CHAT, SHORT_CHAT, wait_until
 
 LONG = {**SHORT_CHAT, "max_tokens": 400, "stream": True}
 
@@ -30,13 +29,6 @@ def key_with_one_slot() -> tuple[ApiKey, dict]:
     secret = key.new_secret()
     key.save()
     return key, {"Authorization": f"Bearer {secret}"}
-
-
-def wait_until(condition, timeout: float = 2.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return condition()
 
 
 def engine_idle() -> bool:

@@ -2,7 +2,6 @@
 
 import queue
 import shutil
-import time
 
 import pytest
 
@@ -19,7 +18,7 @@ from inference.engine.types import (
     SamplingParams,
     Started,
 )
-from tests.helpers import run_job, start_job
+from tests.helpers import run_job, start_job, wait_until
 
 HELLO = 19556  # "Hello" in SmolLM2's vocabulary
 EOS = 2
@@ -124,10 +123,7 @@ def test_cancelled_job_leaves_the_engine_at_once(engine, tiny_spec):
     assert isinstance(job.events.get(timeout=60), Started)
     assert isinstance(job.events.get(timeout=60), Delta)
     job.cancelled.set()
-    deadline = time.monotonic() + 1.0
-    while engine.state.running and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert engine.state.running == 0
+    assert wait_until(lambda: engine.state.running == 0, 1.0)
     # And the engine still serves.
     assert isinstance(run_job(engine, tiny_spec)[1], Done)
 

@@ -18,7 +18,7 @@ from inference.engine.types import Done, ModelSpec, SamplingParams
 from inference.engine.worker import Engine
 from inference.runtime import engine_handle
 from inference.serving.control import preload_models
-from tests.helpers import ROOT, collect, run_job, start_job
+from tests.helpers import ROOT, collect, run_job, start_job, wait_until
 
 NO_EOS = {2: -100.0}
 
@@ -125,10 +125,7 @@ def test_status_counts_running_sequences(fresh_engine, tiny_dir):
     assert model.active_sequences == 1
     assert fresh_engine.state.running == 1
     job.cancelled.set()
-    deadline = time.monotonic() + 1
-    while fresh_engine.state.running and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert fresh_engine.state.running == 0
+    assert wait_until(lambda: fresh_engine.state.running == 0, 1)
 
 
 # The control API, in-process.

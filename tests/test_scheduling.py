@@ -26,7 +26,7 @@ from inference.engine.types import (
 )
 from inference.engine.worker import Engine
 from inference.runtime import get_supervisor
-from tests.helpers import assert_error, collect, start_job
+from tests.helpers import assert_error, collect, start_job, wait_until
 
 NO_EOS = {2: -100.0}  # the end token of SmolLM2's vocabulary, banned
 
@@ -119,10 +119,7 @@ def test_a_request_cancelled_mid_prefill_leaves_within_a_step(paced_engine, long
     assert paced_engine.state.models[0].active_sequences == 1  # still reading its prompt
     assert paced_engine.state.running == 1
     job.cancelled.set()
-    deadline = time.monotonic() + 5
-    while paced_engine.state.running and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert paced_engine.state.running == 0
+    assert wait_until(lambda: paced_engine.state.running == 0, 5)
     assert job.events.empty()  # cancelled jobs get no more events
 
 
@@ -284,17 +281,10 @@ def test_cancelling_a_request_with_copies_frees_them_all(paced_engine, long_spec
         job.group = "n3"
     paced_engine.submit(*copies)
     assert all(isinstance(job.events.get(timeout=60), Started) for job in copies)
-    assert settles(lambda: paced_engine.state.running == 3)
+    assert wait_until(lambda: paced_engine.state.running == 3, 5)
     copies[0].cancelled.set()  # the one being read goes first; the others queue on their own
-    assert settles(lambda: paced_engine.state.running == 2)
-    assert settles(lambda: paced_engine.state.models[0].active_sequences == 1)  # one reads
+    assert wait_until(lambda: paced_engine.state.running == 2, 5)
+    assert wait_until(lambda: paced_engine.state.models[0].active_sequences == 1, 5)  # one reads
     for job in copies[1:]:
         job.cancelled.set()
-    assert settles(lambda: paced_engine.state.running == 0)
-
-
-def settles(condition, seconds: float = 5) -> bool:
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return condition()
+    assert wait_until(lambda: paced_engine.state.running == 0, 5)

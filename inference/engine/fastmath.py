@@ -40,7 +40,7 @@ _usable: bool | None = None  # whether the compiled kernel builds here; None unt
 
 
 def exp(x: mx.array) -> mx.array:
-    if x.dtype != mx.float32 or mx.default_device() != mx.cpu or not warm_up():
+    if x.dtype != mx.float32 or not warm_up():
         return mx.exp(x)
     return _compiled_exp(x)
 
@@ -53,9 +53,12 @@ def logsumexp(x: mx.array) -> mx.array:
 
 
 def warm_up() -> bool:
-    """Builds the kernel once (MLX compiles fused CPU kernels with the system's C++ compiler:
-    about 3 s on a small CPU); False, and the native exp from then on, where that fails."""
+    """Whether the fast exp serves here: on a CPU only, where the kernel is built once (MLX
+    compiles fused CPU kernels with the system's C++ compiler: about 3 s on a small CPU); if
+    that fails, False and the native exp from then on."""
     global _usable
+    if mx.default_device() != mx.cpu:
+        return False
     if _usable is None:
         try:
             mx.eval(_compiled_exp(mx.zeros((1, 8), dtype=mx.float32)))

@@ -122,20 +122,17 @@ class PrefillBatch:
     def take(self, indices: list[int]) -> tuple[list[Sequence], list[Any]]:
         """Removes readings `indices`; returns their sequences and one batched cache."""
         chosen = [self._readings[i] for i in indices]
-        self._drop(indices)
+        self.drop(indices)
         return [r.sequence for r in chosen], merge([r.cache for r in chosen])
 
     def set_aside(self, index: int) -> tuple[Sequence, list[Any], list[int]]:
         """Removes one reading, returning what resumes it later: its sequence, its cache so
         far, and the prompt tokens past that cache (the last one included)."""
         reading = self._readings[index]
-        self._drop([index])
+        self.drop([index])
         return reading.sequence, reading.cache, [*reading.todo, reading.sequence.prompt[-1]]
 
     def drop(self, indices: list[int]) -> None:
-        self._drop(indices)
-
-    def _drop(self, indices: list[int]) -> None:
         gone = set(indices)
         self._readings = [r for i, r in enumerate(self._readings) if i not in gone]
         live = {group_of(r.sequence) for r in self._readings}

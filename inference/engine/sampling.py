@@ -100,8 +100,6 @@ def sample(
             break
         tokens, exact = _from_candidates(*_subset(logprobs, rows, uniforms, pending), tier)
         mx.eval(tokens, exact, *(t for _, t in picked))
-        if tier is None:
-            exact = mx.ones(len(pending), dtype=mx.bool_)
         flags = exact.tolist()
         if any(flags):
             where = mx.array([k for k, ok in enumerate(flags) if ok])

@@ -43,11 +43,11 @@ def weight(sequence: Sequence) -> int:
     return 1 + len(sequence.prompt) // UNIT
 
 
-def held(sequences: list[Sequence]) -> Counter:
-    """Slots each request holds."""
+def held(sequences: list[Sequence], by=group_of) -> Counter:
+    """Slots held, per request (or per key, with by=owner_of)."""
     out: Counter = Counter()
     for s in sequences:
-        out[group_of(s)] += weight(s)
+        out[by(s)] += weight(s)
     return out
 
 
@@ -55,27 +55,28 @@ def admit(waiting: list[Sequence], running: list[Sequence], free: int) -> list[S
     """Picks from `waiting` (oldest first) the sequences to start now, within `free` slots."""
     chosen: list[Sequence] = []
     capacity = sum(weight(s) for s in running) + free
-    by_owner = Counter()
-    for s in running:
-        by_owner[owner_of(s)] += weight(s)
-    by_group = held(running)
+
+    def cost(s: Sequence) -> int:  # a sequence larger than the batch takes all of it
+        return min(weight(s), capacity)
+
+    by_owner, by_group = held(running, owner_of), held(running)
     candidates = list(waiting)
     while candidates and free > 0:
         shares = _shares(candidates, running + chosen, capacity)
-        fitting = [s for s in candidates if min(weight(s), capacity) <= free]
+        fitting = [s for s in candidates if cost(s) <= free]
         below = [s for s in fitting if by_group[group_of(s)] < shares[group_of(s)]]
         if not below:  # nobody below their share waits: the rest in order (no slot idles)
             for s in fitting:
-                if min(weight(s), capacity) <= free:
+                if cost(s) <= free:
                     chosen.append(s)
-                    free -= min(weight(s), capacity)
+                    free -= cost(s)
             break
         # Fewest slots held first (keys, then requests), then the cheapest: a prompt set
         # aside for a newcomer must not win its slot back from it.
         pick = min(below, key=lambda s: (by_owner[owner_of(s)], by_group[group_of(s)], weight(s)))
         candidates.remove(pick)
         chosen.append(pick)
-        free -= min(weight(pick), capacity)
+        free -= cost(pick)
         by_owner[owner_of(pick)] += weight(pick)
         by_group[group_of(pick)] += weight(pick)
     return chosen

@@ -128,8 +128,7 @@ class Engine:
 
     def _run(self) -> None:
         try:
-            if mx.default_device() == mx.cpu:
-                fastmath.warm_up()  # before the first request waits for it
+            fastmath.warm_up()  # before the first request waits for it
             while not self._abandoned:
                 self.heartbeat = time.monotonic()
                 self._publish()
