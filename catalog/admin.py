@@ -15,10 +15,28 @@ from inference.serving.control import unload_model, warm_model
 
 @admin.register(ModelFamily)
 class ModelFamilyAdmin(admin.ModelAdmin):
-    list_display = ("name", "slug", "adapter", "priority", "extra_stop_tokens")
+    list_display = ("name", "slug", "adapter", "priority", "extra_stop_tokens", "reasoning_start")
     list_editable = ("priority",)
     search_fields = ("name", "slug")
     prepopulated_fields = {"slug": ("name",)}
+    fieldsets = (
+        (None, {"fields": ("name", "slug", "adapter", "priority")}),
+        ("Detection", {"fields": ("name_patterns", "model_types")}),
+        ("Prompt and stops", {"fields": ("chat_template", "extra_stop_tokens", "stop_strings")}),
+        (
+            "Reasoning",
+            {
+                "fields": (
+                    "reasoning_start",
+                    "reasoning_end",
+                    "reasoning_in_prompt",
+                    "thinking_switch",
+                ),
+                "description": "For models that think before they answer: their thinking is "
+                "split out of the reply (reasoning_content, thinking blocks, reasoning items).",
+            },
+        ),
+    )
 
 
 @admin.register(CatalogModel)

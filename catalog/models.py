@@ -56,6 +56,27 @@ class ModelFamily(models.Model):
     chat_template = models.TextField(
         blank=True, help_text="Jinja chat template overriding the tokenizer's (optional)."
     )
+    reasoning_start = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="Reasoning models: the text that opens their thinking, e.g. <think>. "
+        "Empty: the family does not reason and replies are left as written.",
+    )
+    reasoning_end = models.CharField(
+        max_length=64, blank=True, help_text="The text that closes the thinking, e.g. </think>."
+    )
+    reasoning_in_prompt = models.BooleanField(
+        "template opens the thinking",
+        default=False,
+        help_text="The chat template ends the prompt inside the thinking (DeepSeek-R1, "
+        "Qwen3 thinking-2507): the reply starts in it, without the opening marker.",
+    )
+    thinking_switch = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The chat-template variable that turns thinking on and off, e.g. "
+        "enable_thinking (Qwen3). Empty: thinking cannot be switched off.",
+    )
 
     class Meta:
         ordering = ["priority", "slug"]
@@ -64,6 +85,11 @@ class ModelFamily(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        super().clean()
+        if bool(self.reasoning_start) != bool(self.reasoning_end):
+            raise ValidationError("Give both reasoning markers, or neither.")
+
     def profile(self) -> FamilyProfile:
         return FamilyProfile(
             slug=self.slug,
@@ -71,6 +97,10 @@ class ModelFamily(models.Model):
             extra_stop_tokens=tuple(self.extra_stop_tokens),
             stop_strings=tuple(self.stop_strings),
             chat_template=self.chat_template,
+            reasoning_start=self.reasoning_start,
+            reasoning_end=self.reasoning_end,
+            reasoning_in_prompt=self.reasoning_in_prompt,
+            thinking_switch=self.thinking_switch,
         )
 
     def matches_name(self, *names: str) -> bool:

@@ -9,6 +9,7 @@ from pydantic import ByteSize, TypeAdapter, ValidationError
 
 from config.secrets import read_or_create_secret
 from inference import blas
+from storedresponses.durations import parse_duration
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -54,6 +55,7 @@ INSTALLED_APPS = [
     "corsheaders",
     "catalog",
     "apikeys",
+    "storedresponses",
     "inference",
     "dashboard",
 ]
@@ -160,6 +162,16 @@ ENGINE_FAULT_INJECTION = env.bool("ENGINE_FAULT_INJECTION", default=False)
 SERVER_URL = env.str("SERVER_URL", default=f"http://127.0.0.1:{env.int('PORT', default=8000)}")
 # Seconds a request may take from arrival to its last token (model load included).
 REQUEST_TIMEOUT = env.float("REQUEST_TIMEOUT", default=600)
+# Streams send an SSE comment after this many quiet seconds (queued, or reading a long prompt)
+# so that proxies with read timeouts keep the connection; 0 turns it off.
+SSE_KEEPALIVE_SECONDS = env.float("SSE_KEEPALIVE_SECONDS", default=5)
+# How long POST /v1/responses keeps what it stores (for retrieval and previous_response_id):
+# 30d, 12h, 45m, 90s or seconds; 0 keeps them forever. Older ones are purged on the way (at most
+# once an hour) and by `manage.py purge_responses`.
+try:
+    RESPONSES_RETENTION = parse_duration(env.str("RESPONSES_RETENTION", default="30d"))
+except ValueError as exc:
+    raise ImproperlyConfigured(f"RESPONSES_RETENTION: {exc}") from None
 # Largest request body /v1 accepts (bytes).
 DATA_UPLOAD_MAX_MEMORY_SIZE = byte_size("MAX_REQUEST_BODY", "4MiB")
 

@@ -8,6 +8,7 @@ import pytest
 from inference.conversion.gguf import convert_gguf
 from inference.engine.types import ModelSpec
 from tests.helpers import DEMO_ID, ROOT, build_tiny_model
+from tests.scripted import build_scripted_model
 
 
 @pytest.fixture(scope="session")
@@ -26,6 +27,23 @@ def smollm_dir(demo_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 @pytest.fixture(scope="session")
 def tiny_dir(smollm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(smollm_dir, tmp_path_factory.mktemp("tiny") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def scripted_dir(smollm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_scripted_model(smollm_dir, tmp_path_factory.mktemp("scripted") / "thinker")
+
+
+@pytest.fixture
+def scripted_entry(db, scripted_dir):
+    """The scripted reasoning model (tests/scripted.py) in the catalog as "thinker", in the
+    seeded Qwen3 family: <think> markers, enable_thinking switch, Hermes tool calls."""
+    from catalog.models import CatalogModel, ModelFamily
+
+    family = ModelFamily.objects.get(slug="qwen3")
+    return CatalogModel.objects.create(
+        public_id="thinker", location=str(scripted_dir), family=family
+    )
 
 
 @pytest.fixture(scope="session")

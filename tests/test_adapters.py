@@ -57,7 +57,14 @@ def test_gemma_folds_system_into_first_user():
 @pytest.mark.django_db
 def test_seeded_families():
     families = {f.slug: f for f in ModelFamily.objects.all()}
-    assert set(families) == {"llama", "chatml", "mistral", "gemma", "default"}
+    assert set(families) == {
+        *("llama", "chatml", "mistral", "gemma", "default"),
+        *("qwen3", "deepseek-r1", "think"),  # reasoning families
+    }
+    reasoning = {slug: f.profile() for slug, f in families.items() if f.profile().reasons}
+    assert set(reasoning) == {"qwen3", "deepseek-r1", "think"}
+    assert reasoning["qwen3"].thinking_switch == "enable_thinking"
+    assert reasoning["deepseek-r1"].reasoning_in_prompt
     assert "<|eot_id|>" in families["llama"].extra_stop_tokens
     assert families["chatml"].extra_stop_tokens == ["<|im_end|>"]
     assert families["gemma"].extra_stop_tokens == ["<end_of_turn>"]
@@ -68,7 +75,10 @@ def test_seeded_families():
     ("public_id", "model_type", "expected"),
     [
         ("qwen2.5-7b", "qwen2", "chatml"),
-        ("my-model", "qwen3", "chatml"),
+        ("my-model", "qwen3", "qwen3"),
+        ("Qwen3-4B-Instruct", "qwen3", "qwen3"),
+        ("DeepSeek-R1-Distill-Qwen-1.5B", "qwen2", "deepseek-r1"),
+        ("DeepSeek-R1-Distill-Llama-8B", "llama", "deepseek-r1"),
         ("Meta-Llama-3-8B", "llama", "llama"),
         ("gemma-2b", "gemma", "gemma"),
         ("odd-model", "unknown_arch", "default"),

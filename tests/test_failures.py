@@ -89,7 +89,7 @@ def test_a_bug_while_streaming_still_ends_the_stream_cleanly(tiny_dir, monkeypat
     def broken_feed(self, text):
         raise KeyError("bug in the tool-call filter")
 
-    monkeypatch.setattr(chat_serving.StreamedReply, "feed", broken_feed)
+    monkeypatch.setattr(chat_serving.ReplyParser, "feed", broken_feed)
 
     async def go():
         response = await AsyncClient().post(

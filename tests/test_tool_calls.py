@@ -1,4 +1,5 @@
-"""Tool-call parsing per family, streaming hold-back, and prompting with tools."""
+"""Tool calls per family, streamed as they are written; reasoning split out; prompting with
+tools."""
 
 import json
 from pathlib import Path
@@ -6,146 +7,196 @@ from pathlib import Path
 import pytest
 
 from inference.adapters import FamilyProfile, get_adapter
-from inference.adapters.tools import ParsedCall, parse_hermes, parse_llama3, parse_mistral
-from inference.protocol.openai.chat import ChatCompletionRequest
-from inference.serving.tool_calls import StreamedReply, split_reply
+from inference.serving.reply import (
+    ReasoningDelta,
+    ReplyParser,
+    TextDelta,
+    ToolArgumentsDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    parse_reply,
+)
+from inference.serving.thinking import Thinking
+from inference.serving.tooluse import FunctionTool, ToolUse
 
-WEATHER = ParsedCall("get_weather", '{"city": "Paris"}')
+WEATHER = ("get_weather", {"city": "Paris"})
+NOW = ("now", {})
+OFFERED = ToolUse((FunctionTool("get_weather"), FunctionTool("now")))
+THINK = Thinking("<think>", "</think>", opened=False)
+
+
+def adapter(name: str = "chatml"):
+    return get_adapter(FamilyProfile(adapter=name))
+
+
+def calls_of(reply) -> list[tuple[str, object]]:
+    return [(c.name, json.loads(c.arguments)) for c in reply.tool_calls]
 
 
 @pytest.mark.parametrize(
-    ("parse", "text", "content", "calls"),
+    ("family", "text", "content", "calls"),
     [
         (
-            parse_hermes,
+            "chatml",
             '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
             None,
             [WEATHER],
         ),
         (
-            parse_hermes,
+            "chatml",
             'Let me look.\n<tool_call>{"name": "get_weather", "arguments": '
             '{"city": "Paris"}}</tool_call><tool_call>{"name": "now", "arguments": {}}</tool_call>',
             "Let me look.",
-            [WEATHER, ParsedCall("now", "{}")],
+            [WEATHER, NOW],
         ),
         (
-            parse_hermes,
+            "chatml",
             '<tool_call>{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}',
             None,
             [WEATHER],
         ),  # unterminated, string arguments
-        (parse_llama3, '{"name": "get_weather", "parameters": {"city": "Paris"}}', None, [WEATHER]),
+        ("llama3", '{"name": "get_weather", "parameters": {"city": "Paris"}}', None, [WEATHER]),
         (
-            parse_llama3,
+            "llama3",
             '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}; '
             '{"name": "now", "parameters": {}}',
             None,
-            [WEATHER, ParsedCall("now", "{}")],
+            [WEATHER, NOW],
         ),
         (
-            parse_mistral,
+            "llama3",
+            '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>',
+            None,
+            [WEATHER],
+        ),  # Llama fine-tunes that learned Hermes
+        (
+            "mistral",
             '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]',
             None,
             [WEATHER],
         ),
-        (parse_mistral, 'Sure.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}', "Sure.", [WEATHER]),
+        ("mistral", 'Sure.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}', "Sure.", [WEATHER]),
+        (
+            "mistral",
+            '[TOOL_CALLS]get_weather[ARGS]{"name": "x"}[TOOL_CALLS]now[ARGS]{}',
+            None,
+            [("get_weather", {"name": "x"}), NOW],
+        ),  # an argument called "name" is not the function's name
     ],
 )
-def test_parsers(parse, text, content, calls):
-    parsed = parse(text)
-    assert parsed is not None
-    assert parsed.content == content
-    assert [(c.name, json.loads(c.arguments)) for c in parsed.calls] == [
-        (c.name, json.loads(c.arguments)) for c in calls
+@pytest.mark.parametrize("piece", [1, 2, 7, 1000])
+def test_calls_per_family_at_any_split(family, text, content, calls, piece):
+    parser = ReplyParser(adapter(family), OFFERED)
+    events = []
+    for i in range(0, len(text), piece):
+        events += parser.feed(text[i : i + piece])
+    events += parser.finish()
+    reply = parser.reply()
+    assert reply.content == content
+    assert calls_of(reply) == calls
+    for index, call in enumerate(reply.tool_calls):
+        starts = [e for e in events if isinstance(e, ToolCallStart) and e.index == index]
+        assert [(s.id, s.name) for s in starts] == [(call.id, call.name)]
+        pieces = [e.text for e in events if isinstance(e, ToolArgumentsDelta) and e.index == index]
+        assert "".join(pieces) == call.arguments  # the stream adds up to the final arguments
+        own = [i for i, e in enumerate(events) if getattr(e, "index", -1) == index]
+        assert events[own[0]] == starts[0]  # name and id first
+
+
+def test_arguments_stream_while_they_are_written():
+    parser = ReplyParser(adapter(), OFFERED)
+    start, first = parser.feed('<tool_call>{"name": "get_weather", "arguments": {"ci')
+    assert isinstance(start, ToolCallStart)
+    assert (start.index, start.name, start.id[:5]) == (0, "get_weather", "call_")
+    assert first == ToolArgumentsDelta(0, '{"ci')
+    assert parser.feed('ty": "Par') == [ToolArgumentsDelta(0, 'ty": "Par')]
+    assert parser.feed('is"}}</tool_call>') == [
+        ToolArgumentsDelta(0, 'is"}'),
+        ToolCallEnd(0, start.id, "get_weather", '{"city": "Paris"}', valid=True),
     ]
 
 
 @pytest.mark.parametrize(
-    ("parse", "text"),
+    ("family", "text"),
     [
-        (parse_hermes, "No tools here."),
-        (parse_hermes, "<tool_call>{not json}</tool_call>"),
-        (parse_llama3, "The answer is {42}."),
-        (parse_llama3, '{"no_name": 1}'),
-        (parse_mistral, "[TOOL_CALLS] garbage"),
+        ("chatml", "No tools here."),
+        ("chatml", "<tool_call>{not json}</tool_call>"),
+        ("chatml", "a <tool_call> that never closes {"),
+        ("llama3", "The answer is {42}."),
+        ("llama3", '{"no_name": 1}'),
+        ("llama3", " Hello {there}"),
+        ("mistral", "[TOOL_CALLS] garbage"),
     ],
 )
-def test_parsers_leave_plain_text_alone(parse, text):
-    assert parse(text) is None
+def test_text_that_only_looks_like_a_call_stays_text(family, text):
+    reply = parse_reply(adapter(family), text, OFFERED)
+    assert (reply.content, reply.tool_calls) == (text, [])
 
 
-def test_adapter_falls_back_to_hermes_and_then_to_text():
-    llama = get_adapter(FamilyProfile(adapter="llama3"))
-    hermes = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
-    assert llama.parse_tool_calls(hermes).calls == (WEATHER,)
-    assert llama.parse_tool_calls("Just words.").content == "Just words."
-    assert llama.parse_tool_calls("Just words.").calls == ()
-
-
-def request(**extra) -> ChatCompletionRequest:
-    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {}}}
-    return ChatCompletionRequest.model_validate(
-        {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [tool], **extra}
-    )
-
-
-def stream(reply: StreamedReply, pieces: list[str]) -> tuple[str, list]:
-    sent = "".join(reply.feed(p) for p in pieces)
-    tail, calls = reply.finish()
-    return sent + tail, calls
-
-
-def test_stream_sends_content_then_holds_the_tool_call():
-    reply = StreamedReply(request(), get_adapter(FamilyProfile(adapter="chatml")))
-    pieces = [
-        "Checking",
-        " now.",
-        "<tool",
-        '_call>{"name": "get_weather", ',
-        '"arguments": {}}',
-        "</tool_call>",
-    ]
-    sent = [reply.feed(p) for p in pieces]
-    assert "".join(sent) == "Checking now."
-    tail, calls = reply.finish()
-    assert tail == ""
-    assert [c.function.name for c in calls] == ["get_weather"]
-
-
-def test_stream_releases_a_false_alarm():
-    reply = StreamedReply(request(), get_adapter(FamilyProfile(adapter="chatml")))
-    text, calls = stream(reply, ["a <tool", "_call> that never closes {"])
-    assert text == "a <tool_call> that never closes {"
-    assert calls == []
-
-
-def test_llama3_stream_holds_a_reply_that_opens_with_json():
-    adapter = get_adapter(FamilyProfile(adapter="llama3"))
-    reply = StreamedReply(request(), adapter)
-    assert reply.feed("  ") == ""
-    assert reply.feed('{"name": "get_weather", ') == ""
-    text, calls = stream(reply, ['"parameters": {"city": "Paris"}}'])
-    assert text == ""
-    assert json.loads(calls[0].function.arguments) == {"city": "Paris"}
-    plain = StreamedReply(request(), adapter)
-    assert stream(plain, [" ", "Hello {there}"]) == (" Hello {there}", [])
+def test_content_streams_until_the_call_starts():
+    parser = ReplyParser(adapter(), OFFERED)
+    pieces = ["Checking", " now.", "<tool", '_call>{"name": "get_weather", ', '"arguments": {}}']
+    texts = [e.text for p in pieces for e in parser.feed(p) if isinstance(e, TextDelta)]
+    assert "".join(texts) == "Checking now."
+    parser.finish()
+    assert calls_of(parser.reply()) == [("get_weather", {})]
 
 
 def test_tool_choice_none_streams_everything():
-    reply = StreamedReply(request(tool_choice="none"), get_adapter(FamilyProfile()))
-    assert stream(reply, ["<tool_call>", "{}"]) == ("<tool_call>{}", [])
+    reply = parse_reply(adapter(), '<tool_call>{"name": "now"}', ToolUse(OFFERED.tools, "none"))
+    assert (reply.content, reply.tool_calls) == ('<tool_call>{"name": "now"}', [])
 
 
-def test_forced_call_is_split_from_json():
-    named = request(tool_choice={"type": "function", "function": {"name": "get_weather"}})
-    reply = split_reply(named, get_adapter(FamilyProfile()), '{"city": "Paris"}')
-    assert reply.content is None
-    assert reply.tool_calls[0].function.name == "get_weather"
-    required = request(tool_choice="required")
-    text = '[{"name": "get_weather", "parameters": {"city": "Paris"}}]'
-    (call,) = split_reply(required, get_adapter(FamilyProfile()), text).tool_calls
-    assert call.function.arguments == '{"city": "Paris"}'
+def test_forced_and_required_calls():
+    forced = ToolUse(OFFERED.tools, forced="get_weather")
+    assert calls_of(parse_reply(adapter(), '{"city": "Paris"}', forced)) == [WEATHER]
+    required = ToolUse(OFFERED.tools, "required")
+    text = (
+        '[{"name": "get_weather", "parameters": {"city": "Paris"}}, '
+        '{"name": "now", "parameters": {}}]'
+    )
+    assert calls_of(parse_reply(adapter(), text, required)) == [WEATHER, NOW]
+    single = ToolUse(OFFERED.tools, "required", parallel=False)
+    assert calls_of(parse_reply(adapter(), text, single)) == [WEATHER]
+
+
+@pytest.mark.parametrize("piece", [1, 3, 1000])
+def test_reasoning_then_a_call(piece):
+    text = '<think>\nHmm, weather.\n</think>\n\nOn it.<tool_call>{"name": "now", "arguments": {}}'
+    parser = ReplyParser(adapter(), OFFERED, THINK)
+    events = [e for i in range(0, len(text), piece) for e in parser.feed(text[i : i + piece])]
+    events += parser.finish()
+    reply = parser.reply()
+    assert reply.reasoning == "Hmm, weather."
+    assert "".join(e.text for e in events if isinstance(e, ReasoningDelta)) == "Hmm, weather."
+    assert reply.content == "On it."
+    assert calls_of(reply) == [NOW]
+
+
+@pytest.mark.parametrize(
+    ("text", "opened", "reasoning", "content"),
+    [
+        ("<think>a</think>b", False, "a", "b"),
+        ("  <think>\n a b \n</think>\n\n c", False, "a b", "c"),
+        ("no thinking at all", False, None, "no thinking at all"),
+        ("<thinking is a word", False, None, "<thinking is a word"),
+        ("<think>cut off inside", False, "cut off inside", None),
+        ("<think>cut off at the marker </thi", False, "cut off at the marker </thi", None),
+        ("already inside</think>answer", True, "already inside", "answer"),
+        ("inside, never closed", True, "inside, never closed", None),
+        ("</think>answer only", True, None, "answer only"),
+    ],
+)
+@pytest.mark.parametrize("piece", [1, 2, 5, 1000])
+def test_reasoning_split_at_any_point(text, opened, reasoning, content, piece):
+    parser = ReplyParser(adapter(), None, Thinking("<think>", "</think>", opened))
+    events = [e for i in range(0, len(text), piece) for e in parser.feed(text[i : i + piece])]
+    events += parser.finish()
+    reply = parser.reply()
+    assert (reply.reasoning, reply.content) == (reasoning, content)
+    streamed = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
+    assert streamed == (reasoning or "")
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == (content or "")
 
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]

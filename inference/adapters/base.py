@@ -2,16 +2,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from inference.adapters.tools import (
-    ParsedOutput,
-    inline_tool_history,
-    parse_hermes,
-    template_supports_tools,
-)
+from inference.adapters.tools import inline_tool_history, template_supports_tools
 
 
 class Tokenizer(Protocol):
@@ -25,6 +19,8 @@ class Tokenizer(Protocol):
     def convert_tokens_to_ids(self, token: str) -> int | None: ...
 
     def get_vocab(self) -> dict[str, int]: ...
+
+    def encode(self, text: str, **kwargs: Any) -> list[int]: ...
 
 
 class ChatTemplateMissing(ValueError):
@@ -40,6 +36,17 @@ class FamilyProfile:
     extra_stop_tokens: tuple[str, ...] = ()
     stop_strings: tuple[str, ...] = ()
     chat_template: str = ""
+    # Reasoning models: the markers around their thinking, whether the chat template opens
+    # the thinking inside the prompt (the reply then starts in it), and the template variable
+    # that switches thinking on and off (e.g. Qwen3's enable_thinking).
+    reasoning_start: str = ""
+    reasoning_end: str = ""
+    reasoning_in_prompt: bool = False
+    thinking_switch: str = ""
+
+    @property
+    def reasons(self) -> bool:
+        return bool(self.reasoning_start and self.reasoning_end)
 
 
 @dataclass
@@ -63,26 +70,22 @@ class FamilyAdapter:
     def stop_strings(self) -> tuple[str, ...]:
         return self.profile.stop_strings
 
-    # Tool-call syntaxes this family writes, tried in order; Hermes is what we prompt for
-    # when a template has no tool support of its own.
-    tool_parsers: ClassVar[tuple[Callable[[str], ParsedOutput | None], ...]] = (parse_hermes,)
-    # Text after which a reply is a tool call: streamed content stops there.
+    # Text after which a reply is tool calls (streaming_calls.py reads them); Hermes's tag is
+    # what we prompt for when a template has no tool support of its own.
     tool_call_markers: ClassVar[tuple[str, ...]] = ("<tool_call>",)
     # A reply that opens with this (after whitespace) is a tool call from its first character.
     tool_call_opens_with: ClassVar[str | None] = None
-
-    def parse_tool_calls(self, text: str) -> ParsedOutput:
-        for parse in (*self.tool_parsers, parse_hermes):
-            parsed = parse(text)
-            if parsed is not None:
-                return parsed
-        return ParsedOutput(text)
 
     def prepare_messages(self, messages: list[dict]) -> list[dict]:
         return messages
 
     def render_prompt(
-        self, tokenizer: Tokenizer, messages: list[dict], tools: list[dict] | None = None
+        self,
+        tokenizer: Tokenizer,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+        prefill: str = "",
     ) -> list[int]:
         template = self.profile.chat_template or None
         effective = template or tokenizer.chat_template
@@ -90,7 +93,8 @@ class FamilyAdapter:
             raise ChatTemplateMissing(
                 "this model has no chat template; give its family one in the catalog"
             )
-        extra: dict[str, Any] = {}
+        # A client's template variables never replace the arguments set here.
+        extra = {k: v for k, v in (template_kwargs or {}).items() if k not in _RESERVED}
         if template_supports_tools(effective):
             messages = [_arguments_as_objects(m) for m in messages]
             if tools:
@@ -107,7 +111,30 @@ class FamilyAdapter:
         # transformers 5 returns a BatchEncoding where 4 returned a list.
         if hasattr(tokens, "input_ids"):
             tokens = tokens.input_ids
+        # A prefilled reply: the assistant's turn is open and already starts with this text.
+        if prefill:
+            return [*tokens, *tokenizer.encode(prefill, add_special_tokens=False)]
         return list(tokens)
+
+
+_RESERVED = frozenset(
+    {
+        "conversation",
+        "messages",
+        "tools",
+        "chat_template",
+        "add_generation_prompt",
+        "tokenize",
+        "documents",
+        "continue_final_message",
+        "return_dict",
+        "return_tensors",
+        "padding",
+        "truncation",
+        "max_length",
+        "tokenizer_kwargs",
+    }
+)
 
 
 def _arguments_as_objects(message: dict) -> dict:

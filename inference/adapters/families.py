@@ -1,16 +1,14 @@
-"""The concrete family adapters. Step 2 adds each family's tool-call parser here."""
+"""The concrete family adapters: stops, tool-call markers, message quirks."""
 
 from typing import ClassVar
 
 from inference.adapters.base import FamilyAdapter, fold_system_into_first_user
-from inference.adapters.tools import parse_llama3, parse_mistral
 
 
 class Llama3Adapter(FamilyAdapter):
     name = "llama3"
     label = "Llama 3 (<|eot_id|> ends a turn)"
     builtin_stop_tokens: ClassVar[tuple[str, ...]] = ("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
-    tool_parsers = (parse_llama3,)
     # Llama 3 answers a tool call with bare JSON: a reply that opens with "{" is held back.
     tool_call_markers = ("<|python_tag|>", "<tool_call>")
     tool_call_opens_with = "{"
@@ -25,7 +23,6 @@ class ChatMLAdapter(FamilyAdapter):
 class MistralAdapter(FamilyAdapter):
     name = "mistral"
     label = "Mistral ([INST] turns)"
-    tool_parsers = (parse_mistral,)
     tool_call_markers = ("[TOOL_CALLS]", "<tool_call>")
 
 

@@ -20,6 +20,10 @@ MISSING_KEY = (
     "You didn't provide an API key. Send it in an Authorization header using Bearer auth "
     "(Authorization: Bearer YOUR_KEY)."
 )
+MISSING_ANTHROPIC_KEY = (
+    "You didn't provide an API key. Send it in an x-api-key header "
+    "(or Authorization: Bearer YOUR_KEY)."
+)
 
 
 @dataclass(frozen=True)
@@ -46,10 +50,20 @@ def _bad_key(message: str) -> APIError:
 
 
 async def api_key(request: HttpRequest) -> Caller:
-    secret = bearer(request)
+    return await _key_holder(bearer(request), MISSING_KEY)
+
+
+async def anthropic_key(request: HttpRequest) -> Caller:
+    """Anthropic's SDKs send x-api-key; Claude Code with ANTHROPIC_AUTH_TOKEN sends a bearer
+    token. The anthropic-version header is accepted and not required."""
+    secret = request.headers.get("x-api-key", "").strip() or bearer(request)
+    return await _key_holder(secret, MISSING_ANTHROPIC_KEY)
+
+
+async def _key_holder(secret: str | None, missing: str) -> Caller:
     if not secret:
         if await keys_required():
-            raise _bad_key(MISSING_KEY)
+            raise _bad_key(missing)
         return ANONYMOUS
     if not await keys_required():
         return ANONYMOUS  # clients such as the openai SDK always send some key
@@ -102,4 +116,5 @@ def hold_slot(ctx: RequestContext) -> None:
 
 PUBLIC = Auth("public", anyone)
 API_KEY = Auth("API key", api_key, limit_concurrency=True)
+ANTHROPIC_KEY = Auth("API key (x-api-key or bearer)", anthropic_key, limit_concurrency=True)
 STAFF_OR_TOKEN = Auth("staff session or admin token", staff_or_token)

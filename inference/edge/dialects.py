@@ -10,15 +10,23 @@ from django.http import HttpResponse
 from pydantic import BaseModel
 
 from inference.edge.responses import json_response
+from inference.protocol.anthropic.errors import error_body as anthropic_error_body
+from inference.protocol.anthropic.events import sse as anthropic_event
 from inference.protocol.errors import APIError
 from inference.protocol.openai.errors import error_body
 from inference.serving.sse import DONE, sse_event
+
+
+def openai_stream_end(body: BaseModel) -> list[str]:
+    return [sse_event(body), DONE]
 
 
 @dataclass(frozen=True)
 class Dialect:
     name: str
     error_body: Callable[[APIError], BaseModel]
+    # The lines that end a broken stream, given the error body.
+    stream_end: Callable[[BaseModel], list[str]] = openai_stream_end
 
     def error_response(self, error: APIError) -> HttpResponse:
         response = json_response(self.error_body(error), status=error.status)
@@ -28,9 +36,12 @@ class Dialect:
 
     def stream_failure(self, error: APIError) -> list[str]:
         """The last lines of a stream that broke after its headers were sent."""
-        return [sse_event(self.error_body(error)), DONE]
+        return self.stream_end(self.error_body(error))
 
 
 # {"error": {"message", "type", "param", "code"}}; streams end with an error event, then
-# [DONE]. Anthropic's {"type": "error", "error": {...}} and its `event: error` join in step 9.
+# [DONE].
 OPENAI = Dialect("openai", error_body)
+# {"type": "error", "error": {"type", "message"}}, the type named after the status; streams
+# end with `event: error` and that body, and nothing after it.
+ANTHROPIC = Dialect("anthropic", anthropic_error_body, lambda body: [anthropic_event(body)])

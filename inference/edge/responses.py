@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import aclosing
 
+from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
 from pydantic import BaseModel
 
@@ -57,11 +60,47 @@ async def guarded(
                 yield line
 
 
+# An SSE comment: every client's parser skips it, and proxies see bytes on the connection.
+KEEPALIVE = ": keep-alive\n\n"
+
+
+async def with_keepalive(lines: AsyncIterator[str], interval: float) -> AsyncIterator[str]:
+    """The stream's lines, and a comment whenever none came for `interval` seconds (a request
+    queued or reading a long prompt), so proxies with read timeouts keep the connection."""
+    if interval <= 0:
+        async with aclosing(lines):  # type: ignore[type-var]
+            async for line in lines:
+                yield line
+        return
+    pending: asyncio.Future | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(lines))
+            done, _ = await asyncio.wait({pending}, timeout=interval)
+            if not done:
+                yield KEEPALIVE
+                continue
+            finished, pending = pending, None
+            try:
+                line = finished.result()
+            except StopAsyncIteration:
+                return
+            yield line
+    finally:
+        if pending is not None:  # the client left while a line was awaited
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+        await lines.aclose()  # type: ignore[attr-defined]
+
+
 def event_stream_response(
     stream: EventStream, failure: Callable[[], Iterable[str]]
 ) -> ClosingStreamingResponse:
     response = ClosingStreamingResponse(
-        guarded(stream.lines, failure), content_type="text/event-stream"
+        guarded(with_keepalive(stream.lines, settings.SSE_KEEPALIVE_SECONDS), failure),
+        content_type="text/event-stream",
     )
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass chunks through as they come

@@ -118,6 +118,11 @@ class EngineHandle:
         """Runs `run(engine)` on the engine thread between steps and returns its result."""
         return await asyncio.wrap_future(self._supervisor.engine.call(run))
 
+    async def count_prompt_tokens(self, request: JobRequest) -> int:
+        """How many tokens `request`'s prompt takes, rendered as `start` would render it
+        (loading the model if needed); raises EngineError where a job of it would fail."""
+        return await self.call(lambda engine: engine.count_prompt_tokens(request))
+
     def health(self) -> EngineHealth:
         return self._supervisor.health()
 

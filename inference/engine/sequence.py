@@ -34,7 +34,9 @@ def render_prompt(job: GenerationJob, loaded: LoadedModel) -> list[int]:
     prompt, tokenizer = job.prompt, loaded.tokenizer
     if isinstance(prompt, ChatPrompt):
         try:
-            return job.adapter.render_prompt(tokenizer, prompt.messages, prompt.tools)
+            return job.adapter.render_prompt(
+                tokenizer, prompt.messages, prompt.tools, prompt.template_kwargs, prompt.prefill
+            )
         except ChatTemplateMissing as exc:
             raise EngineError(ErrorKind.INVALID_REQUEST, str(exc), "messages") from exc
     if isinstance(prompt, TextPrompt):
@@ -161,4 +163,5 @@ class Sequence:
         return events
 
     def _done(self, reason: str) -> Done:
-        return Done(reason, len(self.prompt), self.completion_tokens, self.cached_tokens)
+        matched = self._stops.matched if reason == "stop" else None
+        return Done(reason, len(self.prompt), self.completion_tokens, self.cached_tokens, matched)

@@ -13,15 +13,17 @@ class StopStringMatcher:
     def __init__(self, stops: tuple[str, ...]) -> None:
         self._stops = tuple(s for s in stops if s)
         self._pending = ""
+        self.matched: str | None = None  # the stop string that was hit (Anthropic reports it)
 
     def feed(self, text: str) -> tuple[str, bool]:
         """Returns (text safe to send, whether a stop string was hit)."""
         self._pending += text
         if not self._stops:
             return self.flush(), False
-        hits = [i for s in self._stops if (i := self._pending.find(s)) >= 0]
+        hits = [(i, s) for s in self._stops if (i := self._pending.find(s)) >= 0]
         if hits:
-            released = self._pending[: min(hits)]
+            at, self.matched = min(hits, key=lambda hit: hit[0])
+            released = self._pending[:at]
             self._pending = ""
             return released, True
         keep = self._held_suffix_length()

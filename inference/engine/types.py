@@ -26,6 +26,11 @@ class ModelSpec:
 class ChatPrompt:
     messages: list[dict]
     tools: list[dict] | None = None
+    # Extra chat-template variables: a client's chat_template_kwargs, enable_thinking.
+    template_kwargs: dict | None = None
+    # Text the assistant's reply already starts with (Anthropic's prefill): it follows the
+    # generation prompt, and the reply continues it.
+    prefill: str = ""
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,7 @@ class Done:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
+    stop_sequence: str | None = None  # the stop string that ended it, if one did
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from inference.engine import fastmath
 from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
 from inference.engine.pool import LoadedModel, ModelPool
-from inference.engine.sequence import Sequence
+from inference.engine.sequence import Sequence, render_prompt
 from inference.engine.state import EngineState, ModelState
 from inference.engine.types import (
     EngineError,
@@ -26,6 +26,7 @@ from inference.engine.types import (
     Event,
     Failed,
     GenerationJob,
+    JobRequest,
     ModelSpec,
 )
 
@@ -39,6 +40,10 @@ class Command:
 
     run: Callable[[Engine], Any]
     future: Future = field(default_factory=Future)
+
+
+def _ignore(event: Event) -> None:
+    """The sink of a job that only renders its prompt."""
 
 
 class InjectedFault(Exception):
@@ -202,6 +207,18 @@ class Engine:
             "load_seconds": 0.0 if was_loaded else round(loaded.load_seconds, 3),
             "already_loaded": was_loaded,
         }
+
+    def count_prompt_tokens(self, request: JobRequest) -> int:
+        """The prompt's length in tokens, rendered exactly as a job of it would be."""
+        job = GenerationJob(request.spec, request.adapter, request.prompt, request.params, _ignore)
+        loaded = self._load(request.spec)
+        try:
+            return len(render_prompt(job, loaded))
+        except EngineError:
+            raise
+        except Exception as exc:  # what would fail a job fails the count the same way
+            log.exception("could not render a prompt for %s", request.spec.model_id)
+            raise EngineError(ErrorKind.INTERNAL, "the prompt could not be rendered") from exc
 
     def unload(self, model_id: str) -> bool:
         runner = self._runners.get(model_id)

@@ -18,7 +18,9 @@ from inference.protocol.openai.chat import (
     ChatMessage,
     ChunkChoice,
     ChunkDelta,
+    FunctionCall,
     FunctionCallDelta,
+    NamedToolChoice,
     ToolCall,
     ToolCallDelta,
 )
@@ -27,11 +29,22 @@ from inference.protocol.openai.errors import error_body
 from inference.serving.context import RequestContext
 from inference.serving.errors import api_error
 from inference.serving.generation import Choice, Generation
+from inference.serving.reply import (
+    ReasoningDelta,
+    Reply,
+    ReplyEvent,
+    ReplyParser,
+    TextDelta,
+    ToolArgumentsDelta,
+    ToolCallStart,
+    parse_reply,
+)
 from inference.serving.resolve import ResolvedModel, resolve_model
 from inference.serving.sampling import per_choice, sampling_params
 from inference.serving.sse import DONE, EventStream, chunk_writer, sse_event
-from inference.serving.structured import chat_grammar
-from inference.serving.tool_calls import StreamedReply, split_reply
+from inference.serving.structured import response_format_grammar
+from inference.serving.thinking import Thinking, plan_thinking
+from inference.serving.tooluse import FunctionTool, ToolUse
 
 
 def message_dict(message: ChatMessage) -> dict:
@@ -45,15 +58,25 @@ def message_dict(message: ChatMessage) -> dict:
     return out
 
 
-def chat_prompt(request: ChatCompletionRequest, resolved: ResolvedModel) -> ChatPrompt:
-    messages = [message_dict(m) for m in request.messages]
-    system_prompt = resolved.entry.system_prompt
-    if system_prompt and not any(m["role"] == "system" for m in messages):
-        messages.insert(0, {"role": "system", "content": system_prompt})
-    tools = None
-    if request.effective_tool_choice() != "none":
-        tools = [tool.model_dump(exclude_none=True) for tool in request.tools or []]
-    return ChatPrompt(messages, tools)
+def chat_tool_use(request: ChatCompletionRequest) -> ToolUse:
+    tools = tuple(
+        FunctionTool(t.function.name, t.function.description, t.function.parameters)
+        for t in request.tools or []
+    )
+    choice = request.effective_tool_choice()
+    if isinstance(choice, NamedToolChoice):
+        return ToolUse(tools, forced=choice.function.name, parallel=request.parallel_tool_calls)
+    return ToolUse(tools, choice, parallel=request.parallel_tool_calls)  # type: ignore[arg-type]
+
+
+def thinking_asked(request: ChatCompletionRequest, switch: str) -> bool | None:
+    """The template's own switch in chat_template_kwargs wins; then reasoning_effort."""
+    kwargs = request.chat_template_kwargs or {}
+    if switch and switch in kwargs:
+        return bool(kwargs[switch])
+    if request.reasoning_effort is None:
+        return None
+    return request.reasoning_effort != "none"
 
 
 @dataclass
@@ -61,6 +84,11 @@ class ChatRun:
     request: ChatCompletionRequest
     resolved: ResolvedModel
     generation: Generation
+    tool_use: ToolUse
+    thinking: Thinking | None
+
+    def parser(self) -> ReplyParser:
+        return ReplyParser(self.resolved.adapter, self.tool_use, self.thinking)
 
 
 async def answer_chat(
@@ -82,20 +110,34 @@ async def start_chat(request: ChatCompletionRequest, ctx: RequestContext) -> Cha
             code="too_many_messages",
         )
     resolved = await resolve_model(request.model, ctx.caller)
+    tool_use = chat_tool_use(request)
+    grammar = tool_use.grammar() or response_format_grammar(request.response_format)
+    adapter = resolved.adapter
+    plan = plan_thinking(
+        adapter,
+        thinking_asked(request, adapter.profile.thinking_switch),
+        constrained=grammar is not None,
+    )
     params = sampling_params(
         request,
         resolved.entry,
         max_tokens=request.output_limit(),
         logprobs=request.logprobs,
         top_logprobs=request.top_logprobs or 0,
-        grammar=chat_grammar(request),
+        grammar=grammar,
     )
-    prompt = chat_prompt(request, resolved)
+    messages = [message_dict(m) for m in request.messages]
+    system_prompt = resolved.entry.system_prompt
+    if system_prompt and not any(m["role"] == "system" for m in messages):
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    kwargs = {**(request.chat_template_kwargs or {}), **plan.template_kwargs}
+    prompt = ChatPrompt(messages, tool_use.template_tools(), kwargs or None)
     jobs = [
-        JobRequest(resolved.spec, resolved.adapter, prompt, choice_params)
+        JobRequest(resolved.spec, adapter, prompt, choice_params)
         for choice_params in per_choice(params, request.n)
     ]
-    return ChatRun(request, resolved, await Generation.start(ctx, jobs, "chatcmpl", request.n))
+    generation = await Generation.start(ctx, jobs, "chatcmpl", request.n)
+    return ChatRun(request, resolved, generation, tool_use, plan.thinking)
 
 
 def wire_logprobs(entries: list[SampledToken] | tuple[SampledToken, ...]) -> ChoiceLogprobs:
@@ -114,23 +156,37 @@ def wire_logprobs(entries: list[SampledToken] | tuple[SampledToken, ...]) -> Cho
     )
 
 
-def finish_reason(choice: Choice, tool_calls: list[ToolCall]) -> str:
-    return "tool_calls" if tool_calls else choice.done.finish_reason
+def finish_reason(choice: Choice, reply: Reply) -> str:
+    if reply.tool_calls and choice.done.finish_reason == "stop":
+        return "tool_calls"
+    return choice.done.finish_reason
+
+
+def assistant_message(reply: Reply) -> AssistantMessage:
+    calls = [
+        ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
+        for c in reply.tool_calls
+    ]
+    content = reply.content if reply.content is not None or calls else ""
+    return AssistantMessage(
+        content=content,
+        tool_calls=calls or None,
+        reasoning_content=reply.reasoning,
+        reasoning=reply.reasoning,
+    )
 
 
 async def complete_chat(run: ChatRun) -> ChatCompletion:
     await run.generation.finish()
     choices = []
     for choice in run.generation.choices.values():
-        reply = split_reply(run.request, run.resolved.adapter, choice.text)
+        reply = parse_reply(run.resolved.adapter, choice.text, run.tool_use, run.thinking)
         choices.append(
             ChatChoice(
                 index=choice.index,
-                message=AssistantMessage(
-                    content=reply.content, tool_calls=reply.tool_calls or None
-                ),
+                message=assistant_message(reply),
                 logprobs=wire_logprobs(choice.logprobs) if run.request.logprobs else None,
-                finish_reason=finish_reason(choice, reply.tool_calls),
+                finish_reason=finish_reason(choice, reply),
             )
         )
     return ChatCompletion(
@@ -140,16 +196,31 @@ async def complete_chat(run: ChatRun) -> ChatCompletion:
     )
 
 
-def tool_call_deltas(calls: list[ToolCall]) -> list[ToolCallDelta]:
-    return [
-        ToolCallDelta(
-            index=i,
-            id=call.id,
-            type="function",
-            function=FunctionCallDelta(name=call.function.name, arguments=call.function.arguments),
-        )
-        for i, call in enumerate(calls)
-    ]
+def chunk_delta(events: list[ReplyEvent]) -> ChunkDelta | None:
+    """One delta for what a piece of text said: thinking, content and tool-call pieces."""
+    reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
+    content = "".join(e.text for e in events if isinstance(e, TextDelta))
+    calls: dict[int, ToolCallDelta] = {}
+    for event in events:
+        if isinstance(event, ToolCallStart):
+            function = FunctionCallDelta(name=event.name, arguments="")
+            calls[event.index] = ToolCallDelta(
+                index=event.index, id=event.id, type="function", function=function
+            )
+        elif isinstance(event, ToolArgumentsDelta):
+            delta = calls.setdefault(
+                event.index, ToolCallDelta(index=event.index, function=FunctionCallDelta())
+            )
+            function = delta.function or FunctionCallDelta()
+            function.arguments = (function.arguments or "") + event.text
+    if not (reasoning or content or calls):
+        return None
+    return ChunkDelta(
+        content=content or None,
+        reasoning_content=reasoning or None,
+        reasoning=reasoning or None,
+        tool_calls=list(calls.values()) or None,
+    )
 
 
 async def stream_chat(run: ChatRun) -> AsyncIterator[str]:
@@ -158,28 +229,29 @@ async def stream_chat(run: ChatRun) -> AsyncIterator[str]:
     include_usage = request.include_usage()
     chunk = chunk_writer(ChatCompletionChunk, generation.envelope(request.model), include_usage)
 
-    replies = {i: StreamedReply(request, run.resolved.adapter) for i in generation.choices}
+    parsers = {i: run.parser() for i in generation.choices}
     for index in generation.choices:
         yield chunk([ChunkChoice(index=index, delta=ChunkDelta(role="assistant", content=""))])
     async for choice, event in generation.events():
         if isinstance(event, Failed):
             yield sse_event(error_body(api_error(event.error)))
             break
-        reply = replies[choice.index]
+        parser = parsers[choice.index]
         if isinstance(event, Delta):
-            content = reply.feed(event.text)
+            delta = chunk_delta(parser.feed(event.text))
             logprobs = wire_logprobs(event.logprobs) if request.logprobs else None
-            if content or logprobs:
-                delta = ChunkDelta(content=content) if content else ChunkDelta()
-                yield chunk([ChunkChoice(index=choice.index, delta=delta, logprobs=logprobs)])
+            if delta or logprobs:
+                yield chunk(
+                    [
+                        ChunkChoice(
+                            index=choice.index, delta=delta or ChunkDelta(), logprobs=logprobs
+                        )
+                    ]
+                )
             continue
-        content, calls = reply.finish()
-        if content:
-            yield chunk([ChunkChoice(index=choice.index, delta=ChunkDelta(content=content))])
-        if calls:
-            delta = ChunkDelta(tool_calls=tool_call_deltas(calls))
+        if delta := chunk_delta(parser.finish()):
             yield chunk([ChunkChoice(index=choice.index, delta=delta)])
-        finish = finish_reason(choice, calls)
+        finish = finish_reason(choice, parser.reply())
         yield chunk([ChunkChoice(index=choice.index, delta=ChunkDelta(), finish_reason=finish)])
     else:
         if include_usage:

@@ -1,19 +1,12 @@
-"""Grammars for response_format and forced tool calls, checked before any engine work."""
+"""Grammars for structured output, checked before any engine work (forced tool calls build
+theirs in tooluse.py)."""
 
 from __future__ import annotations
-
-import json
 
 import llguidance
 
 from inference.protocol.errors import APIError
-from inference.protocol.openai.chat import (
-    ChatCompletionRequest,
-    NamedToolChoice,
-    ResponseFormatJSONObject,
-    ResponseFormatJSONSchema,
-    ToolDefinition,
-)
+from inference.protocol.openai.chat import ResponseFormatJSONObject, ResponseFormatJSONSchema
 
 # Compact separators and no free whitespace: small models otherwise pad JSON with blank lines.
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
@@ -31,57 +24,11 @@ def json_grammar(schema: dict, param: str) -> str:
     return grammar
 
 
-def parameters_schema(tool: ToolDefinition) -> dict:
-    return tool.function.parameters or {"type": "object", "properties": {}}
-
-
-def forced_calls_schema(tools: list[ToolDefinition], parallel: bool) -> dict:
-    """tool_choice "required": a JSON list of {name, parameters} (vLLM's convention)."""
-    call = {
-        "anyOf": [
-            {
-                "type": "object",
-                "properties": {
-                    "name": {"const": tool.function.name},
-                    "parameters": parameters_schema(tool),
-                },
-                "required": ["name", "parameters"],
-                "additionalProperties": False,
-            }
-            for tool in tools
-        ]
-    }
-    schema: dict = {"type": "array", "items": call, "minItems": 1}
-    if not parallel:
-        schema["maxItems"] = 1
-    return schema
-
-
-def chat_grammar(request: ChatCompletionRequest) -> str | None:
-    choice = request.effective_tool_choice()
-    if isinstance(choice, NamedToolChoice):
-        tool = next(t for t in request.tools or [] if t.function.name == choice.function.name)
-        return json_grammar(parameters_schema(tool), "tools")
-    if choice == "required":
-        return json_grammar(
-            forced_calls_schema(request.tools or [], request.parallel_tool_calls), "tools"
-        )
-    response_format = request.response_format
+def response_format_grammar(response_format: object) -> str | None:
+    """Chat's response_format as a grammar (None: free text)."""
     if isinstance(response_format, ResponseFormatJSONObject):
         return json_grammar(ANY_OBJECT, "response_format")
     if isinstance(response_format, ResponseFormatJSONSchema):
         schema = response_format.json_schema.schema_ or ANY_OBJECT
         return json_grammar(schema, "response_format.json_schema.schema")
     return None
-
-
-def forced_calls(request: ChatCompletionRequest, text: str) -> list[tuple[str, str]]:
-    """(name, arguments JSON) of the calls a constrained reply holds."""
-    choice = request.effective_tool_choice()
-    if isinstance(choice, NamedToolChoice):
-        return [(choice.function.name, text.strip())]
-    try:
-        calls = json.loads(text)
-    except ValueError:
-        return []  # cut off by max_tokens before the JSON closed
-    return [(c["name"], json.dumps(c["parameters"], ensure_ascii=False)) for c in calls]

@@ -124,6 +124,10 @@ class ChatCompletionRequest(SamplingFields):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
     response_format: ResponseFormat | None = None
+    # Reasoning models: "none" switches thinking off, any other effort on (there is no
+    # budget to scale); chat_template_kwargs go to the template as they are (vLLM's name).
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    chat_template_kwargs: JSONObject | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> ChatCompletionRequest:
@@ -157,12 +161,17 @@ class AssistantMessage(BaseModel):
     content: str | None
     refusal: None = None
     tool_calls: list[ToolCall] | None = None
+    # A reasoning model's thinking, under both names clients read: vLLM moved to
+    # `reasoning`; the Vercel AI SDK and OpenCode read `reasoning_content`.
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
     @model_serializer(mode="wrap")
-    def _omit_empty_tool_calls(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _omit_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data = handler(self)
-        if data.get("tool_calls") is None:
-            data.pop("tool_calls", None)
+        for key in ("tool_calls", "reasoning_content", "reasoning"):
+            if data.get(key) is None:
+                data.pop(key, None)
         return data
 
 
@@ -179,27 +188,33 @@ class ChatCompletion(ResponseEnvelope):
     usage: Usage
 
 
-class FunctionCallDelta(BaseModel):
+class OnlyPresent(BaseModel):
+    """A delta carries only what changed: {"content": "x"}, never "role": null."""
+
+    @model_serializer(mode="wrap")
+    def _only_present(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class FunctionCallDelta(OnlyPresent):
     name: str | None = None
     arguments: str | None = None
 
 
-class ToolCallDelta(BaseModel):
+class ToolCallDelta(OnlyPresent):
+    # id, type and name come once, in a call's first delta; its arguments stream after.
     index: int
     id: str | None = None
     type: Literal["function"] | None = None
     function: FunctionCallDelta | None = None
 
 
-class ChunkDelta(BaseModel):
+class ChunkDelta(OnlyPresent):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
     tool_calls: list[ToolCallDelta] | None = None
-
-    @model_serializer(mode="wrap")
-    def _only_present(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # A delta carries only what changed: {"content": "x"}, never "role": null.
-        return {k: v for k, v in handler(self).items() if v is not None}
 
 
 class ChunkChoice(BaseModel):

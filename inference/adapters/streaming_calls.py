@@ -1,0 +1,195 @@
+"""Tool calls read out of a model's text while it streams, in the syntaxes families write:
+
+- tagged (Hermes, Qwen): `<tool_call>{"name": "f", "arguments": {...}}</tool_call>`, repeated;
+- bare JSON (Llama 3): `{"name": "f", "parameters": {...}}`, calls split by `;`;
+- Mistral: `[TOOL_CALLS][{"name": "f", "arguments": {...}}]` or `[TOOL_CALLS]f[ARGS]{...}`;
+- a forced `required` call: `[{"name": "f", "parameters": {...}}]`.
+
+All are JSON objects naming a function and holding its arguments object, so one scanner serves
+them: it follows the JSON character by character, reports the name as soon as its string closes,
+and hands on the arguments' own text as it arrives, so clients see arguments stream."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+ARGUMENT_KEYS = ("arguments", "parameters")
+MISTRAL_ARGS = "[ARGS]"
+MISTRAL_CALLS = "[TOOL_CALLS]"
+
+
+@dataclass(frozen=True)
+class CallEvent:
+    kind: Literal["start", "arguments", "end"]
+    index: int
+    name: str = ""
+    text: str = ""  # arguments piece ("arguments"), the whole arguments ("end")
+    valid: bool = True  # "end": the arguments are a JSON object
+
+
+class _Call:
+    """One JSON object being read: its name, and its arguments' text."""
+
+    def __init__(self, index: int, name: str | None) -> None:
+        self.index = index
+        self.name = name
+        self.args_only = name is not None  # the whole object is the arguments (Mistral [ARGS])
+        self.arguments = ""
+        self.sent = 0  # how much of the arguments has been handed on
+        self.started = False
+        self.string_arguments = False  # "arguments": "{...}" — handed on whole, decoded
+        self.depth = 0
+        self.in_string = False
+        self.escaped = False
+        self.key: str | None = None
+        self.expect: Literal["key", "colon", "value", "next"] = "key"
+        self.capture: Literal["key", "name", "arguments"] | None = None
+        self.buffer = ""
+
+
+class CallScanner:
+    def __init__(self) -> None:
+        self._call: _Call | None = None
+        self._outside = ""  # text between objects: separators, closing tags, Mistral names
+        self._count = 0
+
+    @property
+    def started_any(self) -> bool:
+        return self._count > 0
+
+    def feed(self, text: str) -> list[CallEvent]:
+        events: list[CallEvent] = []
+        for char in text:
+            if self._call is None:
+                if char == "{":
+                    self._open()
+                else:
+                    self._outside += char
+                    continue
+            self._step(self._call, char, events)  # type: ignore[arg-type]
+        if self._call is not None:
+            self._hand_on(self._call, events)
+        return events
+
+    def finish(self) -> list[CallEvent]:
+        """A call cut off midway (max_tokens) ends with the arguments it has."""
+        events: list[CallEvent] = []
+        if self._call is not None and self._call.name is not None:
+            self._end(self._call, events)
+        self._call = None
+        return events
+
+    def _open(self) -> None:
+        name = None
+        if MISTRAL_ARGS in self._outside:
+            name = self._outside.split(MISTRAL_ARGS)[0].replace(MISTRAL_CALLS, "").strip()
+        self._outside = ""
+        self._call = _Call(self._count, name or None)
+
+    def _step(self, call: _Call, char: str, events: list[CallEvent]) -> None:
+        if call.capture == "arguments" or call.args_only:
+            call.arguments += char
+        if call.in_string:
+            self._string_char(call, char)
+        elif char == '"':
+            call.in_string = True
+            if call.args_only:
+                return  # its keys are the arguments' own
+            if call.depth == 1 and call.expect == "key":
+                call.capture, call.buffer = "key", ""
+            elif call.depth == 1 and call.expect == "value" and call.key == "name":
+                call.capture, call.buffer = "name", ""
+            self._value_starts(call, char)
+        elif char in "{[":
+            call.depth += 1
+            self._value_starts(call, char)
+        elif char in "}]":
+            call.depth -= 1
+            if call.depth == 1 and call.capture == "arguments":
+                call.capture, call.expect = None, "next"
+            elif call.depth == 0:
+                self._close(call, events)
+        elif call.depth == 1 and not call.args_only:
+            self._separator(call, char)
+
+    def _value_starts(self, call: _Call, char: str) -> None:
+        if call.depth - (char in "{[") == 1 and call.expect == "value":
+            call.expect = "next"
+            if call.key in ARGUMENT_KEYS and not call.args_only and not call.arguments:
+                call.capture, call.arguments = "arguments", char
+                call.string_arguments = char == '"'
+
+    def _string_char(self, call: _Call, char: str) -> None:
+        if call.escaped:
+            call.escaped = False
+        elif char == "\\":
+            call.escaped = True
+        elif char == '"':
+            call.in_string = False
+            if call.capture == "key":
+                call.key, call.expect, call.capture = _decode(call.buffer), "colon", None
+                return
+            if call.capture == "name":
+                call.name, call.capture = _decode(call.buffer), None
+                return
+            if call.capture == "arguments" and call.depth == 1:
+                call.capture = None  # a string value ends at its quote
+            return
+        if call.capture in ("key", "name"):
+            call.buffer += char
+
+    def _separator(self, call: _Call, char: str) -> None:
+        if char == ":" and call.expect == "colon":
+            call.expect = "value"
+        elif char == ",":
+            if call.capture == "arguments":  # a bare scalar for arguments ends here
+                call.arguments, call.capture = call.arguments[:-1], None
+            call.expect = "key"
+        elif not char.isspace() and call.expect == "value":
+            self._value_starts(call, char)  # a scalar value
+
+    def _close(self, call: _Call, events: list[CallEvent]) -> None:
+        if call.capture == "arguments":  # a bare scalar ended by the object's close
+            call.arguments = call.arguments[:-1]
+        if call.name is not None:
+            self._end(call, events)
+        self._call = None
+
+    def _hand_on(self, call: _Call, events: list[CallEvent]) -> None:
+        if call.name is None:
+            return  # nothing can be said before the name is known
+        if not call.started:
+            call.started = True
+            self._count += 1
+            events.append(CallEvent("start", call.index, call.name))
+        if call.string_arguments:
+            return
+        piece = call.arguments[call.sent :]
+        if piece:
+            call.sent = len(call.arguments)
+            events.append(CallEvent("arguments", call.index, call.name, piece))
+
+    def _end(self, call: _Call, events: list[CallEvent]) -> None:
+        if call.string_arguments:
+            decoded = _decode_json(call.arguments)
+            call.arguments = decoded if isinstance(decoded, str) else call.arguments
+            call.string_arguments = False
+        if not call.arguments.strip():
+            call.arguments = "{}"
+        self._hand_on(call, events)
+        valid = isinstance(_decode_json(call.arguments), dict)
+        events.append(CallEvent("end", call.index, call.name or "", call.arguments, valid))
+
+
+def _decode(raw: str) -> str:
+    value = _decode_json(f'"{raw}"')
+    return value if isinstance(value, str) else raw
+
+
+def _decode_json(text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None

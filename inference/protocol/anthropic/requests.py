@@ -1,0 +1,257 @@
+"""Request bodies of POST /v1/messages and /v1/messages/count_tokens.
+
+Strings where Anthropic also takes blocks (message content, system, tool results) become one
+text block before validation, so a wrong value gets one clear error rather than one per shape
+of a union. Unknown fields are tolerated: top-level ones are logged at the edge, those inside
+blocks (cache_control, citations) are dropped."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from inference.protocol.errors import invalid_param
+
+TOOL_NAME = r"^[a-zA-Z0-9_-]{1,128}$"
+MAX_STOP_SEQUENCES = 16
+MIN_THINKING_BUDGET = 1024
+
+
+def _as_blocks(value: Any) -> Any:
+    """ "text" is shorthand for [{"type": "text", "text": "text"}]."""
+    return [{"type": "text", "text": value}] if isinstance(value, str) else value
+
+
+class InputText(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class UnsupportedMedia(BaseModel):
+    """Images and documents: refused with a message that says why."""
+
+    type: Literal["image", "document"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse(cls, data: Any) -> Any:
+        kind = data.get("type") if isinstance(data, dict) else "image"
+        raise PydanticCustomError(
+            "unsupported_content",
+            "{kind} blocks are not supported: this server has no vision models yet; send text.",
+            {"kind": kind},
+        )
+
+
+ResultPart = Annotated[InputText | UnsupportedMedia, Field(discriminator="type")]
+
+
+class InputToolUse(BaseModel):
+    type: Literal["tool_use"]
+    id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    input: dict[str, Any]
+
+
+class InputToolResult(BaseModel):
+    type: Literal["tool_result"]
+    tool_use_id: str = Field(min_length=1)
+    content: Annotated[list[ResultPart], BeforeValidator(_as_blocks)] = []
+    is_error: bool = False
+
+    def text(self) -> str:
+        return "\n\n".join(part.text for part in self.content if isinstance(part, InputText))
+
+
+class InputThinking(BaseModel):
+    """Earlier thinking sent back by clients: accepted, left out of the prompt."""
+
+    type: Literal["thinking"]
+    thinking: str
+    signature: str | None = None
+
+
+class InputRedactedThinking(BaseModel):
+    type: Literal["redacted_thinking"]
+    data: str
+
+
+ContentBlock = Annotated[
+    InputText
+    | InputToolUse
+    | InputToolResult
+    | InputThinking
+    | InputRedactedThinking
+    | UnsupportedMedia,
+    Field(discriminator="type"),
+]
+
+
+class InputMessage(BaseModel):
+    role: Literal["user", "assistant"]
+    content: Annotated[list[ContentBlock], BeforeValidator(_as_blocks), Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _blocks_fit_the_role(self) -> InputMessage:
+        wrong = "tool_result" if self.role == "assistant" else "tool_use"
+        if any(block.type == wrong for block in self.content):
+            owner = "user" if wrong == "tool_result" else "assistant"
+            raise PydanticCustomError(
+                "misplaced_block",
+                "{wrong} blocks belong in {owner} messages.",
+                {"wrong": wrong, "owner": owner},
+            )
+        return self
+
+    def text(self) -> str:
+        return "\n\n".join(block.text for block in self.content if isinstance(block, InputText))
+
+
+class ToolDefinition(BaseModel):
+    """A client tool; Anthropic's server tools (web search, bash...) are refused."""
+
+    type: Literal["custom"] | None = None
+    name: str = Field(pattern=TOOL_NAME)
+    description: str | None = None
+    input_schema: dict[str, Any]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _client_tools_only(cls, data: Any) -> Any:
+        kind = data.get("type") if isinstance(data, dict) else None
+        if kind not in (None, "custom"):
+            raise PydanticCustomError(
+                "unsupported_tool",
+                "Server tool '{kind}' is not supported: this server runs only client tools "
+                "(name, description, input_schema), whose calls your code answers.",
+                {"kind": str(kind)},
+            )
+        schema = data.get("input_schema") if isinstance(data, dict) else None
+        if isinstance(schema, dict) and schema.get("type") != "object":
+            raise PydanticCustomError(
+                "invalid_schema", "input_schema must be a JSON schema of type 'object'."
+            )
+        return data
+
+
+class ToolChoiceAuto(BaseModel):
+    type: Literal["auto"]
+    disable_parallel_tool_use: bool = False
+
+
+class ToolChoiceAny(BaseModel):
+    type: Literal["any"]
+    disable_parallel_tool_use: bool = False
+
+
+class ToolChoiceTool(BaseModel):
+    type: Literal["tool"]
+    name: str
+    disable_parallel_tool_use: bool = False
+
+
+class ToolChoiceNone(BaseModel):
+    type: Literal["none"]
+
+
+ToolChoice = Annotated[
+    ToolChoiceAuto | ToolChoiceAny | ToolChoiceTool | ToolChoiceNone, Field(discriminator="type")
+]
+
+
+class ThinkingEnabled(BaseModel):
+    type: Literal["enabled"]
+    budget_tokens: int
+
+
+class ThinkingDisabled(BaseModel):
+    type: Literal["disabled"]
+
+
+class ThinkingAdaptive(BaseModel):
+    """The model decides whether to think (newer Claude models): its default here."""
+
+    type: Literal["adaptive"]
+
+
+Thinking = Annotated[
+    ThinkingEnabled | ThinkingDisabled | ThinkingAdaptive, Field(discriminator="type")
+]
+
+
+class Metadata(BaseModel):
+    user_id: str | None = None
+
+
+class MessagesInput(BaseModel):
+    """What makes the prompt: shared by create and count_tokens."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1)
+    messages: list[InputMessage] = Field(min_length=1)
+    system: Annotated[list[InputText], BeforeValidator(_as_blocks)] | None = None
+    tools: list[ToolDefinition] | None = Field(default=None, max_length=128)
+    tool_choice: ToolChoice | None = None
+    thinking: Thinking | None = None
+
+    @model_validator(mode="after")
+    def _tools_consistent(self) -> MessagesInput:
+        # invalid_param, not ValueError: the error then names the right param.
+        names = [tool.name for tool in self.tools or []]
+        if len(set(names)) != len(names):
+            raise invalid_param("tools", "Tool names must be unique.")
+        choice = self.tool_choice
+        if isinstance(choice, ToolChoiceTool) and choice.name not in names:
+            raise invalid_param(
+                "tool_choice", f"tool_choice names '{choice.name}', which is not in tools."
+            )
+        if isinstance(choice, ToolChoiceAny) and not names:
+            raise invalid_param("tool_choice", "tool_choice 'any' needs tools.")
+        thinking = self.thinking
+        if isinstance(thinking, ThinkingEnabled) and thinking.budget_tokens < MIN_THINKING_BUDGET:
+            raise invalid_param(
+                "thinking.budget_tokens",
+                f"thinking.budget_tokens must be at least {MIN_THINKING_BUDGET}.",
+            )
+        return self
+
+    def system_text(self) -> str | None:
+        if self.system is None:
+            return None
+        return "\n\n".join(block.text for block in self.system)
+
+    def thinking_enabled(self) -> bool | None:
+        """What the request asked: True, False, or None for the model's own default."""
+        if isinstance(self.thinking, ThinkingEnabled):
+            return True
+        if isinstance(self.thinking, ThinkingDisabled):
+            return False
+        return None
+
+
+class MessagesRequest(MessagesInput):
+    max_tokens: int = Field(ge=1)
+    stop_sequences: list[Annotated[str, Field(min_length=1)]] | None = Field(
+        default=None, max_length=MAX_STOP_SEQUENCES
+    )
+    temperature: float | None = Field(default=None, ge=0.0, le=1.0)
+    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=0)
+    metadata: Metadata | None = None
+    stream: bool = False
+
+    @model_validator(mode="after")
+    def _budget_below_max_tokens(self) -> MessagesRequest:
+        thinking = self.thinking
+        if isinstance(thinking, ThinkingEnabled) and thinking.budget_tokens >= self.max_tokens:
+            raise invalid_param(
+                "thinking.budget_tokens", "thinking.budget_tokens must be less than max_tokens."
+            )
+        return self
+
+
+class CountTokensRequest(MessagesInput):
+    """create's body without the output fields (sent anyway, they are ignored)."""

@@ -1,0 +1,150 @@
+"""A Messages request as the chat template sees it: system, turns, tool calls and results,
+tools, thinking, and the assistant prefill the reply continues. create and count_tokens both
+build their prompt here, so both count the same tokens."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from inference.engine.types import ChatPrompt
+from inference.protocol.anthropic.requests import (
+    InputMessage,
+    InputText,
+    InputToolResult,
+    InputToolUse,
+    MessagesInput,
+    ToolChoiceAny,
+    ToolChoiceNone,
+    ToolChoiceTool,
+)
+from inference.protocol.errors import APIError
+from inference.serving.resolve import ResolvedModel
+from inference.serving.thinking import Thinking, plan_thinking
+from inference.serving.tooluse import FunctionTool, ToolUse
+
+
+@dataclass(frozen=True)
+class PromptPlan:
+    prompt: ChatPrompt
+    tool_use: ToolUse
+    thinking: Thinking | None
+    grammar: str | None  # a forced or required tool call decodes under it
+
+
+def tool_use_of(request: MessagesInput) -> ToolUse:
+    tools = tuple(FunctionTool(t.name, t.description, t.input_schema) for t in request.tools or [])
+    choice = request.tool_choice
+    parallel = not getattr(choice, "disable_parallel_tool_use", False)
+    if isinstance(choice, ToolChoiceTool):
+        return ToolUse(tools, forced=choice.name, parallel=parallel)
+    if isinstance(choice, ToolChoiceAny):
+        return ToolUse(tools, "required", parallel=parallel)
+    if isinstance(choice, ToolChoiceNone):
+        return ToolUse(tools, "none")
+    return ToolUse(tools, "auto", parallel=parallel)
+
+
+def turns(messages: list[InputMessage]) -> list[tuple[str, list]]:
+    """Consecutive messages of one role are one turn, as Anthropic reads them."""
+    merged: list[tuple[str, list]] = []
+    for message in messages:
+        if merged and merged[-1][0] == message.role:
+            merged[-1][1].extend(message.content)
+        else:
+            merged.append((message.role, list(message.content)))
+    return merged
+
+
+def _joined(blocks: list) -> str:
+    return "\n\n".join(block.text for block in blocks if isinstance(block, InputText))
+
+
+def _tool_message(result: InputToolResult) -> dict:
+    text = result.text()
+    return {
+        "role": "tool",
+        "tool_call_id": result.tool_use_id,
+        "content": f"Error: {text}" if result.is_error else text,
+    }
+
+
+def _tool_call(block: InputToolUse) -> dict:
+    arguments = json.dumps(block.input, ensure_ascii=False)
+    return {
+        "id": block.id,
+        "type": "function",
+        "function": {"name": block.name, "arguments": arguments},
+    }
+
+
+def template_turn(role: str, blocks: list) -> list[dict]:
+    """One turn as template messages: a user's tool results become tool messages, and its text
+    a user message after them; an assistant's tool_use blocks become tool_calls. Earlier
+    thinking is left out, as chat templates do."""
+    if role == "user":
+        results = [_tool_message(b) for b in blocks if isinstance(b, InputToolResult)]
+        text = _joined(blocks)
+        if text or not results:
+            results.append({"role": "user", "content": text})
+        return results
+    message: dict = {"role": "assistant", "content": _joined(blocks)}
+    calls = [_tool_call(b) for b in blocks if isinstance(b, InputToolUse)]
+    if calls:
+        message["tool_calls"] = calls
+    return [message]
+
+
+def split_prefill(conversation: list[tuple[str, list]]) -> tuple[list[tuple[str, list]], str]:
+    """A conversation ending with the assistant: that turn is the start of the reply."""
+    if conversation[-1][0] != "assistant":
+        return conversation, ""
+    blocks = conversation[-1][1]
+    if any(isinstance(b, InputToolUse) for b in blocks):
+        raise APIError(
+            "The last message is an assistant tool_use: send its tool_result in a user message "
+            "after it.",
+            param="messages",
+        )
+    if len(conversation) == 1:
+        raise APIError(
+            "The conversation needs a user message before the assistant's prefill.",
+            param="messages",
+        )
+    return conversation[:-1], _joined(blocks)
+
+
+def template_messages(request: MessagesInput, default_system: str) -> tuple[list[dict], str]:
+    """(messages for the chat template, the assistant prefill)."""
+    if len(request.messages) > settings.MAX_MESSAGES:
+        raise APIError(
+            f"Too many messages: {len(request.messages)}; this server takes at most "
+            f"{settings.MAX_MESSAGES}.",
+            param="messages",
+        )
+    conversation, prefill = split_prefill(turns(request.messages))
+    system = request.system_text()
+    if system is None:
+        system = default_system
+    messages = [{"role": "system", "content": system}] if system else []
+    for role, blocks in conversation:
+        messages.extend(template_turn(role, blocks))
+    return messages, prefill
+
+
+def plan_prompt(request: MessagesInput, resolved: ResolvedModel) -> PromptPlan:
+    tool_use = tool_use_of(request)
+    grammar = tool_use.grammar()
+    thinking = plan_thinking(
+        resolved.adapter, request.thinking_enabled(), constrained=grammar is not None
+    )
+    messages, prefill = template_messages(request, resolved.entry.system_prompt)
+    prompt = ChatPrompt(
+        messages=messages,
+        tools=tool_use.template_tools(),
+        template_kwargs=thinking.template_kwargs or None,
+        prefill=prefill,
+    )
+    return PromptPlan(prompt, tool_use, thinking.thinking, grammar)

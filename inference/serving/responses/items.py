@@ -1,0 +1,99 @@
+"""Items as a response keeps them (each with its own id) and the chat messages the model reads
+from them. Stored items have the shapes of the SDK's ResponseItem union."""
+
+from __future__ import annotations
+
+import secrets
+
+from inference.protocol.errors import APIError
+from inference.protocol.openai.responses import (
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    MessageItem,
+    ReasoningInputItem,
+)
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(24)}"
+
+
+def stored_input_item(item: MessageItem | FunctionCallItem | FunctionCallOutputItem) -> dict:
+    """An input item as kept and listed by GET /v1/responses/{id}/input_items."""
+    if isinstance(item, MessageItem):
+        # Assistant turns are listed as the output messages they once were.
+        kind = "output_text" if item.role == "assistant" else "input_text"
+        part: dict = {"type": kind, "text": item.text()}
+        if kind == "output_text":
+            part["annotations"] = []
+        return {
+            "id": new_id("msg"),
+            "type": "message",
+            "role": item.role,
+            "status": "completed",
+            "content": [part],
+        }
+    if isinstance(item, FunctionCallItem):
+        return {
+            "id": item.id or new_id("fc"),
+            "type": "function_call",
+            "status": "completed",
+            "call_id": item.call_id,
+            "name": item.name,
+            "arguments": item.arguments,
+        }
+    if isinstance(item, FunctionCallOutputItem):
+        return {
+            "id": item.id or new_id("fco"),
+            "type": "function_call_output",
+            "status": "completed",
+            "call_id": item.call_id,
+            "output": item.text(),
+        }
+    assert isinstance(item, ReasoningInputItem)
+    return {**item.model_dump(exclude_none=True), "id": item.id or new_id("rs")}
+
+
+def item_text(item: dict) -> str:
+    return "".join(part.get("text", "") for part in item.get("content", []))
+
+
+def chat_messages(items: list[dict]) -> list[dict]:
+    """The conversation the chat template renders: messages, an assistant turn's calls folded
+    into it, results as tool messages; reasoning is not read again (as OpenAI does)."""
+    messages: list[dict] = []
+    names: dict[str, str] = {}
+    for item in items:
+        kind = item["type"]
+        if kind == "message":
+            role = "system" if item["role"] == "developer" else item["role"]
+            messages.append({"role": role, "content": item_text(item)})
+        elif kind == "function_call":
+            names[item["call_id"]] = item["name"]
+            call = {
+                "id": item["call_id"],
+                "type": "function",
+                "function": {"name": item["name"], "arguments": item["arguments"]},
+            }
+            last = messages[-1] if messages else None
+            if last is None or last["role"] != "assistant":
+                last = {"role": "assistant", "content": ""}
+                messages.append(last)
+            last.setdefault("tool_calls", []).append(call)
+        elif kind == "function_call_output":
+            message = {"role": "tool", "content": item["output"], "tool_call_id": item["call_id"]}
+            if item["call_id"] in names:
+                message["name"] = names[item["call_id"]]
+            messages.append(message)
+    return messages
+
+
+def check_call_outputs(history: list[dict], new: list[dict]) -> None:
+    """Each function_call_output answers a call made earlier in the conversation."""
+    calls = {item["call_id"] for item in history + new if item["type"] == "function_call"}
+    for index, item in enumerate(new):
+        if item["type"] == "function_call_output" and item["call_id"] not in calls:
+            raise APIError(
+                f"No tool call found for function call output with call_id {item['call_id']}.",
+                param=f"input.{index}.call_id",
+            )

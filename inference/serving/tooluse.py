@@ -1,0 +1,91 @@
+"""Tools as every dialect offers them, reduced to one shape: the functions a reply may call,
+how it must call them (none, auto, required, one named function), and the grammar that forces
+a call when one is required. Chat, Messages and Responses each translate into a ToolUse."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+from inference.serving.structured import json_grammar
+
+EMPTY_PARAMETERS = {"type": "object", "properties": {}}
+
+
+@dataclass(frozen=True)
+class FunctionTool:
+    name: str
+    description: str | None = None
+    parameters: dict | None = None  # a JSON schema for the arguments object
+
+    @property
+    def schema(self) -> dict:
+        return self.parameters or EMPTY_PARAMETERS
+
+    def template_dict(self) -> dict:
+        """What chat templates expect in `tools` (OpenAI's chat shape)."""
+        function: dict = {"name": self.name, "parameters": self.schema}
+        if self.description:
+            function["description"] = self.description
+        return {"type": "function", "function": function}
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    tools: tuple[FunctionTool, ...] = ()
+    # none: tools are not offered; auto: the model decides; required: at least one call.
+    choice: Literal["none", "auto", "required"] = "auto"
+    forced: str | None = None  # the one function the reply must call
+    parallel: bool = True
+
+    @property
+    def mode(self) -> str:
+        """none, auto, required or forced, as the reply parser and prompt need it."""
+        if not self.tools or self.choice == "none":
+            return "none"
+        if self.forced:
+            return "forced"
+        return self.choice
+
+    def template_tools(self) -> list[dict] | None:
+        if self.mode == "none":
+            return None
+        return [tool.template_dict() for tool in self.tools] or None
+
+    def grammar(self, param: str = "tools") -> str | None:
+        """The constraint a forced or required call decodes under; None when free."""
+        if self.mode == "forced":
+            tool = next(t for t in self.tools if t.name == self.forced)
+            return json_grammar(tool.schema, param)
+        if self.mode == "required":
+            return json_grammar(forced_calls_schema(self.tools, self.parallel), param)
+        return None
+
+
+def forced_calls_schema(tools: tuple[FunctionTool, ...], parallel: bool) -> dict:
+    """tool_choice "required": a JSON list of {name, parameters} (vLLM's convention)."""
+    call = {
+        "anyOf": [
+            {
+                "type": "object",
+                "properties": {"name": {"const": tool.name}, "parameters": tool.schema},
+                "required": ["name", "parameters"],
+                "additionalProperties": False,
+            }
+            for tool in tools
+        ]
+    }
+    schema: dict = {"type": "array", "items": call, "minItems": 1}
+    if not parallel:
+        schema["maxItems"] = 1
+    return schema
+
+
+def arguments_object(arguments: str) -> dict:
+    """A call's arguments as an object (Anthropic's tool_use input); {} if not JSON."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
