@@ -227,11 +227,14 @@ def test_streamed_tool_call_deltas(client):
             stream=True,
         )
     )
-    calls = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or []]
-    assert len(calls) == 1
-    assert (calls[0].index, calls[0].type, calls[0].function.name) == (0, "function", "get_weather")
-    assert calls[0].id.startswith("call_")
-    assert "city" in json.loads(calls[0].function.arguments)
+    first, *rest = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or []]
+    assert (first.index, first.type, first.function.name) == (0, "function", "get_weather")
+    assert first.id.startswith("call_")
+    # The arguments stream as the model writes them: name and id once, then pieces.
+    assert len(rest) >= 2
+    assert all((d.index, d.id, d.function.name) == (0, None, None) for d in rest)
+    arguments = first.function.arguments + "".join(d.function.arguments for d in rest)
+    assert "city" in json.loads(arguments)
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 

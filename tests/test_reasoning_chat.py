@@ -131,3 +131,23 @@ def test_quiet_streams_send_keep_alive_comments(scripted_entry, settings):
     data = [json.loads(b.removeprefix("data: ")) for b in blocks if b.startswith("data: {")]
     calls = [c for d in data for c in d["choices"][0]["delta"].get("tool_calls", [])]
     assert "".join(c["function"]["arguments"] for c in calls) == ARGUMENTS
+
+
+def test_a_template_that_refuses_the_request_is_a_400(client, scripted_entry):
+    # A template that raises (roles out of order, a kwarg it cannot use) is the request's fault.
+    response = client.post(
+        CHAT,
+        {"model": "thinker", "messages": ASK, "chat_template_kwargs": {"messages": 1}},
+        content_type="application/json",
+    )
+    assert response.status_code == 200  # reserved names are dropped, not passed on
+    family = scripted_entry.family
+    family.chat_template = "{{ raise_exception('roles must alternate') }}"
+    family.save()
+    response = client.post(
+        CHAT, {"model": "thinker", "messages": ASK}, content_type="application/json"
+    )
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert "roles must alternate" in error["message"]
+    assert error["param"] == "messages"

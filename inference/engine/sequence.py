@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 import mlx.core as mx
+from jinja2 import TemplateError
 
 from inference.adapters.base import ChatTemplateMissing
 from inference.engine.detokenize import make_detokenizer
@@ -39,6 +40,9 @@ def render_prompt(job: GenerationJob, loaded: LoadedModel) -> list[int]:
             )
         except ChatTemplateMissing as exc:
             raise EngineError(ErrorKind.INVALID_REQUEST, str(exc), "messages") from exc
+        except TemplateError as exc:  # the template refused these messages (or kwargs)
+            message = f"The model's chat template could not render this request: {exc}"
+            raise EngineError(ErrorKind.INVALID_REQUEST, message, "messages") from exc
     if isinstance(prompt, TextPrompt):
         return list(tokenizer.encode(prompt.text))
     bad = [t for t in prompt.ids if not 0 <= t < loaded.vocab_size]
