@@ -14,6 +14,13 @@ from inference.protocol.openai.chat import (
 from inference.protocol.openai.completions import Completion, CompletionRequest
 from inference.protocol.openai.errors import ErrorResponse
 from inference.protocol.openai.models import ModelCard, ModelList
+from inference.protocol.openai.responses import (
+    DeletedResponse,
+    InputItemList,
+    ResponseObject,
+    ResponseRequest,
+)
+from inference.protocol.openai.responses_events import ResponseLifecycleEvent
 
 REF = "#/components/schemas/{model}"
 
@@ -73,6 +80,49 @@ def _model_paths() -> dict:
     }
 
 
+def _responses_paths() -> dict:
+    """The Responses API: create (JSON, or typed events with stream: true), and the stored
+    responses of the calling key."""
+    id_param = {"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}
+    query = [
+        {
+            "name": "limit",
+            "in": "query",
+            "schema": {"type": "integer", "minimum": 1, "maximum": 100},
+        },
+        {"name": "order", "in": "query", "schema": {"type": "string", "enum": ["asc", "desc"]}},
+        {"name": "after", "in": "query", "schema": {"type": "string"}},
+    ]
+    create = _generation(
+        ResponseRequest, ResponseObject, ResponseLifecycleEvent, "Create a response"
+    )
+    create["post"]["responses"]["200"]["description"] = (
+        "The response, or with stream: true typed server-sent events (event: <type>), "
+        "ending with response.completed, response.incomplete or response.failed"
+    )
+    stored = {"200": _json("The stored response", ResponseObject), **_errors(404)}
+    deleted = {"200": _json("Deleted", DeletedResponse), **_errors(404)}
+    listed = {"200": _json("The response's input items", InputItemList), **_errors(400, 404)}
+    return {
+        "/v1/responses": create,
+        "/v1/responses/{response_id}": {
+            "get": {"summary": "A stored response", "parameters": [id_param], "responses": stored},
+            "delete": {
+                "summary": "Delete a stored response",
+                "parameters": [id_param],
+                "responses": deleted,
+            },
+        },
+        "/v1/responses/{response_id}/input_items": {
+            "get": {
+                "summary": "A stored response's input items",
+                "parameters": [id_param, *query],
+                "responses": listed,
+            }
+        },
+    }
+
+
 @cache
 def openapi_document() -> dict:
     models = [
@@ -84,6 +134,11 @@ def openapi_document() -> dict:
         ModelList,
         ModelCard,
         ErrorResponse,
+        ResponseRequest,
+        ResponseObject,
+        ResponseLifecycleEvent,
+        DeletedResponse,
+        InputItemList,
     ]
     _, schemas = models_json_schema(
         [(m, "validation" if m.__name__.endswith("Request") else "serialization") for m in models],
@@ -104,6 +159,7 @@ def openapi_document() -> dict:
                 CompletionRequest, Completion, Completion, "Text completion (legacy)"
             ),
             **_model_paths(),
+            **_responses_paths(),
         },
         "components": {"schemas": schemas["$defs"]},
     }

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from inference import messages_views, views
+from inference import messages_views, responses_views, views
 
 urlpatterns = [
     path("chat/completions", views.chat_completions),
@@ -9,5 +9,8 @@ urlpatterns = [
     path("models/<str:model_id>", views.retrieve_model),
     path("messages", messages_views.messages),
     path("messages/count_tokens", messages_views.count_tokens),
+    path("responses", responses_views.create_response),
+    path("responses/<str:response_id>", responses_views.response_detail),
+    path("responses/<str:response_id>/input_items", responses_views.response_input_items),
     re_path(r"^(?P<path>.*)$", views.not_found),
 ]

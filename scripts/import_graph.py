@@ -17,7 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("apikeys", "catalog", "config", "dashboard", "inference")
+PACKAGES = ("apikeys", "catalog", "config", "dashboard", "inference", "storedresponses")
 # The rooms, most outward first. An app's admin and management commands are edges of their
 # own (for people and shells); every other package is one room.
 ROOMS = (
@@ -25,8 +25,11 @@ ROOMS = (
     "catalog.management",
     "apikeys.admin",
     "apikeys.management",
+    "storedresponses.admin",
+    "storedresponses.management",
     "inference.edge",
     "inference.views",
+    "inference.responses_views",
     "inference.control_views",
     "inference.urls",
     "inference.management",

@@ -20,7 +20,7 @@ _last_auto_purge: float | None = None
 def purge_older_than(seconds: float) -> int:
     """Deletes responses created more than `seconds` ago; returns how many."""
     cutoff = timezone.now() - timedelta(seconds=seconds)
-    deleted, per_model = StoredResponse.objects.filter(created_at__lt=cutoff).delete()
+    _, per_model = StoredResponse.objects.filter(created_at__lt=cutoff).delete()
     return per_model.get(StoredResponse._meta.label, 0)
 
 

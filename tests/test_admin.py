@@ -1,4 +1,5 @@
 import pytest
+from django.utils.html import escape
 
 from catalog.models import CatalogModel, ModelFamily
 
@@ -39,7 +40,7 @@ def test_admin_lists_catalog_and_families(admin_client, tiny_dir):
     families = admin_client.get("/admin/catalog/modelfamily/")
     assert families.status_code == 200
     for family in ModelFamily.objects.all():
-        assert family.name.encode() in families.content
+        assert escape(family.name).encode() in families.content
 
 
 def test_admin_adds_a_local_model(admin_client, tiny_dir):

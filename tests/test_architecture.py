@@ -13,7 +13,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from tests.helpers import ROOT
 
-APPS = ("apikeys", "catalog", "config", "dashboard", "inference")
+APPS = ("apikeys", "catalog", "config", "dashboard", "inference", "storedresponses")
 LONGEST_FUNCTION = 60
 
 
@@ -51,6 +51,8 @@ def test_the_module_and_room_graphs_have_no_cycle():
         ),
         ("inference.serving", r"^inference\.(edge|views|control_views)"),
         ("apikeys", r"^inference"),
+        # Stored responses are kept by the app and read by serving, never the other way.
+        ("storedresponses", r"^inference"),
     ],
 )
 def test_arrows_point_one_way(room, forbidden):

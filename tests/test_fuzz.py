@@ -95,6 +95,8 @@ def usable(body: dict) -> dict:
             body["tool_choice"] = "none"
         if body.get("top_logprobs"):
             body["logprobs"] = True
+    if "input" in body:  # /v1/responses
+        body = responses_usable(body)
     if "prompt" in body:
         prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
         if not prompts or any(p in ("", []) for p in prompts):
@@ -109,7 +111,7 @@ def usable(body: dict) -> dict:
             body["echo"] = False
         if body.get("max_tokens") is None:  # the default, 16, is over this model's limit
             body["max_tokens"] = MAX_OUTPUT_TOKENS
-    for key in ("max_tokens", "max_completion_tokens"):
+    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
         if isinstance(body.get(key), int):
             body[key] = 1 + (body[key] - 1) % MAX_OUTPUT_TOKENS
     if isinstance(body.get("stop"), list | str):
@@ -117,6 +119,24 @@ def usable(body: dict) -> dict:
         body["stop"] = [stop for stop in stops if stop][:4] or None
     if isinstance(body.get("logit_bias"), dict):
         body["logit_bias"] = {k: v for k, v in body["logit_bias"].items() if k.isdigit()}
+    return body
+
+
+def responses_usable(body: dict) -> dict:
+    """A Responses body that can succeed: a plain input, tools that tool_choice can name, no
+    chain to a response that does not exist, no background mode."""
+    body = {**body, "input": "Say something."}
+    tools = body.get("tools") or []
+    names = [tool["name"] for tool in tools]
+    if len(set(names)) != len(names):
+        body["tools"] = list({tool["name"]: tool for tool in tools}.values())
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("name") not in names:
+        body["tool_choice"] = "auto"
+    if choice == "required" and not names:
+        body["tool_choice"] = "none"
+    for key in ("previous_response_id", "background"):
+        body.pop(key, None)
     return body
 
 

@@ -14,6 +14,7 @@ from inference.protocol.anthropic.errors import error_body as anthropic_error_bo
 from inference.protocol.anthropic.events import sse as anthropic_event
 from inference.protocol.errors import APIError
 from inference.protocol.openai.errors import error_body
+from inference.serving.responses.sse import stream_error_end
 from inference.serving.sse import DONE, sse_event
 
 
@@ -45,3 +46,6 @@ OPENAI = Dialect("openai", error_body)
 # {"type": "error", "error": {"type", "message"}}, the type named after the status; streams
 # end with `event: error` and that body, and nothing after it.
 ANTHROPIC = Dialect("anthropic", anthropic_error_body, lambda body: [anthropic_event(body)])
+# OpenAI's Responses API: the same error body; a stream ends with `event: error` and
+# {"type": "error", "code", "message", "param", "sequence_number"}, and no [DONE] after it.
+RESPONSES = Dialect("responses", error_body, stream_error_end)  # type: ignore[arg-type]

@@ -28,12 +28,12 @@ from inference.protocol.openai.common import JSONObject, Probability
 
 
 class InputText(BaseModel):
-    type: Literal["input_text"]
+    type: Literal["input_text"] = "input_text"
     text: str
 
 
 class OutputText(BaseModel):
-    type: Literal["output_text"]
+    type: Literal["output_text"] = "output_text"
     text: str
     annotations: list[Any] = Field(default_factory=list)
 
@@ -175,8 +175,8 @@ class TextConfig(BaseModel):
 class ReasoningConfig(BaseModel):
     model_config = ConfigDict(extra="allow")  # summary, generate_summary: no summaries here
 
-    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
-    summary: Literal["auto", "concise", "detailed"] | None = None
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    summary: str | None = None  # auto, concise, detailed, none: no summaries are written here
 
     def enabled(self) -> bool | None:
         """Thinking on or off as asked; None: the model's own default."""
@@ -225,7 +225,7 @@ class ResponseRequest(BaseModel):
     previous_response_id: str | None = None
     metadata: dict[str, str] | None = None
     stream: bool = False
-    user: str | None = None
+    user: str | None = Field(default=None, max_length=256)  # the column's size
     background: bool | None = None
 
     @model_validator(mode="wrap")

@@ -93,7 +93,9 @@ def sampling(request: ResponseRequest, entry: CatalogModel, grammar: str | None)
             param="max_output_tokens",
             code="invalid_value",
         )
-    fields = SamplingFields(model=request.model, temperature=request.temperature, top_p=request.top_p)
+    fields = SamplingFields(
+        model=request.model, temperature=request.temperature, top_p=request.top_p
+    )
     return sampling_params(fields, entry, max_tokens=asked, grammar=grammar)
 
 
