@@ -23,13 +23,14 @@ def sampling_params(
     logprobs: bool = False,
     top_logprobs: int = 0,
     grammar: str | None = None,
+    max_tokens_param: str = "max_tokens",  # what the dialect calls it (max_output_tokens...)
 ) -> SamplingParams:
     limit = entry.max_output_tokens
     if limit and max_tokens and max_tokens > limit:
         raise APIError(
-            f"max_tokens is too large: {max_tokens}. This model supports at most {limit} "
+            f"{max_tokens_param} is too large: {max_tokens}. This model supports at most {limit} "
             "completion tokens.",
-            param="max_tokens",
+            param=max_tokens_param,
             code="invalid_value",
         )
     # Unasked, the catalog's default applies, then the endpoint's, never past the limit.

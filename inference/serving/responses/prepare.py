@@ -84,19 +84,16 @@ def text_grammar(request: ResponseRequest) -> str | None:
 
 
 def sampling(request: ResponseRequest, entry: CatalogModel, grammar: str | None) -> SamplingParams:
-    limit = entry.max_output_tokens
-    asked = request.max_output_tokens
-    if limit and asked and asked > limit:
-        raise APIError(
-            f"max_output_tokens is too large: {asked}. This model supports at most {limit} "
-            "output tokens.",
-            param="max_output_tokens",
-            code="invalid_value",
-        )
     fields = SamplingFields(
         model=request.model, temperature=request.temperature, top_p=request.top_p
     )
-    return sampling_params(fields, entry, max_tokens=asked, grammar=grammar)
+    return sampling_params(
+        fields,
+        entry,
+        max_tokens=request.max_output_tokens,
+        grammar=grammar,
+        max_tokens_param="max_output_tokens",
+    )
 
 
 @dataclass(frozen=True)
