@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import environ
+from corsheaders.defaults import default_headers as default_cors_headers
 from django.core.exceptions import ImproperlyConfigured
 from pydantic import ByteSize, TypeAdapter, ValidationError
 
@@ -136,6 +137,8 @@ API_KEY_MAX_CONCURRENT = env.int("API_KEY_MAX_CONCURRENT", default=16)
 # Browsers on these origins may call /v1 (CORS); empty: none.
 CORS_ALLOWED_ORIGINS = env.list("CORS_ALLOWED_ORIGINS", default=[])
 CORS_URLS_REGEX = r"^/v1/.*$"
+# The Anthropic SDK sends its key and version in headers of its own.
+CORS_ALLOW_HEADERS = (*default_cors_headers, "x-api-key", "anthropic-version", "anthropic-beta")
 # Sequences that may wait for a place in a decode batch; past that, /v1 answers 429 with
 # Retry-After instead of queueing without bound. Several times MAX_REQUEST_SEQUENCES: one
 # request at its limit must not fill the queue alone (waiting sequences get slots by fair

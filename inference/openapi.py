@@ -6,6 +6,10 @@ from functools import cache
 
 from pydantic.json_schema import models_json_schema
 
+from inference.protocol.anthropic.errors import AnthropicErrorResponse
+from inference.protocol.anthropic.events import MessageStreamEvent
+from inference.protocol.anthropic.requests import CountTokensRequest, MessagesRequest
+from inference.protocol.anthropic.responses import MessageResponse, TokenCount
 from inference.protocol.openai.chat import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -123,6 +127,32 @@ def _responses_paths() -> dict:
     }
 
 
+def _messages_paths() -> dict:
+    """Anthropic's Messages API: its errors are {"type": "error", "error": {...}}."""
+    content = {"application/json": {"schema": _ref(AnthropicErrorResponse)}}
+    errors = {
+        str(status): {"description": "Error", "content": content}
+        for status in (400, 401, 404, 405, 413, 429, 500, 503)
+    }
+    create = _generation(MessagesRequest, MessageResponse, MessageStreamEvent, "Create a message")
+    create["post"]["responses"].update(errors)
+    create["post"]["responses"]["200"]["description"] = (
+        "The message, or with stream: true server-sent events (event: <type>) from "
+        "message_start to message_stop"
+    )
+    count = {
+        "post": {
+            "summary": "Count a message's input tokens",
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref(CountTokensRequest)}},
+            },
+            "responses": {"200": _json("The prompt's token count", TokenCount), **errors},
+        }
+    }
+    return {"/v1/messages": create, "/v1/messages/count_tokens": count}
+
+
 @cache
 def openapi_document() -> dict:
     models = [
@@ -139,6 +169,12 @@ def openapi_document() -> dict:
         ResponseLifecycleEvent,
         DeletedResponse,
         InputItemList,
+        MessagesRequest,
+        MessageResponse,
+        MessageStreamEvent,
+        CountTokensRequest,
+        TokenCount,
+        AnthropicErrorResponse,
     ]
     _, schemas = models_json_schema(
         [(m, "validation" if m.__name__.endswith("Request") else "serialization") for m in models],
@@ -160,6 +196,7 @@ def openapi_document() -> dict:
             ),
             **_model_paths(),
             **_responses_paths(),
+            **_messages_paths(),
         },
         "components": {"schemas": schemas["$defs"]},
     }

@@ -140,6 +140,25 @@ def responses_usable(body: dict) -> dict:
     return body
 
 
+def usable_messages(body: dict) -> dict:
+    """The same for Anthropic's Messages bodies (create and count_tokens)."""
+    body = {**body, "model": MODEL_ID, "messages": [{"role": "user", "content": "Say something."}]}
+    if isinstance(body.get("tools"), list):
+        tools = {t.get("name"): {**t, "input_schema": {"type": "object"}} for t in body["tools"]}
+        body["tools"] = list(tools.values())
+    names = {tool.get("name") for tool in body.get("tools") or []}
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and (
+        (choice.get("type") == "tool" and choice.get("name") not in names)
+        or (choice.get("type") == "any" and not names)
+    ):
+        body["tool_choice"] = {"type": "auto"}
+    body.pop("thinking", None)  # a budget of 1024 or more never fits under max_tokens <= 8
+    if isinstance(body.get("max_tokens"), int):
+        body["max_tokens"] = 1 + (body["max_tokens"] - 1) % MAX_OUTPUT_TOKENS
+    return body
+
+
 def aimed_at_tiny(case: schemathesis.Case, mode: GenerationMode) -> st.SearchStrategy:
     """Most bodies name the served model so that real generations happen; positive ones are
     also mended half of the time so that the engine sees fuzzed sampling fields."""
@@ -152,7 +171,8 @@ def aimed_at_tiny(case: schemathesis.Case, mode: GenerationMode) -> st.SearchStr
     def aim(how: str) -> schemathesis.Case:
         case.body = body if how == "as generated" else {**body, "model": MODEL_ID}
         if how == "mended":
-            case.body = usable(body)
+            messages = case.operation.path.startswith("/v1/messages")
+            case.body = usable_messages(body) if messages else usable(body)
         return case
 
     return st.sampled_from(aims).map(aim)

@@ -26,14 +26,14 @@ ERROR_TYPES = {
 }
 
 
-class ErrorDetail(BaseModel):
+class AnthropicErrorDetail(BaseModel):
     type: str
     message: str
 
 
-class ErrorResponse(BaseModel):
+class AnthropicErrorResponse(BaseModel):
     type: Literal["error"] = "error"
-    error: ErrorDetail
+    error: AnthropicErrorDetail
 
 
 def error_type(status: int) -> str:
@@ -42,5 +42,6 @@ def error_type(status: int) -> str:
     return "invalid_request_error" if status < 500 else "api_error"
 
 
-def error_body(error: APIError) -> ErrorResponse:
-    return ErrorResponse(error=ErrorDetail(type=error_type(error.status), message=error.message))
+def error_body(error: APIError) -> AnthropicErrorResponse:
+    detail = AnthropicErrorDetail(type=error_type(error.status), message=error.message)
+    return AnthropicErrorResponse(error=detail)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, RootModel
 
 from inference.protocol.anthropic.responses import MessageResponse, OutputBlock, StopReason
 
@@ -88,6 +88,10 @@ StreamEvent = (
     | MessageDelta
     | MessageStop
 )
+
+
+class MessageStreamEvent(RootModel[StreamEvent]):
+    """Any one of the events (for the API description)."""
 
 
 def sse(event: BaseModel) -> str:

@@ -20,11 +20,17 @@ MIN_THINKING_BUDGET = 1024
 
 
 def _as_blocks(value: Any) -> Any:
-    """ "text" is shorthand for [{"type": "text", "text": "text"}]."""
-    return [{"type": "text", "text": value}] if isinstance(value, str) else value
+    """A string is shorthand for one text block."""
+    if isinstance(value, str):
+        return [{"type": "text", "text": value}]
+    if not isinstance(value, list):
+        raise PydanticCustomError(
+            "blocks_type", "Input should be a string or a list of content blocks"
+        )
+    return value
 
 
-class InputText(BaseModel):
+class TextBlockInput(BaseModel):
     type: Literal["text"]
     text: str
 
@@ -45,7 +51,7 @@ class UnsupportedMedia(BaseModel):
         )
 
 
-ResultPart = Annotated[InputText | UnsupportedMedia, Field(discriminator="type")]
+ResultPart = Annotated[TextBlockInput | UnsupportedMedia, Field(discriminator="type")]
 
 
 class InputToolUse(BaseModel):
@@ -58,11 +64,13 @@ class InputToolUse(BaseModel):
 class InputToolResult(BaseModel):
     type: Literal["tool_result"]
     tool_use_id: str = Field(min_length=1)
-    content: Annotated[list[ResultPart], BeforeValidator(_as_blocks)] = []
+    content: Annotated[
+        list[ResultPart], BeforeValidator(_as_blocks, json_schema_input_type=str | list[ResultPart])
+    ] = []
     is_error: bool = False
 
     def text(self) -> str:
-        return "\n\n".join(part.text for part in self.content if isinstance(part, InputText))
+        return "\n\n".join(part.text for part in self.content if isinstance(part, TextBlockInput))
 
 
 class InputThinking(BaseModel):
@@ -79,7 +87,7 @@ class InputRedactedThinking(BaseModel):
 
 
 ContentBlock = Annotated[
-    InputText
+    TextBlockInput
     | InputToolUse
     | InputToolResult
     | InputThinking
@@ -91,7 +99,11 @@ ContentBlock = Annotated[
 
 class InputMessage(BaseModel):
     role: Literal["user", "assistant"]
-    content: Annotated[list[ContentBlock], BeforeValidator(_as_blocks), Field(min_length=1)]
+    content: Annotated[
+        list[ContentBlock],
+        BeforeValidator(_as_blocks, json_schema_input_type=str | list[ContentBlock]),
+        Field(min_length=1),
+    ]
 
     @model_validator(mode="after")
     def _blocks_fit_the_role(self) -> InputMessage:
@@ -106,10 +118,12 @@ class InputMessage(BaseModel):
         return self
 
     def text(self) -> str:
-        return "\n\n".join(block.text for block in self.content if isinstance(block, InputText))
+        return "\n\n".join(
+            block.text for block in self.content if isinstance(block, TextBlockInput)
+        )
 
 
-class ToolDefinition(BaseModel):
+class AnthropicTool(BaseModel):
     """A client tool; Anthropic's server tools (web search, bash...) are refused."""
 
     type: Literal["custom"] | None = None
@@ -171,9 +185,9 @@ class ThinkingDisabled(BaseModel):
 
 
 class ThinkingAdaptive(BaseModel):
-    """The model decides whether to think (newer Claude models): its default here."""
+    """The model decides when to think (newer Claude models): its own default here."""
 
-    type: Literal["adaptive"]
+    type: Literal["adaptive", "between_tools"]
 
 
 Thinking = Annotated[
@@ -192,8 +206,14 @@ class MessagesInput(BaseModel):
 
     model: str = Field(min_length=1)
     messages: list[InputMessage] = Field(min_length=1)
-    system: Annotated[list[InputText], BeforeValidator(_as_blocks)] | None = None
-    tools: list[ToolDefinition] | None = Field(default=None, max_length=128)
+    system: (
+        Annotated[
+            list[TextBlockInput],
+            BeforeValidator(_as_blocks, json_schema_input_type=str | list[TextBlockInput]),
+        ]
+        | None
+    ) = None
+    tools: list[AnthropicTool] | None = Field(default=None, max_length=128)
     tool_choice: ToolChoice | None = None
     thinking: Thinking | None = None
 

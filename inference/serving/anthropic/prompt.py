@@ -12,10 +12,10 @@ from django.conf import settings
 from inference.engine.types import ChatPrompt
 from inference.protocol.anthropic.requests import (
     InputMessage,
-    InputText,
     InputToolResult,
     InputToolUse,
     MessagesInput,
+    TextBlockInput,
     ToolChoiceAny,
     ToolChoiceNone,
     ToolChoiceTool,
@@ -59,7 +59,7 @@ def turns(messages: list[InputMessage]) -> list[tuple[str, list]]:
 
 
 def _joined(blocks: list) -> str:
-    return "\n\n".join(block.text for block in blocks if isinstance(block, InputText))
+    return "\n\n".join(block.text for block in blocks if isinstance(block, TextBlockInput))
 
 
 def _tool_message(result: InputToolResult) -> dict:
