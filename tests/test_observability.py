@@ -95,7 +95,8 @@ def test_dashboard_requires_staff_and_shows_the_pool(client, admin_client, tiny_
     state = admin_client.get("/dashboard/state").json()
     assert state["engine"]["ready"] is True
     assert state["backend"]["device"]
-    assert [m["id"] for m in state["pool"]["models"]] == ["tiny"]
+    # The process's engine may still hold models earlier tests loaded.
+    assert "tiny" in [m["id"] for m in state["pool"]["models"]]
     assert state["pool"]["catalog"][0]["loaded"] is True
     assert state["recent"][0]["model"] == "tiny"
 
