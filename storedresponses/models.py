@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.db import models
 
 from apikeys.models import ApiKey
+from storedresponses.fields import JSONText
 
 
 def auto_tool_choice() -> str:
@@ -32,24 +33,25 @@ class StoredResponse(models.Model):
     previous_response = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="followups"
     )
-    # The request's parameters, as retrieval echoes them.
-    instructions = models.TextField(null=True, blank=True)
-    metadata = models.JSONField(default=dict, blank=True)
+    # The request's parameters, as retrieval echoes them. Client text is kept as JSON text
+    # (fields.py): PostgreSQL refuses NUL characters in text and \u0000 in jsonb.
+    instructions = JSONText(null=True, blank=True)
+    metadata = JSONText(default=dict, blank=True)
     temperature = models.FloatField(null=True, blank=True)
     top_p = models.FloatField(null=True, blank=True)
     max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
-    tools = models.JSONField(default=list, blank=True)
-    tool_choice = models.JSONField(default=auto_tool_choice)
+    tools = JSONText(default=list, blank=True)
+    tool_choice = JSONText(default=auto_tool_choice)
     parallel_tool_calls = models.BooleanField(default=True)
-    text = models.JSONField(default=dict, blank=True)  # {"format": {...}}
-    reasoning = models.JSONField(null=True, blank=True)
-    user = models.CharField(max_length=256, null=True, blank=True)
+    text = JSONText(default=dict, blank=True)  # {"format": {...}}
+    reasoning = JSONText(null=True, blank=True)
+    user = JSONText(null=True, blank=True)
     # What went in (each item with its own id) and what came out, as the wire has them.
-    input_items = models.JSONField(default=list, blank=True)
-    output = models.JSONField(default=list, blank=True)
-    usage = models.JSONField(null=True, blank=True)
-    incomplete_details = models.JSONField(null=True, blank=True)
-    error = models.JSONField(null=True, blank=True)
+    input_items = JSONText(default=list, blank=True)
+    output = JSONText(default=list, blank=True)
+    usage = JSONText(null=True, blank=True)
+    incomplete_details = JSONText(null=True, blank=True)
+    error = JSONText(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

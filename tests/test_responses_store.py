@@ -49,6 +49,20 @@ def test_retrieval_returns_the_created_object(client, tiny_entry):
     assert row.output == created["output"]
 
 
+def test_any_text_a_client_sends_is_stored_and_given_back(client, tiny_entry):
+    # PostgreSQL refuses NUL in text and \u0000 in jsonb; found by schemathesis on PostgreSQL.
+    odd = "nul\x00 here"
+    extra = {"x\x00": [odd]}  # an unknown key of `text`, kept as sent
+    created = create(client, input=odd, instructions=odd, user=odd, metadata={"k": odd}, text=extra)
+    assert created.status_code == 200, created.content
+    body = created.json()
+    row = StoredResponse.objects.get(pk=body["id"])
+    assert (row.instructions, row.user, row.metadata) == (odd, odd, {"k": odd})
+    assert get(client, body["id"]).json() == body
+    (item,) = items_of(client, body["id"])["data"]
+    assert item["content"][0]["text"] == odd
+
+
 def test_store_false_keeps_nothing(client, tiny_entry):
     created = create(client, store=False).json()
     assert created["store"] is False
