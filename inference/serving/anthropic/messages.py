@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.conf import settings
 
@@ -23,6 +23,7 @@ from inference.protocol.anthropic.events import (
 )
 from inference.protocol.anthropic.requests import CountTokensRequest, MessagesRequest
 from inference.protocol.anthropic.responses import MessageResponse, MessageUsage, TokenCount
+from inference.protocol.openai.common import SamplingFields
 from inference.serving.anthropic.blocks import BlockStream, content_blocks, stop_reason
 from inference.serving.anthropic.prompt import PromptPlan, plan_prompt
 from inference.serving.context import RequestContext
@@ -31,28 +32,25 @@ from inference.serving.errors import api_error
 from inference.serving.generation import SHUTTING_DOWN, TIMEOUT, Choice, Generation
 from inference.serving.reply import ReplyParser, parse_reply
 from inference.serving.resolve import resolve_model
+from inference.serving.sampling import sampling_params
 from inference.serving.sse import EventStream
 
 
 def sampling(request: MessagesRequest, entry: CatalogModel, grammar: str | None) -> SamplingParams:
-    """The catalog's defaults fill what the request leaves out. max_tokens past the model's
-    limit is cut to it (clients such as Claude Code ask for tens of thousands), and a reply
-    cut there stops with max_tokens."""
+    """The catalog's defaults fill what the request leaves out, as for chat. max_tokens past
+    the model's limit is cut to it (clients such as Claude Code ask for tens of thousands), and
+    a reply cut there stops with max_tokens."""
     limit = entry.max_output_tokens
-    temperature = request.temperature
-    if temperature is None:
-        temperature = entry.default_temperature if entry.default_temperature is not None else 1.0
-    top_p = request.top_p
-    if top_p is None:
-        top_p = entry.default_top_p if entry.default_top_p is not None else 1.0
-    return SamplingParams(
-        max_tokens=min(request.max_tokens, limit) if limit else request.max_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=request.top_k or 0,
-        stop=tuple(request.stop_sequences or ()),
-        grammar=grammar,
+    fields = SamplingFields(
+        model=request.model,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        top_k=request.top_k,
     )
+    max_tokens = min(request.max_tokens, limit) if limit else request.max_tokens
+    params = sampling_params(fields, entry, max_tokens=max_tokens, grammar=grammar)
+    # Anthropic takes up to 16 stop sequences (chat's field stops at 4): set them directly.
+    return replace(params, stop=tuple(request.stop_sequences or ()))
 
 
 @dataclass
