@@ -150,6 +150,19 @@ def test_tool_choice_none_streams_everything():
 def test_forced_and_required_calls():
     forced = ToolUse(OFFERED.tools, forced="get_weather")
     assert calls_of(parse_reply(adapter(), '{"city": "Paris"}', forced)) == [WEATHER]
+    parser = ReplyParser(adapter(), forced)
+    # The engine can send empty pieces (a token held back mid-character): one start all the same.
+    events = [
+        *parser.feed(""),
+        *parser.feed('{"city": '),
+        *parser.feed(""),
+        *parser.feed('"Paris"}'),
+    ]
+    events += parser.finish()
+    assert len([e for e in events if isinstance(e, ToolCallStart)]) == 1
+    assert calls_of(parser.reply()) == [WEATHER]
+    empty = parse_reply(adapter(), "", forced)
+    assert [(c.name, c.arguments) for c in empty.tool_calls] == [("get_weather", "{}")]
     required = ToolUse(OFFERED.tools, "required")
     text = (
         '[{"name": "get_weather", "parameters": {"city": "Paris"}}, '

@@ -88,6 +88,7 @@ class _ToolSplitter:
         self._raw_calls = ""  # everything since the marker, for a false alarm
         self._in_calls = self._mode == "required"
         self._opening_decided = False
+        self._forced_open = False  # a forced call's start was sent
 
     def feed(self, text: str) -> tuple[str, list[CallEvent]]:
         if self._mode == "none":
@@ -124,22 +125,21 @@ class _ToolSplitter:
         return before, self._scanner.feed(rest)
 
     def _forced_arguments(self, text: str) -> list[CallEvent]:
-        events = []
-        if not self._scanner.started_any and not self._raw_calls:
-            events.append(CallEvent("start", 0, self._forced or ""))
+        """A forced call's whole reply is its arguments (the grammar makes it so)."""
+        name = self._forced or ""
+        events = [] if self._forced_open else [CallEvent("start", 0, name)]
+        self._forced_open = True
         self._raw_calls += text
         if text:
-            events.append(CallEvent("arguments", 0, self._forced or "", text))
+            events.append(CallEvent("arguments", 0, name, text))
         return events
 
     def finish(self) -> tuple[str, list[CallEvent]]:
         if self._mode == "forced":
-            events = self._forced_arguments("")
-            arguments = self._raw_calls or "{}"
-            if not self._raw_calls:
-                events.append(CallEvent("arguments", 0, self._forced or "", arguments))
-            valid = isinstance(_json_object(arguments), dict)
-            return "", [*events, CallEvent("end", 0, self._forced or "", arguments, valid)]
+            events = self._forced_arguments("" if self._raw_calls else "{}")
+            valid = isinstance(_json_object(self._raw_calls), dict)
+            end = CallEvent("end", 0, self._forced or "", self._raw_calls, valid)
+            return "", [*events, end]
         if not self._in_calls:
             held, self._held = self._held, ""
             return held, []
