@@ -168,3 +168,18 @@ def wait_until(condition, timeout: float = 2.0) -> bool:
     while not condition() and time.monotonic() < deadline:
         time.sleep(0.01)
     return condition()
+
+
+def break_engine_after(monkeypatch, tokens: int) -> None:
+    """Every sequence fails on the engine thread once it has `tokens` tokens: a device lost
+    mid-stream."""
+    from inference.engine.sequence import Sequence
+
+    real_on_token = Sequence.on_token
+
+    def broken(self, *args):
+        if self.completion_tokens >= tokens:
+            raise RuntimeError("device lost")
+        return real_on_token(self, *args)
+
+    monkeypatch.setattr(Sequence, "on_token", broken)

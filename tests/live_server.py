@@ -164,3 +164,13 @@ def live_server(var: Path, *setup: tuple[str, ...], **settings: str) -> Iterator
             process.wait()
         if "DATABASE_URL" not in settings:
             drop_database(env["DATABASE_URL"])
+
+
+@contextmanager
+def demo_server(demo_gguf: Path, var: Path) -> Iterator[LiveServer]:
+    """The real SmolLM2 imported and served as deployed: API keys required."""
+    from tests.helpers import DEMO_ID
+
+    setup = ("import_gguf", str(demo_gguf), "--id", DEMO_ID)
+    with live_server(var, setup, REQUIRE_API_KEY="true") as server:
+        yield server

@@ -10,7 +10,7 @@ import anthropic
 import pytest
 
 from tests.helpers import DEMO_ID
-from tests.live_server import LiveServer, live_server
+from tests.live_server import LiveServer, demo_server
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 WEATHER = {
@@ -28,9 +28,7 @@ FORCED = {"type": "tool", "name": "get_weather"}
 
 @pytest.fixture(scope="module")
 def server(demo_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    var = tmp_path_factory.mktemp("anthropic-var")
-    setup = ("import_gguf", str(demo_gguf), "--id", DEMO_ID)
-    with live_server(var, setup, REQUIRE_API_KEY="true") as server:
+    with demo_server(demo_gguf, tmp_path_factory.mktemp("anthropic-var")) as server:
         yield server
 
 

@@ -15,17 +15,14 @@ import openai
 import pytest
 
 from tests.helpers import DEMO_ID, ROOT
-from tests.live_server import ADMIN_TOKEN, LiveServer, free_port, live_server
+from tests.live_server import ADMIN_TOKEN, LiveServer, demo_server, free_port
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture(scope="module")
 def server(demo_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    var = tmp_path_factory.mktemp("server-var")
-    setup = ("import_gguf", str(demo_gguf), "--id", DEMO_ID)
-    # As deployed: API keys required.
-    with live_server(var, setup, REQUIRE_API_KEY="true") as server:
+    with demo_server(demo_gguf, tmp_path_factory.mktemp("server-var")) as server:
         yield server
 
 

@@ -9,8 +9,8 @@ from django.test import AsyncClient
 from openai.types.chat import ChatCompletionChunk
 
 from catalog.models import CatalogModel
-from inference.engine.sequence import Sequence
 from inference.serving import chat as chat_serving
+from tests.helpers import break_engine_after
 
 CHAT = "/v1/chat/completions"
 BODY = {
@@ -38,14 +38,7 @@ def test_unexpected_errors_are_generic_500s(client, db, monkeypatch, caplog):
 @pytest.mark.django_db(transaction=True)
 def test_failure_mid_stream_sends_an_error_event_then_done(tiny_dir, monkeypatch):
     CatalogModel.objects.create(public_id="tiny", location=str(tiny_dir))
-    real_on_token = Sequence.on_token
-
-    def break_after_three(self, *args):
-        if self.completion_tokens >= 3:
-            raise RuntimeError("device lost")
-        return real_on_token(self, *args)
-
-    monkeypatch.setattr(Sequence, "on_token", break_after_three)
+    break_engine_after(monkeypatch, 3)
 
     async def go():
         response = await AsyncClient().post(

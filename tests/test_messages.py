@@ -13,10 +13,10 @@ from pydantic import TypeAdapter
 
 from apikeys.models import ApiKey
 from inference.edge.dialects import ANTHROPIC
-from inference.engine.sequence import Sequence
 from inference.protocol.anthropic.requests import MessagesRequest
 from inference.protocol.errors import APIError
 from inference.serving.anthropic.prompt import template_messages
+from tests.helpers import break_engine_after
 from tests.scripted import ARGUMENTS, REASONING
 
 MESSAGES = "/v1/messages"
@@ -280,14 +280,7 @@ def test_keys_by_x_api_key_or_bearer(client, tiny_entry, settings):
 
 
 def test_an_engine_failure_mid_stream_ends_with_an_error_event(client, tiny_entry, monkeypatch):
-    real_on_token = Sequence.on_token
-
-    def break_after_three(self, *args):
-        if self.completion_tokens >= 3:
-            raise RuntimeError("device lost")
-        return real_on_token(self, *args)
-
-    monkeypatch.setattr(Sequence, "on_token", break_after_three)
+    break_engine_after(monkeypatch, 3)
     events = stream({"max_tokens": 20})
     name, error = events[-1]
     assert name == "error"

@@ -8,10 +8,9 @@ import logging
 
 import pytest
 
-from inference.engine.sequence import Sequence
 from inference.serving.responses import answer as answer_serving
 from storedresponses.models import StoredResponse
-from tests.helpers import assert_error
+from tests.helpers import assert_error, break_engine_after
 from tests.responses_support import (
     RESPONSES,
     check_stream_events,
@@ -388,14 +387,7 @@ def test_stream_ends_without_done(tiny_entry):
 
 
 def test_an_engine_failure_mid_stream_is_a_failed_response(tiny_entry, monkeypatch):
-    real_on_token = Sequence.on_token
-
-    def break_after_two(self, *args):
-        if self.completion_tokens >= 2:
-            raise RuntimeError("device lost")
-        return real_on_token(self, *args)
-
-    monkeypatch.setattr(Sequence, "on_token", break_after_two)
+    break_engine_after(monkeypatch, 2)
     _, _, events = stream({"max_output_tokens": 20, "temperature": 0})
     check_stream_events(events)
     name, data = events[-1]

@@ -12,7 +12,7 @@ import pytest
 from openai.types.responses import ResponseFunctionToolCall
 
 from tests.helpers import DEMO_ID
-from tests.live_server import LiveServer, live_server
+from tests.live_server import LiveServer, demo_server
 
 QUESTION = "What is the capital of France?"
 WEATHER = {
@@ -30,9 +30,7 @@ WEATHER = {
 
 @pytest.fixture(scope="module")
 def server(demo_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    var = tmp_path_factory.mktemp("responses-server")
-    setup = ("import_gguf", str(demo_gguf), "--id", DEMO_ID)
-    with live_server(var, setup, REQUIRE_API_KEY="true") as server:
+    with demo_server(demo_gguf, tmp_path_factory.mktemp("responses-server")) as server:
         yield server
 
 
