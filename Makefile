@@ -15,6 +15,10 @@ export REQUIRE_API_KEY ?= false
 
 .PHONY: serve test lint bench
 
+# The CPU kernels (kernels/): rebuilt when their sources or the installed MLX change.
+KERNEL_SOURCES := $(wildcard kernels/src/*) kernels/CMakeLists.txt kernels/setup.py \
+	kernels/pyproject.toml kernels/cpu_kernels/__init__.py scripts/build_kernels.sh
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -29,10 +33,14 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
 	sh scripts/ensure_chromium.sh
 	touch $@
 
+$(VENV)/.kernels: $(VENV)/.installed $(KERNEL_SOURCES)
+	sh scripts/build_kernels.sh $(BIN)/python
+	touch $@
+
 $(DEMO_GGUF): | $(BIN)/python
 	$(BIN)/python scripts/fetch_demo_model.py $(CACHE)
 
-serve: $(VENV)/.installed $(DEMO_GGUF)
+serve: $(VENV)/.kernels $(DEMO_GGUF)
 	$(BIN)/python manage.py migrate --noinput -v0
 	$(BIN)/python manage.py collectstatic --noinput -v0
 	$(BIN)/python manage.py import_gguf $(DEMO_GGUF) --id $(DEMO_ID) --if-missing $(DEMO_DEFAULTS)
@@ -44,7 +52,7 @@ lint: $(VENV)/.installed-test
 
 # The whole suite twice: on SQLite, then on a throwaway PostgreSQL in var/pg (installed and
 # started by scripts/ensure_postgres.sh; pytest-django creates its own test_ database on it).
-test: $(VENV)/.installed-test $(DEMO_GGUF) lint
+test: $(VENV)/.installed-test $(VENV)/.kernels $(DEMO_GGUF) lint
 	@echo "=== make test: pass 1 of 2, on SQLite ==="
 	DEMO_GGUF=$(abspath $(DEMO_GGUF)) $(BIN)/python -m pytest
 	@echo "=== make test: pass 2 of 2, on PostgreSQL ==="
@@ -52,5 +60,5 @@ test: $(VENV)/.installed-test $(DEMO_GGUF) lint
 	  DATABASE_URL=$$url DEMO_GGUF=$(abspath $(DEMO_GGUF)) $(BIN)/python -m pytest
 
 # Ours against mlx_lm.server on the demo model; BENCH_ARGS="--concurrency 1,8" shortens it.
-bench: $(VENV)/.installed-test $(DEMO_GGUF)
+bench: $(VENV)/.installed-test $(VENV)/.kernels $(DEMO_GGUF)
 	$(BIN)/python bench/serving.py --gguf $(DEMO_GGUF) $(BENCH_ARGS)

@@ -126,6 +126,10 @@ ENGINE_PREFILL_STEP = env.int("ENGINE_PREFILL_STEP", default=2048)
 PROMPT_CACHE_BYTES = byte_size("PROMPT_CACHE_BYTES", "1GiB")
 # Seconds after which an unused, unpinned model is unloaded (0: keep until evicted).
 MODEL_IDLE_TTL = env.float("MODEL_IDLE_TTL", default=0)
+# The vectorized CPU kernels (kernels/) for quantized models on a Linux CPU, and their threads
+# per operation (0: one per core).
+CPU_KERNELS = env.bool("CPU_KERNELS", default=True)
+CPU_KERNEL_THREADS = env.int("CPU_KERNEL_THREADS", default=0)
 # The control API (pool status, warm, unload) takes this bearer token, or a staff session.
 # Unset, each install makes one and keeps it in var/, where manage.py's commands find it too.
 ADMIN_TOKEN = env.str("ADMIN_TOKEN", default="") or read_or_create_secret(VAR_DIR / "admin_token")

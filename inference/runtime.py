@@ -67,4 +67,6 @@ def engine_config() -> EngineConfig:
         prompt_cache_bytes=settings.PROMPT_CACHE_BYTES,
         idle_ttl=settings.MODEL_IDLE_TTL,
         max_queued=settings.MAX_QUEUED_REQUESTS,
+        cpu_kernels=settings.CPU_KERNELS,
+        cpu_kernel_threads=settings.CPU_KERNEL_THREADS,
     )

@@ -1,29 +1,46 @@
 """The format a model computes in once loaded: its stored one, or float32 on Linux CPUs.
 
-MLX's quantized and float16/bfloat16 CPU matmuls are not BLAS-backed; float32 ones are. With an
-optimized BLAS loaded, a 4-bit model dequantized to float32 decodes several times faster on a
-CPU (and far faster in batches), at four to eight times the memory.
+On a GPU the stored format is fastest. On a CPU, MLX's own quantized and float16/bfloat16
+matmuls are scalar loops, so without the CPU kernels (kernels/) `auto` dequantizes a model to
+float32 for OpenBLAS when that fits the pool's budget. With the kernels, the stored 4- and
+8-bit weights are read at memory speed and several times smaller; `auto` then times decode
+steps at load (`measure`) and keeps the faster format (the stored one when float32 does not
+fit). Either way the kernels' fused norms, RoPE and attention are swapped in.
 """
 
 from __future__ import annotations
 
+import logging
+import statistics
+import time
 from dataclasses import dataclass
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
+from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import dequantize_model
 
 from inference import blas
+from inference.engine import cpu
+
+log = logging.getLogger(__name__)
 
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
-QUANTIZED = (nn.QuantizedLinear, nn.QuantizedEmbedding)
+QUANTIZED = (nn.QuantizedLinear, nn.QuantizedEmbedding, cpu.QuantizedKernelLayer)
+MEASURE = "measure"  # choose() leaves auto to prepare(): both formats are timed
+# The load-time measurement: batch sizes, decode steps timed at each (per format), and the
+# float32 bytes of the decoder layers converted for it.
+PROBE_BATCHES = (1, 8)
+PROBE_STEPS = 12
+PROBE_BYTES = 32 * 2**20
 
 
 @dataclass(frozen=True)
 class FormatChoice:
-    format: str  # "stored" or a dtype name
+    format: str  # "stored", a dtype name, or MEASURE
     reason: str
+    kernels: bool = False  # swap in the CPU kernels' layers
 
 
 def float32_bytes(model: nn.Module) -> int:
@@ -42,29 +59,139 @@ def float32_bytes(model: nn.Module) -> int:
     return total * 4
 
 
+def is_quantized(model: nn.Module) -> bool:
+    return any(isinstance(m, QUANTIZED) for _, m in model.named_modules())
+
+
 def choose(requested: str, model: nn.Module, room_bytes: int) -> FormatChoice:
+    kernels = cpu.kernel_status().available
+    quantized = is_quantized(model)
     if requested == "quantized":
-        return FormatChoice("stored", "the catalog asks for the stored weights")
+        reason = "the catalog asks for the stored weights"
+        return FormatChoice("stored", reason, kernels and quantized)
     if requested in DTYPES:
-        return FormatChoice(requested, "the catalog asks for it")
+        f32 = requested == "float32"
+        return FormatChoice(requested, "the catalog asks for it", kernels and f32)
     if mx.default_device() != mx.cpu:
         return FormatChoice("stored", "a GPU backend computes the stored format fastest")
-    if blas.status().library is None:
-        return FormatChoice("stored", f"no optimized BLAS ({blas.status().reason})")
     needed = float32_bytes(model)
     if needed > room_bytes:
         return FormatChoice(
             "stored",
             f"float32 would take {needed / 2**20:,.0f} MiB, more than the "
             f"{room_bytes / 2**20:,.0f} MiB left in the pool's budget",
+            kernels and quantized,
         )
-    return FormatChoice("float32", "CPU backend with an optimized BLAS, and it fits")
+    if blas.status().library is None:
+        return FormatChoice(
+            "stored", f"no optimized BLAS ({blas.status().reason})", kernels and quantized
+        )
+    if kernels and quantized:
+        return FormatChoice(MEASURE, "both formats are timed at load", True)
+    return FormatChoice("float32", "CPU backend with an optimized BLAS, and it fits", kernels)
 
 
 def apply(model: nn.Module, choice: FormatChoice) -> nn.Module:
-    if choice.format == "stored":
-        return model
-    model = dequantize_model(model)
-    model.set_dtype(DTYPES[choice.format])
+    if choice.format != "stored":
+        model = dequantize_model(model)
+        model.set_dtype(DTYPES[choice.format])
+    if choice.kernels:
+        cpu.accelerate(model)
     mx.eval(model.parameters())
     return model
+
+
+# What measure() chose, by the caller's key for the weights (a reload reuses the verdict).
+_measured: dict[object, FormatChoice] = {}
+
+
+def prepare(
+    requested: str, model: nn.Module, room_bytes: int, key: object = None
+) -> tuple[nn.Module, FormatChoice]:
+    """The model in the format to compute in, and why (timing both formats where auto asks)."""
+    choice = choose(requested, model, room_bytes)
+    if choice.format == MEASURE and key in _measured:
+        choice = _measured[key]
+    if choice.format != MEASURE:
+        return apply(model, choice), choice
+    model, choice = measure(model)
+    if key is not None:
+        _measured[key] = choice
+    mx.clear_cache()  # the losing format's buffers
+    return model, choice
+
+
+def measure(model: nn.Module) -> tuple[nn.Module, FormatChoice]:
+    """Times decode steps with the stored weights, then with as many decoder layers in float32
+    as PROBE_BYTES holds, and extrapolates the difference to all the weights: the format
+    whose steps are faster is kept, without ever holding the whole float32 model beside the
+    stored one (which would set the process's peak memory)."""
+    model = apply(model, FormatChoice("stored", "timing", True))
+    try:
+        stored, mixed, blocks = _timings(model)
+    except Exception:  # timing is advice: a failure keeps the stored weights
+        log.exception("timing the compute formats failed")
+        return model, FormatChoice("stored", "timing float32 failed (see the log)", True)
+    share = sum(map(_weights, blocks)) / _weights(model)
+    # A noisy difference may extrapolate below zero; no format is ten times faster than that.
+    f32 = [max(q + (m - q) / share, q / 10) for q, m in zip(stored, mixed, strict=True)]
+    summary = (
+        f"decode steps at batch {'/'.join(map(str, PROBE_BATCHES))} measured {_ms(stored)} ms "
+        f"quantized; with {len(blocks)} of {len(model.layers)} layers in float32 "
+        f"{_ms(mixed)} ms, so about {_ms(f32)} ms in float32"
+    )
+    if statistics.geometric_mean(stored) <= statistics.geometric_mean(f32):
+        return model, FormatChoice("stored", summary, True)
+    cpu.to_float32([model])
+    mx.eval(model.parameters())
+    return model, FormatChoice("float32", summary, True)
+
+
+def _timings(model: nn.Module) -> tuple[list[float], list[float], list[nn.Module]]:
+    """Step seconds stored, and with the first layers in float32 (put back after)."""
+    blocks = _probe_blocks(model)
+    twins = cpu.Float32Twins(blocks)
+    try:
+        pairs = [_paired_steps(model, twins, batch) for batch in PROBE_BATCHES]
+    finally:
+        twins.use(dense=False)
+    return [p[0] for p in pairs], [p[1] for p in pairs], blocks
+
+
+def _probe_blocks(model: nn.Module) -> list[nn.Module]:
+    blocks = []
+    for block in model.layers:
+        if blocks and (len(blocks) + 1) * float32_bytes(block) > PROBE_BYTES:
+            break
+        blocks.append(block)
+    return blocks
+
+
+def _weights(module: nn.Module) -> int:
+    return float32_bytes(module) // 4
+
+
+def _ms(seconds: list[float]) -> str:
+    return "/".join(f"{s * 1000:.1f}" for s in seconds)
+
+
+def _paired_steps(model: nn.Module, twins, batch: int) -> tuple[float, float]:
+    """Decode steps alternating stored and mixed, each on its own cache, so that the machine's
+    drift touches both alike; the lower quartile of each, since interference only slows."""
+    tokens = mx.array([[1, 2, 3, 4]] * batch)
+    caches, times = [], ([], [])
+    for dense in (False, True):
+        twins.use(dense)
+        caches.append(make_prompt_cache(model))
+        for layer in caches[-1]:
+            layer.step = 32  # room for the probe's steps, not mlx-lm's 256 positions
+        mx.eval(model(tokens, cache=caches[-1]))
+    step = tokens[:, -1:]
+    for i in range(2 * (PROBE_STEPS + 1)):
+        dense = i % 2
+        twins.use(bool(dense))
+        started = time.perf_counter()
+        mx.eval(model(step, cache=caches[dense]))
+        if i >= 2:  # the first of each warms up
+            times[dense].append(time.perf_counter() - started)
+    return statistics.quantiles(times[0])[0], statistics.quantiles(times[1])[0]

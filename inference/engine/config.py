@@ -20,3 +20,6 @@ class EngineConfig:
     max_queued: int = 256
     # Unpinned models unused this many seconds are unloaded (0: never).
     idle_ttl: float = 0.0
+    # The CPU kernels (engine/cpu/) and their threads per operation (0: one per core).
+    cpu_kernels: bool = True
+    cpu_kernel_threads: int = 0

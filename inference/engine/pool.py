@@ -34,6 +34,8 @@ class LoadedModel:
     context_length: int
     load_seconds: float = 0.0
     compute_format: str = "stored"
+    kernels: bool = False
+    format_reason: str = ""
     active: int = 0  # sequences using it right now: never evicted while > 0
     last_used: float = field(default_factory=time.monotonic)
 
@@ -121,18 +123,31 @@ class ModelPool:
             raise EngineError(
                 ErrorKind.MODEL_UNAVAILABLE, f"model '{spec.model_id}' could not be loaded"
             ) from exc
-        choice = compute_format.choose(spec.compute_format, model, self._room())
-        model = compute_format.apply(model, choice)
+        model, choice = compute_format.prepare(
+            spec.compute_format, model, self._room(), key=(spec.location, weights_size(spec))
+        )
         nbytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
         seconds = time.monotonic() - started
         context = context_length_of(spec, config)
-        entry = LoadedModel(spec, model, tokenizer, config, nbytes, context, seconds, choice.format)
+        entry = LoadedModel(
+            spec,
+            model,
+            tokenizer,
+            config,
+            nbytes,
+            context,
+            seconds,
+            choice.format,
+            choice.kernels,
+            choice.reason,
+        )
         self._models[spec.model_id] = entry
         log.info(
-            "loaded %s (%.1f MiB, computing in %s: %s) in %.1fs",
+            "loaded %s (%.1f MiB, computing in %s%s: %s) in %.1fs",
             spec.model_id,
             nbytes / 2**20,
             choice.format,
+            " with the CPU kernels" if choice.kernels else "",
             choice.reason,
             seconds,
         )

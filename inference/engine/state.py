@@ -14,6 +14,8 @@ class ModelState:
     id: str
     bytes: int
     compute_format: str
+    kernels: bool  # computing with the CPU kernels
+    format_reason: str
     pinned: bool
     load_seconds: float
     last_used: float  # monotonic clock: idle time keeps growing between snapshots
@@ -33,6 +35,7 @@ class EngineState:
 
     device: str
     budget_bytes: int
+    kernels: str = ""  # the CPU kernels in use ("avx512, 2 threads") or why not
     models: tuple[ModelState, ...] = ()
     evictions: int = 0  # models unloaded to make room or for being idle
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from inference.engine import fastmath
+from inference.engine import cpu, fastmath
 from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
 from inference.engine.pool import LoadedModel, ModelPool
@@ -61,6 +61,7 @@ class Engine:
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
+        cpu.configure(config.cpu_kernels, config.cpu_kernel_threads)
         self.pool = ModelPool(config.pool_budget_bytes, on_unload=self._drop_runner)
         self._runners: dict[str, ModelRunner] = {}
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -76,6 +77,7 @@ class Engine:
         self.idle = True
         self.loading = False
         self._device = str(mx.default_device())
+        self._kernels = ""  # decided on the engine thread as it starts
         self.state = EngineState(self._device, config.pool_budget_bytes)
         self._thread = threading.Thread(target=self._run, name="mlx-engine", daemon=True)
         self._thread.start()
@@ -134,6 +136,7 @@ class Engine:
     def _run(self) -> None:
         try:
             fastmath.warm_up()  # before the first request waits for it
+            self._kernels = cpu.kernel_status().describe()
             while not self._abandoned:
                 self.heartbeat = time.monotonic()
                 self._publish()
@@ -235,6 +238,7 @@ class Engine:
         self.state = EngineState(
             device=self._device,
             budget_bytes=self.pool.budget,
+            kernels=self._kernels,
             models=tuple(self._model_state(m) for m in self.pool.loaded()),
             evictions=self.pool.evictions,
         )
@@ -247,6 +251,8 @@ class Engine:
             id=loaded.spec.model_id,
             bytes=loaded.nbytes,
             compute_format=loaded.compute_format,
+            kernels=loaded.kernels,
+            format_reason=loaded.format_reason,
             pinned=loaded.spec.pinned,
             load_seconds=round(loaded.load_seconds, 3),
             last_used=loaded.last_used,

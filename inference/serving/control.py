@@ -86,6 +86,7 @@ def health_document(health: EngineHealth) -> dict:
         "last_engine_failure": health.last_failure,
         "draining": drain.draining,
         "blas": blas_name() or "mlx-bundled",
+        "cpu_kernels": health.state.kernels,
     }
 
 
@@ -94,6 +95,8 @@ def model_document(model: ModelState) -> dict:
         "id": model.id,
         "bytes": model.bytes,
         "compute_format": model.compute_format,
+        "cpu_kernels": model.kernels,
+        "format_reason": model.format_reason,
         "pinned": model.pinned,
         "load_seconds": model.load_seconds,
         "idle_seconds": round(model.idle_seconds, 1),
@@ -132,6 +135,7 @@ async def dashboard_document(health: EngineHealth, recent: list[dict]) -> dict:
         "backend": {
             "device": health.state.device,
             "blas": blas_name() or "MLX's bundled BLAS",
+            "cpu_kernels": health.state.kernels,
         },
         "engine": {
             "ready": not not_ready(health),

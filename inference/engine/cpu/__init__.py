@@ -1,0 +1,28 @@
+"""The CPU kernels (the `cpu_kernels` extension built from kernels/) as the engine uses them.
+
+MLX's CPU backend runs quantized matmuls as a scalar loop and splits RMSNorm, RoPE and
+attention into chains of small primitives; on a Linux CPU the engine swaps a model's layers
+for the extension's vectorized, multithreaded ones at load (`accelerate`). On Metal and CUDA,
+or where the extension is missing or fails its self-test, nothing changes (`kernel_status`
+says why, once in the log).
+"""
+
+from inference.engine.cpu.layers import (
+    Float32Twins,
+    QuantizedKernelLayer,
+    accelerate,
+    supports_quantized,
+    to_float32,
+)
+from inference.engine.cpu.status import KernelStatus, configure, kernel_status
+
+__all__ = [
+    "Float32Twins",
+    "KernelStatus",
+    "QuantizedKernelLayer",
+    "accelerate",
+    "configure",
+    "kernel_status",
+    "supports_quantized",
+    "to_float32",
+]

@@ -1,0 +1,205 @@
+"""Layers that compute with the cpu_kernels extension, swapped into a loaded model.
+
+Each keeps its parameters under MLX's names, so the model's parameter tree (and its size) is
+unchanged; activations stay float32, the format the kernels take and MLX's CPU ops run
+fastest in.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_unflatten
+
+from inference.engine.cpu import hooks
+
+log = logging.getLogger(__name__)
+
+BITS = (4, 8)
+GROUPS = (32, 64, 128)
+
+
+def supports_quantized(module: nn.Module) -> bool:
+    """Whether the kernels take this quantized layer (affine 4 or 8 bits, groups 32-128)."""
+    return (
+        isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding))
+        and getattr(module, "mode", "affine") == "affine"
+        and module.get("biases") is not None
+        and module.bits in BITS
+        and module.group_size in GROUPS
+    )
+
+
+def _matmul(module: nn.Module, x: mx.array) -> mx.array:
+    import cpu_kernels
+
+    return cpu_kernels.quantized_matmul(
+        x, module["weight"], module["scales"], module["biases"], module.group_size, module.bits
+    )
+
+
+class QuantizedKernelLayer(nn.Module):
+    """A quantized layer computed by the kernels (packed weight, scales, biases as MLX's)."""
+
+    def __init__(self, source: nn.Module) -> None:
+        super().__init__()
+        self.weight, self.scales, self.biases = source.weight, source.scales, source.biases
+        self.group_size, self.bits = source.group_size, source.bits
+        self.freeze()
+
+
+class KernelLinear(QuantizedKernelLayer):
+    def __init__(self, source: nn.QuantizedLinear) -> None:
+        super().__init__(source)
+        if "bias" in source:
+            self.bias = source.bias.astype(mx.float32)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        y = _matmul(self, x)
+        return y + self["bias"] if "bias" in self else y
+
+
+class KernelEmbedding(QuantizedKernelLayer):
+    def __call__(self, x: mx.array) -> mx.array:
+        rows = mx.dequantize(
+            self["weight"][x],
+            self["scales"][x],
+            self["biases"][x],
+            group_size=self.group_size,
+            bits=self.bits,
+        )
+        return rows.astype(mx.float32)
+
+    def as_linear(self, x: mx.array) -> mx.array:
+        return _matmul(self, x)
+
+
+class KernelRMSNorm(nn.Module):
+    def __init__(self, source: nn.RMSNorm) -> None:
+        super().__init__()
+        self.weight = source.weight.astype(mx.float32)
+        self.eps = source.eps
+
+    def __call__(self, x: mx.array) -> mx.array:
+        import cpu_kernels
+
+        return cpu_kernels.rms_norm(x, self["weight"], self.eps)
+
+
+class KernelRoPE(nn.Module):
+    def __init__(self, source: nn.RoPE) -> None:
+        super().__init__()
+        self.dims, self.traditional = source.dims, source.traditional
+        self.base, self.scale = source.base, source.scale
+
+    def __call__(self, x: mx.array, offset: int | mx.array = 0) -> mx.array:
+        if x.ndim not in (3, 4):
+            return mx.fast.rope(
+                x,
+                self.dims,
+                traditional=self.traditional,
+                base=self.base,
+                scale=self.scale,
+                offset=offset,
+            )
+        import cpu_kernels
+
+        if not isinstance(offset, mx.array):
+            offset = mx.array(offset, dtype=mx.int32)
+        return cpu_kernels.rope(
+            x,
+            self.dims,
+            traditional=self.traditional,
+            base=self.base,
+            scale=self.scale,
+            offset=offset,
+        )
+
+
+def _replacement(module: nn.Module) -> nn.Module | None:
+    if isinstance(module, nn.QuantizedLinear) and supports_quantized(module):
+        return KernelLinear(module)
+    if isinstance(module, nn.QuantizedEmbedding) and supports_quantized(module):
+        return KernelEmbedding(module)
+    # Exact classes only: subclasses (Gemma's 1 + weight norm, scaled RoPEs) compute otherwise.
+    if type(module) is nn.RMSNorm:
+        return KernelRMSNorm(module)
+    if type(module) is nn.RoPE and module.base is not None:
+        return KernelRoPE(module)
+    return None
+
+
+def _float32_elsewhere(model: nn.Module) -> None:
+    """Norm weights, biases, unquantized layers in float32, so activations stay float32."""
+    for _, module in model.named_modules():
+        if isinstance(module, (QuantizedKernelLayer, nn.QuantizedLinear, nn.QuantizedEmbedding)):
+            continue
+        for name, value in list(module.items()):
+            floating = isinstance(value, mx.array) and mx.issubdtype(value.dtype, mx.floating)
+            if floating and value.dtype != mx.float32:
+                module[name] = value.astype(mx.float32)
+
+
+def accelerate(model: nn.Module) -> Counter:
+    """Swaps in the kernels' layers (the caller checked kernel_status()); returns what it
+    swapped, by kind."""
+    # `is not None`: a module is a dict, and one without arrays (a RoPE) is falsy.
+    swaps = [
+        (name, new) for name, m in model.named_modules() if (new := _replacement(m)) is not None
+    ]
+    model.update_modules(tree_unflatten(swaps))
+    _float32_elsewhere(model)
+    mx.eval(model.parameters())
+    swapped = Counter(type(new).__name__ for _, new in swaps)
+    swapped.update(hooks.install(model))
+    log.debug("CPU kernels swapped in: %s", dict(swapped))
+    return swapped
+
+
+def _dense(module: nn.Module) -> nn.Module | None:
+    """A float32 nn.Linear or nn.Embedding with the quantized layer's weights."""
+    if not isinstance(module, (QuantizedKernelLayer, nn.QuantizedLinear, nn.QuantizedEmbedding)):
+        return None
+    weight = mx.dequantize(
+        module["weight"], module["scales"], module["biases"], module.group_size, module.bits
+    ).astype(mx.float32)
+    if isinstance(module, (KernelEmbedding, nn.QuantizedEmbedding)):
+        dense = nn.Embedding(*weight.shape)
+    else:
+        dense = nn.Linear(weight.shape[1], weight.shape[0], bias="bias" in module)
+        if "bias" in module:
+            dense.bias = module["bias"].astype(mx.float32)
+    dense.weight = weight
+    return dense
+
+
+class Float32Twins:
+    """Float32 copies of the quantized layers inside some modules, swapped in and out at will
+    (to time a step both ways)."""
+
+    def __init__(self, modules: list[nn.Module]) -> None:
+        self._pairs = []  # (parent, name, quantized, dense)
+        for parent in modules:
+            for name, module in parent.named_modules():
+                dense = _dense(module)
+                if dense is not None:
+                    self._pairs.append((parent, name, module, dense))
+        mx.eval([pair[3].parameters() for pair in self._pairs])
+
+    def use(self, dense: bool) -> None:
+        by_parent: dict[int, tuple[nn.Module, list]] = {}
+        for parent, name, quantized, twin in self._pairs:
+            swaps = by_parent.setdefault(id(parent), (parent, []))[1]
+            swaps.append((name, twin if dense else quantized))
+        for parent, swaps in by_parent.values():
+            parent.update_modules(tree_unflatten(swaps))
+
+
+def to_float32(modules: list[nn.Module]) -> None:
+    """Replaces the quantized layers inside each module by float32 ones, for good."""
+    for parent in modules:
+        swaps = [(n, d) for n, m in parent.named_modules() if (d := _dense(m)) is not None]
+        parent.update_modules(tree_unflatten(swaps))

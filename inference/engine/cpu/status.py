@@ -1,0 +1,105 @@
+"""Whether this process computes with the cpu_kernels extension, decided once and logged."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class KernelStatus:
+    available: bool
+    isa: str | None  # avx512, avx2 or generic
+    threads: int
+    reason: str
+
+    def describe(self) -> str:
+        if self.available:
+            return f"{self.isa}, {self.threads} thread{'s' if self.threads != 1 else ''}"
+        return f"off: {self.reason}"
+
+
+_lock = threading.Lock()
+_status: KernelStatus | None = None
+_wanted = {"enabled": True, "threads": 0}
+
+
+def configure(enabled: bool = True, threads: int = 0) -> None:
+    """Before the first kernel_status(): the CPU_KERNELS and CPU_KERNEL_THREADS settings."""
+    global _status
+    with _lock:
+        _wanted.update(enabled=enabled, threads=threads)
+        _status = None
+
+
+def in_use() -> bool:
+    """Whether the kernels are decided on and usable (the hooks ask on every call: no lock)."""
+    status = _status
+    return status is not None and status.available
+
+
+def kernel_status() -> KernelStatus:
+    global _status
+    with _lock:
+        if _status is None:
+            _status = _decide(**_wanted)
+            if _status.available:
+                log.info("CPU kernels: %s", _status.describe())
+            else:
+                log.warning("CPU kernels %s; quantized models use MLX's own path", _status.reason)
+        return _status
+
+
+def _decide(enabled: bool, threads: int) -> KernelStatus:
+    if not enabled:
+        return KernelStatus(False, None, 0, "turned off by CPU_KERNELS=false")
+    if mx.default_device() != mx.cpu:
+        return KernelStatus(False, None, 0, "not needed on a GPU backend")
+    try:
+        import cpu_kernels
+    except ImportError as exc:
+        return KernelStatus(
+            False,
+            None,
+            0,
+            f"not built ({exc}); `make` builds kernels/ with cmake and a C++ compiler",
+        )
+    if mx.__version__ != cpu_kernels.MLX_VERSION:
+        return KernelStatus(
+            False,
+            None,
+            0,
+            f"built for MLX {cpu_kernels.MLX_VERSION}, running {mx.__version__}: rebuild "
+            "kernels/ (make does)",
+        )
+    cpu_kernels.set_threads(threads)
+    problem = _self_test(cpu_kernels)
+    if problem:
+        return KernelStatus(False, None, 0, f"failed their self-test ({problem})")
+    return KernelStatus(True, cpu_kernels.isa(), cpu_kernels.threads(), "ready")
+
+
+def _self_test(ck) -> str | None:
+    """Each kernel once against MLX on small random inputs; the first disagreement, if any."""
+    try:
+        key = mx.random.key(7)
+        x = mx.random.normal((3, 64), key=key)
+        w, scales, biases = mx.quantize(mx.random.normal((40, 64), key=key), 32, 4)
+        checks = {
+            "quantized_matmul": (
+                ck.quantized_matmul(x, w, scales, biases, 32, 4),
+                mx.quantized_matmul(x, w, scales, biases, group_size=32, bits=4),
+            ),
+            "rms_norm": (ck.rms_norm(x, x[0], 1e-5), mx.fast.rms_norm(x, x[0], 1e-5)),
+        }
+        for name, (ours, theirs) in checks.items():
+            if not mx.allclose(ours, theirs, rtol=1e-4, atol=1e-4).item():
+                return f"{name} disagrees with MLX"
+    except Exception as exc:  # a broken build must not take the engine down
+        return f"{type(exc).__name__}: {exc}"
+    return None

@@ -1,0 +1,27 @@
+"""Fused and quantized kernels for MLX's CPU backend (see kernels/README.md)."""
+
+from cpu_kernels._ext import (
+    MLX_VERSION,
+    attention,
+    isa,
+    quantized_matmul,
+    rms_norm,
+    rope,
+    set_threads,
+    swiglu,
+    threads,
+    use_isa,
+)
+
+__all__ = [
+    "MLX_VERSION",
+    "attention",
+    "isa",
+    "quantized_matmul",
+    "rms_norm",
+    "rope",
+    "set_threads",
+    "swiglu",
+    "threads",
+    "use_isa",
+]

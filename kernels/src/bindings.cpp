@@ -1,0 +1,57 @@
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/variant.h>
+
+#include "primitives.h"
+#include "qmm.h"
+#include "threads.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+namespace ck = cpu_kernels;
+
+NB_MODULE(_ext, m) {
+  m.doc() = "Fused and quantized kernels for MLX's CPU backend (x86 AVX-512 / AVX2)";
+
+  m.def("quantized_matmul", &ck::quantized_matmul, "x"_a, "w"_a, "scales"_a, "biases"_a,
+        "group_size"_a, "bits"_a, nb::kw_only(), "stream"_a = nb::none(),
+        "x @ dequantize(w, scales, biases).T in float32, as mx.quantized_matmul(transpose=True).");
+
+  m.def("rms_norm", &ck::rms_norm, "x"_a, "weight"_a, "eps"_a, nb::kw_only(),
+        "stream"_a = nb::none(), "mx.fast.rms_norm in float32, one pass per row.");
+
+  m.def("swiglu", &ck::swiglu, "gate"_a, "up"_a, nb::kw_only(), "stream"_a = nb::none(),
+        "silu(gate) * up in float32.");
+
+  m.def("rope", &ck::rope, "x"_a, "dims"_a, nb::kw_only(), "traditional"_a, "base"_a.none(),
+        "scale"_a, "offset"_a, "freqs"_a = nb::none(), "stream"_a = nb::none(),
+        "mx.fast.rope in float32 (forward); offset an int32 array, one value or one per row.");
+
+  m.def(
+      "attention",
+      [](const ck::mx::array& q, const ck::mx::array& k, const ck::mx::array& v, float scale,
+         std::optional<std::variant<std::string, ck::mx::array>> mask, ck::mx::StreamOrDevice s) {
+        std::variant<std::monostate, std::string, ck::mx::array> m;
+        if (mask && std::holds_alternative<std::string>(*mask)) m = std::get<std::string>(*mask);
+        if (mask && std::holds_alternative<ck::mx::array>(*mask)) m = std::get<ck::mx::array>(*mask);
+        return ck::attention(q, k, v, scale, m, s);
+      },
+      "q"_a, "k"_a, "v"_a, nb::kw_only(), "scale"_a, "mask"_a = nb::none(),
+      "stream"_a = nb::none(),
+      "mx.fast.scaled_dot_product_attention in float32, without sinks.");
+
+  m.def("isa", [] { return std::string(ck::active_kernels().isa); },
+        "The instruction set of the quantized matmul here: avx512, avx2 or generic.");
+
+  m.def("use_isa", [](const std::string& isa) { return ck::force_isa(isa.c_str()); }, "isa"_a,
+        "Makes later products use one instruction set (tests); False if this CPU lacks it.");
+
+  m.def("set_threads", [](int threads) { ck::Pool::configure(threads); }, "threads"_a,
+        "Threads per operation, the caller included (0: one per core).");
+
+  m.def("threads", [] { return ck::Pool::shared()->threads(); },
+        "Threads per operation, the caller included.");
+
+  m.attr("MLX_VERSION") = MLX_BUILT_AGAINST;
+}

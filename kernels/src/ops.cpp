@@ -1,0 +1,191 @@
+#include "ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "threads.h"
+#include "vecmath.h"
+
+namespace cpu_kernels {
+
+namespace {
+
+CPU_KERNELS_CLONES
+void rms_norm_row(const float* x, const float* w, float* out, int dim, float eps) {
+  float squares = 0.0f;
+#pragma omp simd reduction(+ : squares)
+  for (int i = 0; i < dim; i++) squares += x[i] * x[i];
+  float inv = 1.0f / std::sqrt(squares / float(dim) + eps);
+#pragma omp simd
+  for (int i = 0; i < dim; i++) out[i] = x[i] * inv * w[i];
+}
+
+CPU_KERNELS_CLONES
+void swiglu_span(const float* gate, const float* up, float* out, size_t n) {
+#pragma omp simd
+  for (size_t i = 0; i < n; i++) {
+    float g = gate[i];
+    // sigmoid through exp of a non-positive argument, for either sign of g
+    float e = exp_nonpositive(-std::fabs(g));
+    float sig = g >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+    out[i] = g * sig * up[i];
+  }
+}
+
+// Splits [0, n) over the shared pool when the work is worth a hand-off.
+template <class F>
+void split(size_t n, size_t work_per_item, const F& body) {
+  auto pool = Pool::shared();
+  size_t total = n * work_per_item;
+  if (pool->threads() == 1 || total < 65536 || n < 2) {
+    body(size_t(0), n);
+    return;
+  }
+  int tasks = int(std::min<size_t>(n, size_t(4 * pool->threads())));
+  size_t per = (n + tasks - 1) / tasks;
+  tasks = int((n + per - 1) / per);
+  pool->parallel_for(tasks, [&](int t) { body(t * per, std::min(n, (t + 1) * per)); });
+}
+
+}  // namespace
+
+void rms_norm(const float* x, const float* w, float* out, size_t rows, int dim, float eps) {
+  split(rows, size_t(dim), [&](size_t r0, size_t r1) {
+    for (size_t r = r0; r < r1; r++) rms_norm_row(x + r * dim, w, out + r * dim, dim, eps);
+  });
+}
+
+void swiglu(const float* gate, const float* up, float* out, size_t n) {
+  constexpr size_t BLOCK = 4096;
+  split((n + BLOCK - 1) / BLOCK, BLOCK, [&](size_t b0, size_t b1) {
+    size_t i0 = b0 * BLOCK, i1 = std::min(n, b1 * BLOCK);
+    swiglu_span(gate + i0, up + i0, out + i0, i1 - i0);
+  });
+}
+
+void rope(const Rope& r, const float* x, float* out) {
+  const int half = r.dims / 2;
+  // Angles as MLX's reference computes them, in float32: position * scale * inv_freq.
+  std::vector<float> inv_freq(half);
+  for (int i = 0; i < half; i++) {
+    inv_freq[i] = r.freqs ? 1.0f / r.freqs[i]
+                          : std::exp(-float(i) * (std::log(r.base) / float(half)));
+  }
+  // cos and sin per (batch row, position), shared by every head.
+  const int batches = r.offset_count == 1 ? 1 : r.batch;
+  std::vector<float> cs(size_t(batches) * r.length * half * 2);
+  for (int b = 0; b < batches; b++) {
+    for (int l = 0; l < r.length; l++) {
+      float position = float(r.offsets[b] + l) * r.scale;
+      float* row = cs.data() + (size_t(b) * r.length + l) * half * 2;
+      for (int i = 0; i < half; i++) {
+        float theta = position * inv_freq[i];
+        row[2 * i] = std::cos(theta);
+        row[2 * i + 1] = std::sin(theta);
+      }
+    }
+  }
+  const size_t rows = size_t(r.batch) * r.heads * r.length;
+  split(rows, size_t(r.dim), [&](size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; i++) {
+      int l = int(i % r.length), h = int(i / r.length % r.heads), b = int(i / r.length / r.heads);
+      const float* src = x + b * r.strides[0] + h * r.strides[1] + l * r.strides[2];
+      const int64_t step = r.strides[3];
+      float* dst = out + i * r.dim;
+      const float* row = cs.data() + (size_t(batches == 1 ? 0 : b) * r.length + l) * half * 2;
+      for (int j = 0; j < half; j++) {
+        int a = r.traditional ? 2 * j : j;
+        int c = r.traditional ? 2 * j + 1 : j + half;
+        float x1 = src[a * step], x2 = src[c * step];
+        float cosv = row[2 * j], sinv = row[2 * j + 1];
+        dst[a] = x1 * cosv - x2 * sinv;
+        dst[c] = x1 * sinv + x2 * cosv;
+      }
+      for (int j = r.dims; j < r.dim; j++) dst[j] = src[j * step];
+    }
+  });
+}
+
+namespace {
+
+CPU_KERNELS_CLONES
+float dot(const float* a, const float* b, int n) {
+  float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+  for (int i = 0; i < n; i++) acc += a[i] * b[i];
+  return acc;
+}
+
+CPU_KERNELS_CLONES
+void axpy(float alpha, const float* x, float* y, int n) {
+#pragma omp simd
+  for (int i = 0; i < n; i++) y[i] += alpha * x[i];
+}
+
+CPU_KERNELS_CLONES
+float exp_and_sum(float* s, int n, float top) {
+  float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+  for (int i = 0; i < n; i++) {
+    float e = exp_nonpositive(s[i] - top);
+    s[i] = e;
+    total += e;
+  }
+  return total;
+}
+
+float mask_value(const Attention& a, int b, int h, int l, int j) {
+  const int64_t* st = a.mask_strides;
+  int64_t at = b * st[0] + h * st[1] + l * st[2] + j * st[3];
+  if (a.mask_kind == MaskKind::Bool) {
+    return static_cast<const bool*>(a.mask)[at] ? 0.0f : -std::numeric_limits<float>::infinity();
+  }
+  return static_cast<const float*>(a.mask)[at];
+}
+
+// One query row: scores into `s` (a.keys floats), then the weighted sum of values into out.
+void attend_row(const Attention& a, int b, int h, int l, float* s, float* out) {
+  const int kvh = h / (a.q_heads / a.kv_heads);
+  const float* q = a.q + b * a.q_strides[0] + h * a.q_strides[1] + l * a.q_strides[2];
+  const float* k = a.k + b * a.k_strides[0] + kvh * a.k_strides[1];
+  const float* v = a.v + b * a.v_strides[0] + kvh * a.v_strides[1];
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  int visible = a.keys;
+  if (a.mask_kind == MaskKind::Causal) visible = std::min(a.keys, l + a.keys - a.length + 1);
+  float top = neg_inf;
+  for (int j = 0; j < visible; j++) {
+    float score = a.scale * dot(q, k + j * a.k_strides[2], a.dim);
+    if (a.mask_kind == MaskKind::Bool || a.mask_kind == MaskKind::Additive) {
+      score += mask_value(a, b, h, l, j);
+    }
+    s[j] = score;
+    top = std::max(top, score);
+  }
+  std::fill(out, out + a.value_dim, 0.0f);
+  if (visible <= 0 || top == neg_inf) return;  // nothing visible: zeros, not NaN
+  float total = exp_and_sum(s, visible, top);
+  for (int j = 0; j < visible; j++) {
+    if (s[j] != 0.0f) axpy(s[j], v + j * a.v_strides[2], out, a.value_dim);
+  }
+  float inv = 1.0f / total;
+  for (int d = 0; d < a.value_dim; d++) out[d] *= inv;
+}
+
+}  // namespace
+
+void attention(const Attention& a, float* out) {
+  const size_t rows = size_t(a.batch) * a.q_heads * a.length;
+  split(rows, size_t(a.keys) * (a.dim + a.value_dim), [&](size_t i0, size_t i1) {
+    thread_local std::vector<float> scores;
+    if (scores.size() < size_t(a.keys)) scores.resize(a.keys);
+    for (size_t i = i0; i < i1; i++) {
+      int l = int(i % a.length), h = int(i / a.length % a.q_heads);
+      int b = int(i / a.length / a.q_heads);
+      attend_row(a, b, h, l, scores.data(), out + i * a.value_dim);
+    }
+  });
+}
+
+}  // namespace cpu_kernels

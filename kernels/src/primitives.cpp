@@ -1,0 +1,319 @@
+#include "primitives.h"
+
+#include <functional>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include "mlx/allocator.h"
+#include "mlx/backend/cpu/encoder.h"
+#include "mlx/ops.h"
+#include "ops.h"
+#include "qmm.h"
+
+namespace cpu_kernels {
+
+namespace {
+
+[[noreturn]] void refuse(const char* op, const std::string& what) {
+  throw std::invalid_argument(std::string("[cpu_kernels.") + op + "] " + what);
+}
+
+// A CPU-only primitive whose work is `run(inputs, out)` on the stream, out freshly allocated
+// and contiguous. The arrays travel with the task, so their buffers live until it has run.
+class CpuPrimitive : public mx::UnaryPrimitive {
+ public:
+  using Run = std::function<void(const std::vector<mx::array>&, mx::array&)>;
+  CpuPrimitive(mx::Stream stream, const char* name, std::vector<float> params, Run run)
+      : mx::UnaryPrimitive(stream), name_(name), params_(std::move(params)), run_(std::move(run)) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    auto& encoder = mx::cpu::get_command_encoder(stream());
+    for (auto& a : inputs) encoder.set_input_array(a);
+    encoder.set_output_array(out);
+    encoder.dispatch([inputs, out, run = run_]() {
+      mx::array target = out;  // a handle to the same buffer, writable
+      run(inputs, target);
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    throw std::runtime_error(std::string("[cpu_kernels] ") + name_ + " has no GPU kernel");
+  }
+  const char* name() const override {
+    return name_;
+  }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    auto* o = dynamic_cast<const CpuPrimitive*>(&other);
+    return o != nullptr && o->name_ == name_ && o->params_ == params_;
+  }
+
+ private:
+  const char* name_;
+  std::vector<float> params_;  // what tells two instances apart (for MLX's graph rewrites)
+  Run run_;
+};
+
+mx::Stream cpu_stream(const char* op, mx::StreamOrDevice s) {
+  auto stream = mx::to_stream(s, mx::Device::cpu);
+  if (stream.device != mx::Device::cpu) refuse(op, "runs on the CPU device only");
+  return stream;
+}
+
+mx::array make(
+    mx::Shape shape,
+    mx::Stream stream,
+    const char* name,
+    std::vector<float> params,
+    CpuPrimitive::Run run,
+    std::vector<mx::array> inputs) {
+  return mx::array(
+      std::move(shape),
+      mx::float32,
+      std::make_shared<CpuPrimitive>(stream, name, std::move(params), std::move(run)),
+      std::move(inputs));
+}
+
+// The array as dense row-major floats: itself when row-contiguous, else gathered by strides.
+const float* dense(const mx::array& x, std::vector<float>& buffer) {
+  if (x.flags().row_contiguous) return x.data<float>();
+  buffer.resize(x.size());
+  const float* base = x.data<float>();
+  for (size_t i = 0; i < x.size(); i++) {
+    int64_t offset = 0;
+    size_t rest = i;
+    for (int d = x.ndim() - 1; d >= 0; d--) {
+      offset += int64_t(rest % x.shape(d)) * x.strides()[d];
+      rest /= x.shape(d);
+    }
+    buffer[i] = base[offset];
+  }
+  return buffer.data();
+}
+
+ScaleType scale_type(mx::Dtype dtype) {
+  if (dtype == mx::float32) return ScaleType::F32;
+  if (dtype == mx::float16) return ScaleType::F16;
+  if (dtype == mx::bfloat16) return ScaleType::BF16;
+  refuse("quantized_matmul", "scales and biases must be float32, float16 or bfloat16");
+}
+
+mx::array f32(const mx::array& a, mx::Stream s) {
+  return mx::astype(a, mx::float32, s);
+}
+
+}  // namespace
+
+mx::array quantized_matmul(
+    const mx::array& x,
+    const mx::array& w,
+    const mx::array& scales,
+    const mx::array& biases,
+    int group_size,
+    int bits,
+    mx::StreamOrDevice s) {
+  const char* op = "quantized_matmul";
+  if (!supported(bits, group_size)) {
+    std::ostringstream msg;
+    msg << "bits " << bits << " with group size " << group_size
+        << " is not supported (bits 4 or 8; groups 32, 64 or 128)";
+    refuse(op, msg.str());
+  }
+  if (w.dtype() != mx::uint32 || w.ndim() != 2) refuse(op, "w must be a 2-D uint32 array");
+  if (x.ndim() < 1) refuse(op, "x must have at least one dimension");
+  int N = w.shape(0);
+  int K = w.shape(1) * 32 / bits;
+  if (x.shape(-1) != K) {
+    std::ostringstream msg;
+    msg << "x has " << x.shape(-1) << " features but the weights take " << K;
+    refuse(op, msg.str());
+  }
+  mx::Shape params_shape{N, K / group_size};
+  if (scales.shape() != params_shape || biases.shape() != params_shape) {
+    refuse(op, "scales and biases must be [out_features, in_features / group_size]");
+  }
+  if (scales.dtype() != biases.dtype()) refuse(op, "scales and biases must share a dtype");
+  scale_type(scales.dtype());
+  auto stream = cpu_stream(op, s);
+  mx::Shape out_shape = x.shape();
+  out_shape.back() = N;
+  auto run = [group_size, bits](const std::vector<mx::array>& in, mx::array& out) {
+    for (size_t i = 1; i < in.size(); i++) {
+      if (!in[i].flags().row_contiguous) {
+        throw std::runtime_error("[cpu_kernels.quantized_matmul] weights must be contiguous");
+      }
+    }
+    thread_local std::vector<float> gathered;
+    int K = in[0].shape(-1);
+    Problem p{
+        dense(in[0], gathered),
+        in[1].data<uint8_t>(),
+        in[2].data<void>(),
+        in[3].data<void>(),
+        scale_type(in[2].dtype()),
+        out.data<float>(),
+        int(in[0].size() / K),
+        out.shape(-1),
+        K,
+        group_size,
+        bits};
+    if (p.M > 0 && p.N > 0) run_product(p, active_kernels());
+  };
+  return make(
+      std::move(out_shape),
+      stream,
+      "CpuQuantizedMatmul",
+      {float(group_size), float(bits)},
+      run,
+      {f32(x, stream), w, scales, biases});
+}
+
+mx::array rms_norm(const mx::array& x, const mx::array& weight, float eps, mx::StreamOrDevice s) {
+  const char* op = "rms_norm";
+  if (x.ndim() < 1 || weight.ndim() != 1 || weight.shape(0) != x.shape(-1)) {
+    refuse(op, "weight must be 1-D with x's last dimension");
+  }
+  auto stream = cpu_stream(op, s);
+  auto run = [eps](const std::vector<mx::array>& in, mx::array& out) {
+    thread_local std::vector<float> gx, gw;
+    int dim = in[0].shape(-1);
+    const float* x = dense(in[0], gx);
+    const float* w = dense(in[1], gw);
+    cpu_kernels::rms_norm(x, w, out.data<float>(), in[0].size() / dim, dim, eps);
+  };
+  return make(x.shape(), stream, "CpuRMSNorm", {eps}, run, {f32(x, stream), f32(weight, stream)});
+}
+
+mx::array swiglu(const mx::array& gate, const mx::array& up, mx::StreamOrDevice s) {
+  if (gate.shape() != up.shape()) refuse("swiglu", "gate and up must have one shape");
+  auto stream = cpu_stream("swiglu", s);
+  auto run = [](const std::vector<mx::array>& in, mx::array& out) {
+    thread_local std::vector<float> gg, gu;
+    cpu_kernels::swiglu(dense(in[0], gg), dense(in[1], gu), out.data<float>(), out.size());
+  };
+  return make(gate.shape(), stream, "CpuSwiGLU", {}, run, {f32(gate, stream), f32(up, stream)});
+}
+
+mx::array rope(
+    const mx::array& x,
+    int dims,
+    bool traditional,
+    std::optional<float> base,
+    float scale,
+    const mx::array& offset,
+    const std::optional<mx::array>& freqs,
+    mx::StreamOrDevice s) {
+  const char* op = "rope";
+  if (x.ndim() < 3 || x.ndim() > 4) refuse(op, "x must be [B, L, D] or [B, H, L, D]");
+  if (dims <= 0 || dims % 2 || dims > x.shape(-1)) refuse(op, "dims must be even and <= D");
+  if (base.has_value() == freqs.has_value()) refuse(op, "give exactly one of base and freqs");
+  if (freqs && (freqs->ndim() != 1 || freqs->shape(0) != dims / 2)) {
+    refuse(op, "freqs must have dims / 2 values");
+  }
+  if (offset.ndim() > 1 || (offset.size() != 1 && offset.size() != size_t(x.shape(0)))) {
+    refuse(op, "offset must be one value or one per batch row");
+  }
+  auto stream = cpu_stream(op, s);
+  std::vector<mx::array> inputs{f32(x, stream), mx::astype(offset, mx::int32, stream)};
+  if (freqs) inputs.push_back(f32(*freqs, stream));
+  auto run = [dims, traditional, base, scale](const std::vector<mx::array>& in, mx::array& out) {
+    const mx::array& x = in[0];
+    bool four = x.ndim() == 4;
+    Rope r{};
+    r.batch = x.shape(0);
+    r.heads = four ? x.shape(1) : 1;
+    r.length = x.shape(-2);
+    r.dim = x.shape(-1);
+    r.dims = dims;
+    r.strides[0] = x.strides()[0];
+    r.strides[1] = four ? x.strides()[1] : 0;
+    r.strides[2] = x.strides()[x.ndim() - 2];
+    r.strides[3] = x.strides()[x.ndim() - 1];
+    thread_local std::vector<int32_t> offsets;
+    const mx::array& o = in[1];
+    offsets.resize(o.size());
+    for (size_t i = 0; i < o.size(); i++) offsets[i] = o.data<int32_t>()[i * (o.ndim() ? o.strides()[0] : 0)];
+    r.offsets = offsets.data();
+    r.offset_count = int(o.size());
+    r.traditional = traditional;
+    r.base = base.value_or(0.0f);
+    r.scale = scale;
+    thread_local std::vector<float> gf;
+    r.freqs = in.size() > 2 ? dense(in[2], gf) : nullptr;
+    cpu_kernels::rope(r, x.data<float>(), out.data<float>());
+  };
+  std::vector<float> params{float(dims), float(traditional), base.value_or(-1.0f), scale};
+  return make(x.shape(), stream, "CpuRoPE", params, run, std::move(inputs));
+}
+
+namespace {
+
+void strides3(const mx::array& a, int64_t* out) {
+  out[0] = a.strides()[0];
+  out[1] = a.strides()[1];
+  out[2] = a.strides()[2];
+}
+
+}  // namespace
+
+mx::array attention(
+    const mx::array& q,
+    const mx::array& k,
+    const mx::array& v,
+    float scale,
+    const std::variant<std::monostate, std::string, mx::array>& mask,
+    mx::StreamOrDevice s) {
+  const char* op = "attention";
+  if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4) refuse(op, "q, k and v must be 4-D");
+  int B = q.shape(0), Hq = q.shape(1), L = q.shape(2), D = q.shape(3);
+  int Hkv = k.shape(1), S = k.shape(2);
+  if (k.shape(0) != B || v.shape(0) != B || v.shape(1) != Hkv || v.shape(2) != S ||
+      k.shape(3) != D || Hkv == 0 || Hq % Hkv != 0) {
+    refuse(op, "shapes must be q [B, Hq, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv]");
+  }
+  auto stream = cpu_stream(op, s);
+  MaskKind kind = MaskKind::None;
+  std::vector<mx::array> inputs{f32(q, stream), f32(k, stream), f32(v, stream)};
+  if (std::holds_alternative<std::string>(mask)) {
+    if (std::get<std::string>(mask) != "causal") refuse(op, "a string mask must be \"causal\"");
+    if (L > S) refuse(op, "a causal mask needs at least as many keys as queries");
+    kind = MaskKind::Causal;
+  } else if (std::holds_alternative<mx::array>(mask)) {
+    const auto& m = std::get<mx::array>(mask);
+    kind = m.dtype() == mx::bool_ ? MaskKind::Bool : MaskKind::Additive;
+    auto typed = kind == MaskKind::Bool ? m : f32(m, stream);
+    inputs.push_back(mx::broadcast_to(typed, {B, Hq, L, S}, stream));
+  }
+  auto run = [scale, kind](const std::vector<mx::array>& in, mx::array& out) {
+    for (int i = 0; i < 3; i++) {
+      if (in[i].strides()[3] != 1) {
+        throw std::runtime_error("[cpu_kernels.attention] the last axis must be contiguous");
+      }
+    }
+    Attention a{};
+    a.batch = in[0].shape(0);
+    a.q_heads = in[0].shape(1);
+    a.length = in[0].shape(2);
+    a.dim = in[0].shape(3);
+    a.kv_heads = in[1].shape(1);
+    a.keys = in[1].shape(2);
+    a.value_dim = in[2].shape(3);
+    a.scale = scale;
+    a.q = in[0].data<float>();
+    a.k = in[1].data<float>();
+    a.v = in[2].data<float>();
+    strides3(in[0], a.q_strides);
+    strides3(in[1], a.k_strides);
+    strides3(in[2], a.v_strides);
+    a.mask_kind = kind;
+    if (in.size() > 3) {
+      a.mask = in[3].data<void>();
+      for (int d = 0; d < 4; d++) a.mask_strides[d] = in[3].strides()[d];
+    }
+    cpu_kernels::attention(a, out.data<float>());
+  };
+  return make(
+      {B, Hq, L, v.shape(3)}, stream, "CpuAttention", {scale, float(kind)}, run, std::move(inputs));
+}
+
+}  // namespace cpu_kernels

@@ -1,0 +1,56 @@
+// MLX primitives that run this module's kernels on MLX's CPU stream, and the functions that
+// make them (what the Python module exposes). Every output is a new float32 array.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "mlx/array.h"
+#include "mlx/primitives.h"
+#include "mlx/stream.h"
+#include "mlx/utils.h"
+
+namespace cpu_kernels {
+
+namespace mx = mlx::core;
+
+// x @ dequantize(w, scales, biases).T, as mx.quantized_matmul(transpose=True) in float32.
+mx::array quantized_matmul(
+    const mx::array& x,
+    const mx::array& w,
+    const mx::array& scales,
+    const mx::array& biases,
+    int group_size,
+    int bits,
+    mx::StreamOrDevice s = {});
+
+// As mx.fast.rms_norm(x, weight, eps).
+mx::array rms_norm(const mx::array& x, const mx::array& weight, float eps, mx::StreamOrDevice s = {});
+
+// silu(gate) * up.
+mx::array swiglu(const mx::array& gate, const mx::array& up, mx::StreamOrDevice s = {});
+
+// As mx.fast.rope(x, dims, traditional=, base=, scale=, offset=, freqs=), forward only;
+// offset an int32 array of one value or one per batch row.
+mx::array rope(
+    const mx::array& x,
+    int dims,
+    bool traditional,
+    std::optional<float> base,
+    float scale,
+    const mx::array& offset,
+    const std::optional<mx::array>& freqs,
+    mx::StreamOrDevice s = {});
+
+// As mx.fast.scaled_dot_product_attention(q, k, v, scale=, mask=) without sinks; mask None,
+// "causal", or a boolean or float array broadcastable to [B, Hq, L, S].
+mx::array attention(
+    const mx::array& q,
+    const mx::array& k,
+    const mx::array& v,
+    float scale,
+    const std::variant<std::monostate, std::string, mx::array>& mask,
+    mx::StreamOrDevice s = {});
+
+}  // namespace cpu_kernels

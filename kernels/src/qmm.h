@@ -1,0 +1,55 @@
+// Quantized matrix times float activations, for MLX's affine format on x86 CPUs.
+//
+// out[m, n] = sum_k x[m, k] * (scale[n, k / group] * q[n, k] + bias[n, k / group])
+//
+// q is packed as mx.quantize packs it: each uint32 holds 32 / bits values, lowest bits
+// first, so with 4 bits byte j of a row holds values 2j (low nibble) and 2j + 1 (high).
+#pragma once
+
+#include <cstdint>
+
+namespace cpu_kernels {
+
+enum class ScaleType : uint8_t { F32, F16, BF16 };
+
+struct Problem {
+  const float* x;  // [M, K] row-major
+  const uint8_t* w;  // [N, K * bits / 8]
+  const void* scales;  // [N, K / group], of scale_type
+  const void* biases;  // [N, K / group], of scale_type
+  ScaleType scale_type;
+  float* out;  // [M, N] row-major
+  int M, N, K, group, bits;
+};
+
+// One instruction set's kernels. `lanes` sets how prepare() lays x out for 4-bit rows.
+struct Kernels {
+  const char* isa;
+  int lanes;
+  // Output columns [n0, n1) of every row, reading x as prepare() left it.
+  void (*rows)(const Problem&, const float* xk, int n0, int n1);
+};
+
+// x rearranged for the kernel (4-bit: even and odd positions of each 2 * lanes chunk apart,
+// so that low and high nibbles meet their activations without shuffles); M * K floats.
+void prepare(const Problem& p, int lanes, float* xk);
+
+const Kernels& avx512_kernels();
+const Kernels& avx2_kernels();
+const Kernels& generic_kernels();
+
+// The best set this CPU runs (AVX-512, AVX2 with FMA, or plain C++), chosen once.
+const Kernels& best_kernels();
+// By name ("avx512", "avx2", "generic"); nullptr when this CPU lacks it.
+const Kernels* kernels_named(const char* isa);
+
+// What products use: best_kernels() unless force_isa() chose another (tests compare them).
+const Kernels& active_kernels();
+bool force_isa(const char* isa);
+
+bool supported(int bits, int group);
+
+// Whole product, split over the pool's threads by output columns.
+void run_product(const Problem& p, const Kernels& kernels);
+
+}  // namespace cpu_kernels

@@ -1,0 +1,128 @@
+#include "threads.h"
+
+#include <pthread.h>
+
+#include <chrono>
+#include <new>
+#include <memory>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define CPU_KERNELS_PAUSE() _mm_pause()
+#else
+#define CPU_KERNELS_PAUSE() std::this_thread::yield()
+#endif
+
+namespace cpu_kernels {
+namespace {
+
+// Workers spin this long after a product before sleeping: a decode step runs a couple of
+// hundred products with a few microseconds of other work between them, and waking a sleeping
+// thread costs tens of microseconds.
+constexpr auto SPIN = std::chrono::microseconds(300);
+
+std::mutex shared_mutex;
+std::shared_ptr<Pool> shared_pool;
+int wanted_threads = 0;
+
+int cores() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : int(n);
+}
+
+}  // namespace
+
+Pool::Pool(int threads) {
+  for (int i = 1; i < threads; i++) workers_.emplace_back([this, i] { work(i); });
+}
+
+Pool::~Pool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+    generation_.fetch_add(1);
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void Pool::drain(const std::function<void(int)>& task, int count) {
+  for (int i = next_.fetch_add(1); i < count; i = next_.fetch_add(1)) {
+    task(i);
+    done_.fetch_add(1, std::memory_order_release);
+  }
+}
+
+void Pool::parallel_for(int count, const std::function<void(int)>& task) {
+  std::unique_lock<std::mutex> submit(submit_, std::try_to_lock);
+  if (workers_.empty() || count <= 1 || !submit.owns_lock()) {
+    for (int i = 0; i < count; i++) task(i);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    task_ = &task;
+    count_ = count;
+    next_.store(0);
+    done_.store(0);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  if (sleeping_.load() > 0) wake_.notify_all();
+  drain(task, count);
+  while (done_.load(std::memory_order_acquire) < count) CPU_KERNELS_PAUSE();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    task_ = nullptr;
+  }
+  // No worker may still hold this task when the next product resets the counter.
+  while (active_.load(std::memory_order_acquire) > 0) CPU_KERNELS_PAUSE();
+}
+
+void Pool::work(int) {
+  uint64_t seen = 0;
+  while (true) {
+    auto spin_until = std::chrono::steady_clock::now() + SPIN;
+    while (generation_.load(std::memory_order_acquire) == seen &&
+           std::chrono::steady_clock::now() < spin_until) {
+      for (int i = 0; i < 64; i++) CPU_KERNELS_PAUSE();
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (generation_.load() == seen) {
+      sleeping_.fetch_add(1);
+      wake_.wait(lock, [&] { return generation_.load() != seen; });
+      sleeping_.fetch_sub(1);
+    }
+    seen = generation_.load();
+    if (stop_) return;
+    if (task_ == nullptr) continue;  // that product finished before this worker looked
+    const auto* task = task_;
+    int count = count_;
+    active_.fetch_add(1);
+    lock.unlock();
+    drain(*task, count);
+    active_.fetch_sub(1, std::memory_order_release);
+  }
+}
+
+// A forked child has none of the parent's workers: it forgets the parent's pool (leaking it,
+// since joining threads that do not exist would hang) and makes its own on first use.
+void forget_after_fork() {
+  new (std::nothrow) std::shared_ptr<Pool>(std::move(shared_pool));
+  shared_pool.reset();
+}
+
+std::shared_ptr<Pool> Pool::shared() {
+  static const bool registered = pthread_atfork(nullptr, nullptr, forget_after_fork) == 0;
+  (void)registered;
+  std::lock_guard<std::mutex> lock(shared_mutex);
+  if (!shared_pool) shared_pool = std::make_shared<Pool>(wanted_threads > 0 ? wanted_threads : cores());
+  return shared_pool;
+}
+
+void Pool::configure(int threads) {
+  std::lock_guard<std::mutex> lock(shared_mutex);
+  wanted_threads = threads;
+  shared_pool.reset();
+}
+
+}  // namespace cpu_kernels
