@@ -141,8 +141,9 @@ class CatalogModel(models.Model):
         max_length=10,
         choices=[(c, c) for c in COMPUTE_FORMATS],
         default="auto",
-        help_text="auto: float32 on a Linux CPU with OpenBLAS when it fits the pool's budget, "
-        "the stored format elsewhere.",
+        help_text="auto: on a Linux CPU, the stored weights through the CPU kernels or float32 "
+        "through OpenBLAS, whichever measures faster at load (float32 only when it fits the "
+        "pool's budget); the stored format on a GPU.",
     )
     pinned = models.BooleanField(
         default=False, help_text="Never unloaded to make room for other models, nor when idle."

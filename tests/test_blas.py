@@ -8,7 +8,7 @@ import pytest
 from django.conf import settings
 
 from inference import blas
-from tests.helpers import ROOT
+from tests.helpers import ROOT, wait_until
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="the swap exists on Linux only")
 
@@ -64,5 +64,8 @@ def test_off_on_other_platforms(monkeypatch):
     assert "disabled" in blas._preload(False, None).reason
 
 
-def test_health_reports_the_blas(client, db):
+def test_health_reports_the_blas_and_the_cpu_kernels(client, db):
     assert client.get("/health").json()["blas"] == (settings.BLAS.library or "mlx-bundled")
+    # Decided as the engine thread starts; kernels/ builds on every machine the suite runs on.
+    assert wait_until(lambda: client.get("/health").json()["cpu_kernels"], timeout=30)
+    assert client.get("/health").json()["cpu_kernels"].startswith(("avx512, ", "avx2, "))

@@ -165,6 +165,7 @@ def test_dashboard_warms_the_model(page, tiny_model, shots):
     expect(page.locator(f'#loaded-models tr[data-model="{tiny_model}"]')).to_have_count(0)
     expect(page.locator("#engine-state")).to_have_text(re.compile(r"^ready"))
     expect(page.locator("#backend")).to_contain_text("BLAS")
+    expect(page.locator("#backend")).to_contain_text("CPU kernels: avx")
     expect(row.locator("button.unload")).to_be_disabled()
     screenshot(page, shots, "05-dashboard-not-loaded")
 

@@ -28,7 +28,9 @@ function fill(tbody, rows, emptyText, columns) {
 function loadedRow(m) {
   const tr = document.createElement("tr");
   tr.dataset.model = m.id;
-  tr.append(cell(m.id), cell(mib(m.bytes)), cell(m.compute_format), cell(m.pinned ? "yes" : ""),
+  const format = cell(m.cpu_kernels ? `${m.compute_format} · CPU kernels` : m.compute_format);
+  format.title = m.format_reason;
+  tr.append(cell(m.id), cell(mib(m.bytes)), format, cell(m.pinned ? "yes" : ""),
     cell(m.active_sequences), cell(m.queued_sequences), cell(m.tokens_per_second),
     cell(`${m.idle_seconds.toFixed(0)} s`));
   return tr;
@@ -96,7 +98,8 @@ async function refresh() {
   document.getElementById("queued").textContent = engine.queued;
   document.getElementById("tokens-per-second").textContent = engine.tokens_per_second;
   document.getElementById("memory").textContent = `${mib(pool.used_bytes)} of ${mib(pool.budget_bytes)}`;
-  document.getElementById("backend").textContent = `${backend.device} · BLAS: ${backend.blas}`;
+  document.getElementById("backend").textContent =
+    `${backend.device} · BLAS: ${backend.blas} · CPU kernels: ${backend.cpu_kernels || "starting"}`;
   fill(document.querySelector("#loaded-models tbody"), pool.models.map(loadedRow), "No model loaded.", 8);
   fill(document.querySelector("#catalog tbody"), pool.catalog.map(catalogRow), "The catalog is empty.", 4);
   fill(document.querySelector("#recent-requests tbody"), recent.map(recentRow), "No requests yet.", 9);
