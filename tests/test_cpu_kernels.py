@@ -139,7 +139,7 @@ def test_rope_matches_mlx(traditional, offset):
     )
 
 
-def attention_inputs(b=2, hq=9, hkv=3, length=7, keys=100, d=64):
+def attention_inputs(b=2, hq=9, hkv=3, length=7, keys=103, d=64):
     q = mx.random.normal((b, hq, length, d))
     # k and v as a KV cache holds them: the first `keys` positions of a longer buffer
     k = mx.random.normal((b, hkv, 256, d))[..., :keys, :]
@@ -149,22 +149,30 @@ def attention_inputs(b=2, hq=9, hkv=3, length=7, keys=100, d=64):
 
 @pytest.mark.parametrize("length", [1, 7])
 @pytest.mark.parametrize("mask", ["none", "causal", "bool", "additive"])
-def test_attention_matches_mlx(length, mask):
-    q, k, v = attention_inputs(length=length)
+@pytest.mark.parametrize("head", [64, 128, 48])  # 48: the plain path for other head sizes
+def test_attention_matches_mlx(isa, length, mask, head):
+    q, k, v = attention_inputs(length=length, d=head)
     masks = {
         "none": None,
         "causal": "causal",
-        "bool": mx.random.uniform(shape=(2, 1, length, 100)) > 0.3,
-        "additive": mx.random.normal((length, 100)),
+        "bool": mx.random.uniform(shape=(2, 1, length, 103)) > 0.3,
+        "additive": mx.random.normal((length, 103)),
     }
     ours = ck.attention(q, k, v, scale=0.125, mask=masks[mask])
     theirs = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.125, mask=masks[mask])
     assert close(ours, theirs)
 
 
+def test_attention_of_one_head_per_group_and_of_every_head_shared():
+    for hq, hkv in ((4, 4), (8, 1), (6, 2)):
+        q, k, v = attention_inputs(b=1, hq=hq, hkv=hkv, length=3, keys=9)
+        ours = ck.attention(q, k, v, scale=0.3, mask="causal")
+        assert close(ours, mx.fast.scaled_dot_product_attention(q, k, v, scale=0.3, mask="causal"))
+
+
 def test_attention_gives_zeros_where_every_key_is_hidden():
     q, k, v = attention_inputs(b=1, length=2)
-    hidden = mx.array([[[[False] * 100, [True] * 100]]])
+    hidden = mx.array([[[[False] * 103, [True] * 103]]])
     out = ck.attention(q, k, v, scale=0.125, mask=hidden)
     assert mx.array_equal(out[:, :, 0], mx.zeros_like(out[:, :, 0])).item()
     assert not mx.isnan(out).any().item()

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "qmm.h"
 #include "threads.h"
 #include "vecmath.h"
 
@@ -51,13 +52,13 @@ void split(size_t n, size_t work_per_item, const F& body) {
 
 }  // namespace
 
-void rms_norm(const float* x, const float* w, float* out, size_t rows, int dim, float eps) {
+void rms_norm_f32(const float* x, const float* w, float* out, size_t rows, int dim, float eps) {
   split(rows, size_t(dim), [&](size_t r0, size_t r1) {
     for (size_t r = r0; r < r1; r++) rms_norm_row(x + r * dim, w, out + r * dim, dim, eps);
   });
 }
 
-void swiglu(const float* gate, const float* up, float* out, size_t n) {
+void swiglu_f32(const float* gate, const float* up, float* out, size_t n) {
   constexpr size_t BLOCK = 4096;
   split((n + BLOCK - 1) / BLOCK, BLOCK, [&](size_t b0, size_t b1) {
     size_t i0 = b0 * BLOCK, i1 = std::min(n, b1 * BLOCK);
@@ -65,7 +66,7 @@ void swiglu(const float* gate, const float* up, float* out, size_t n) {
   });
 }
 
-void rope(const Rope& r, const float* x, float* out) {
+void rope_f32(const Rope& r, const float* x, float* out) {
   const int half = r.dims / 2;
   // Angles as MLX's reference computes them, in float32: position * scale * inv_freq.
   std::vector<float> inv_freq(half);
@@ -110,22 +111,21 @@ void rope(const Rope& r, const float* x, float* out) {
 
 namespace {
 
-CPU_KERNELS_CLONES
-float dot(const float* a, const float* b, int n) {
+#define CPU_KERNELS_INLINE inline __attribute__((always_inline))
+
+CPU_KERNELS_INLINE float dot(const float* a, const float* b, int n) {
   float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
   for (int i = 0; i < n; i++) acc += a[i] * b[i];
   return acc;
 }
 
-CPU_KERNELS_CLONES
-void axpy(float alpha, const float* x, float* y, int n) {
+CPU_KERNELS_INLINE void axpy(float alpha, const float* x, float* y, int n) {
 #pragma omp simd
   for (int i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
-CPU_KERNELS_CLONES
-float exp_and_sum(float* s, int n, float top) {
+CPU_KERNELS_INLINE float exp_and_sum(float* s, int n, float top) {
   float total = 0.0f;
 #pragma omp simd reduction(+ : total)
   for (int i = 0; i < n; i++) {
@@ -136,7 +136,7 @@ float exp_and_sum(float* s, int n, float top) {
   return total;
 }
 
-float mask_value(const Attention& a, int b, int h, int l, int j) {
+CPU_KERNELS_INLINE float mask_value(const Attention& a, int b, int h, int l, int j) {
   const int64_t* st = a.mask_strides;
   int64_t at = b * st[0] + h * st[1] + l * st[2] + j * st[3];
   if (a.mask_kind == MaskKind::Bool) {
@@ -146,7 +146,7 @@ float mask_value(const Attention& a, int b, int h, int l, int j) {
 }
 
 // One query row: scores into `s` (a.keys floats), then the weighted sum of values into out.
-void attend_row(const Attention& a, int b, int h, int l, float* s, float* out) {
+CPU_KERNELS_INLINE void attend_row(const Attention& a, int b, int h, int l, float* s, float* out) {
   const int kvh = h / (a.q_heads / a.kv_heads);
   const float* q = a.q + b * a.q_strides[0] + h * a.q_strides[1] + l * a.q_strides[2];
   const float* k = a.k + b * a.k_strides[0] + kvh * a.k_strides[1];
@@ -154,12 +154,11 @@ void attend_row(const Attention& a, int b, int h, int l, float* s, float* out) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
   int visible = a.keys;
   if (a.mask_kind == MaskKind::Causal) visible = std::min(a.keys, l + a.keys - a.length + 1);
+  const bool masked = a.mask_kind == MaskKind::Bool || a.mask_kind == MaskKind::Additive;
   float top = neg_inf;
   for (int j = 0; j < visible; j++) {
     float score = a.scale * dot(q, k + j * a.k_strides[2], a.dim);
-    if (a.mask_kind == MaskKind::Bool || a.mask_kind == MaskKind::Additive) {
-      score += mask_value(a, b, h, l, j);
-    }
+    if (masked) score += mask_value(a, b, h, l, j);
     s[j] = score;
     top = std::max(top, score);
   }
@@ -173,18 +172,37 @@ void attend_row(const Attention& a, int b, int h, int l, float* s, float* out) {
   for (int d = 0; d < a.value_dim; d++) out[d] *= inv;
 }
 
+// Rows [i0, i1) of the flattened [B, Hq, L] queries; the helpers above inline into each clone.
+CPU_KERNELS_CLONES
+void attend_rows(const Attention& a, float* out, float* scores, size_t i0, size_t i1) {
+  for (size_t i = i0; i < i1; i++) {
+    int l = int(i % a.length), h = int(i / a.length % a.q_heads);
+    int b = int(i / a.length / a.q_heads);
+    attend_row(a, b, h, l, scores, out + i * a.value_dim);
+  }
+}
+
 }  // namespace
 
-void attention(const Attention& a, float* out) {
+void attention_f32(const Attention& a, float* out) {
+  const Kernels& kernels = active_kernels();
+  if (a.dim == a.value_dim && (a.dim == 64 || a.dim == 128)) {
+    // The instruction set's kernel, by key/value head: a group of query heads reads each
+    // key and value once.
+    const size_t units = size_t(a.batch) * a.kv_heads * a.length;
+    const size_t group = size_t(a.q_heads / a.kv_heads) * a.keys;
+    split(units, group * (a.dim + a.value_dim), [&](size_t u0, size_t u1) {
+      thread_local std::vector<float> scores;
+      if (scores.size() < group) scores.resize(group);
+      kernels.attention(a, out, scores.data(), u0, u1);
+    });
+    return;
+  }
   const size_t rows = size_t(a.batch) * a.q_heads * a.length;
   split(rows, size_t(a.keys) * (a.dim + a.value_dim), [&](size_t i0, size_t i1) {
     thread_local std::vector<float> scores;
     if (scores.size() < size_t(a.keys)) scores.resize(a.keys);
-    for (size_t i = i0; i < i1; i++) {
-      int l = int(i % a.length), h = int(i / a.length % a.q_heads);
-      int b = int(i / a.length / a.q_heads);
-      attend_row(a, b, h, l, scores.data(), out + i * a.value_dim);
-    }
+    attend_rows(a, out, scores.data(), i0, i1);
   });
 }
 

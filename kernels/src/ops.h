@@ -9,10 +9,10 @@
 namespace cpu_kernels {
 
 // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for `rows` rows of `dim` contiguous floats.
-void rms_norm(const float* x, const float* w, float* out, size_t rows, int dim, float eps);
+void rms_norm_f32(const float* x, const float* w, float* out, size_t rows, int dim, float eps);
 
 // out = silu(gate) * up = gate / (1 + exp(-gate)) * up.
-void swiglu(const float* gate, const float* up, float* out, size_t n);
+void swiglu_f32(const float* gate, const float* up, float* out, size_t n);
 
 // Rotary embedding of x viewed as [batch, heads, length, dim] with element strides `strides`
 // (any layout), written contiguous. Position of (b, l) = offsets[b or 0] + l; the first
@@ -26,7 +26,7 @@ struct Rope {
   float base, scale;
   const float* freqs;  // dims / 2 frequencies instead of base's, or nullptr
 };
-void rope(const Rope& r, const float* x, float* out);
+void rope_f32(const Rope& r, const float* x, float* out);
 
 // softmax(scale * q k^T + mask) v for q [B, Hq, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv]
 // (element strides given; the last axis contiguous), Hq a multiple of Hkv. Mask: none,
@@ -44,6 +44,6 @@ struct Attention {
   const void* mask;
   int64_t mask_strides[4];
 };
-void attention(const Attention& a, float* out);
+void attention_f32(const Attention& a, float* out);
 
 }  // namespace cpu_kernels

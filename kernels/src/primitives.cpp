@@ -179,7 +179,7 @@ mx::array rms_norm(const mx::array& x, const mx::array& weight, float eps, mx::S
     int dim = in[0].shape(-1);
     const float* x = dense(in[0], gx);
     const float* w = dense(in[1], gw);
-    cpu_kernels::rms_norm(x, w, out.data<float>(), in[0].size() / dim, dim, eps);
+    rms_norm_f32(x, w, out.data<float>(), in[0].size() / dim, dim, eps);
   };
   return make(x.shape(), stream, "CpuRMSNorm", {eps}, run, {f32(x, stream), f32(weight, stream)});
 }
@@ -189,7 +189,7 @@ mx::array swiglu(const mx::array& gate, const mx::array& up, mx::StreamOrDevice 
   auto stream = cpu_stream("swiglu", s);
   auto run = [](const std::vector<mx::array>& in, mx::array& out) {
     thread_local std::vector<float> gg, gu;
-    cpu_kernels::swiglu(dense(in[0], gg), dense(in[1], gu), out.data<float>(), out.size());
+    swiglu_f32(dense(in[0], gg), dense(in[1], gu), out.data<float>(), out.size());
   };
   return make(gate.shape(), stream, "CpuSwiGLU", {}, run, {f32(gate, stream), f32(up, stream)});
 }
@@ -240,7 +240,7 @@ mx::array rope(
     r.scale = scale;
     thread_local std::vector<float> gf;
     r.freqs = in.size() > 2 ? dense(in[2], gf) : nullptr;
-    cpu_kernels::rope(r, x.data<float>(), out.data<float>());
+    rope_f32(r, x.data<float>(), out.data<float>());
   };
   std::vector<float> params{float(dims), float(traditional), base.value_or(-1.0f), scale};
   return make(x.shape(), stream, "CpuRoPE", params, run, std::move(inputs));
@@ -310,7 +310,7 @@ mx::array attention(
       a.mask = in[3].data<void>();
       for (int d = 0; d < 4; d++) a.mask_strides[d] = in[3].strides()[d];
     }
-    cpu_kernels::attention(a, out.data<float>());
+    attention_f32(a, out.data<float>());
   };
   return make(
       {B, Hq, L, v.shape(3)}, stream, "CpuAttention", {scale, float(kind)}, run, std::move(inputs));

@@ -1,6 +1,7 @@
 // AVX2 with FMA and F16C: 8 float lanes, up to 5 activation rows per pass (16 registers).
 #include <immintrin.h>
 
+#include "attention_impl.h"
 #include "rows_impl.h"
 
 namespace cpu_kernels {
@@ -17,6 +18,8 @@ struct Avx2 {
   static F set1(float v) { return _mm256_set1_ps(v); }
   static F load(const float* p) { return _mm256_loadu_ps(p); }
   static F add(F a, F b) { return _mm256_add_ps(a, b); }
+  static void store(float* p, F v) { _mm256_storeu_ps(p, v); }
+  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
   static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
   static float reduce(F a) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
@@ -71,7 +74,7 @@ struct Avx2 {
 }  // namespace
 
 const Kernels& avx2_kernels() {
-  static const Kernels k{"avx2", Avx2::lanes, detail::rows_any<Avx2>};
+  static const Kernels k{"avx2", Avx2::lanes, detail::rows_any<Avx2>, detail::attention_any<Avx2>};
   return k;
 }
 

@@ -1,6 +1,7 @@
 // AVX-512 (F + BW + VL): 16 float lanes, up to 12 activation rows per pass.
 #include <immintrin.h>
 
+#include "attention_impl.h"
 #include "rows_impl.h"
 
 namespace cpu_kernels {
@@ -17,6 +18,8 @@ struct Avx512 {
   static F set1(float v) { return _mm512_set1_ps(v); }
   static F load(const float* p) { return _mm512_loadu_ps(p); }
   static F add(F a, F b) { return _mm512_add_ps(a, b); }
+  static void store(float* p, F v) { _mm512_storeu_ps(p, v); }
+  static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
   static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   static float reduce(F a) { return _mm512_reduce_add_ps(a); }
   // Horizontal sums of C vectors into out[0..C).
@@ -78,7 +81,7 @@ struct Avx512 {
 }  // namespace
 
 const Kernels& avx512_kernels() {
-  static const Kernels k{"avx512", Avx512::lanes, detail::rows_any<Avx512>};
+  static const Kernels k{"avx512", Avx512::lanes, detail::rows_any<Avx512>, detail::attention_any<Avx512>};
   return k;
 }
 

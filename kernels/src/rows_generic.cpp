@@ -1,4 +1,5 @@
 // Plain C++ (any CPU): the same kernel with one float per "vector"; correct, not fast.
+#include "attention_impl.h"
 #include "rows_impl.h"
 
 namespace cpu_kernels {
@@ -15,6 +16,8 @@ struct Scalar {
   static F set1(float v) { return v; }
   static F load(const float* p) { return *p; }
   static F add(F a, F b) { return a + b; }
+  static void store(float* p, F v) { *p = v; }
+  static F mul(F a, F b) { return a * b; }
   static F fma(F a, F b, F c) { return a * b + c; }
   static float reduce(F a) { return a; }
   template <int C>
@@ -42,7 +45,7 @@ struct Scalar {
 }  // namespace
 
 const Kernels& generic_kernels() {
-  static const Kernels k{"generic", Scalar::lanes, detail::rows_any<Scalar>};
+  static const Kernels k{"generic", Scalar::lanes, detail::rows_any<Scalar>, detail::attention_any<Scalar>};
   return k;
 }
 
