@@ -170,6 +170,14 @@ def test_attention_of_one_head_per_group_and_of_every_head_shared():
         assert close(ours, mx.fast.scaled_dot_product_attention(q, k, v, scale=0.3, mask="causal"))
 
 
+def test_attention_takes_heads_whose_last_axis_is_strided():
+    q = mx.random.normal((1, 9, 2, 128))[..., ::2]
+    k = mx.random.normal((1, 3, 10, 128))[..., ::2]
+    v = mx.random.normal((1, 3, 10, 64))
+    ours = ck.attention(q, k, v, scale=0.1, mask="causal")
+    assert close(ours, mx.fast.scaled_dot_product_attention(q, k, v, scale=0.1, mask="causal"))
+
+
 def test_attention_gives_zeros_where_every_key_is_hidden():
     q, k, v = attention_inputs(b=1, length=2)
     hidden = mx.array([[[[False] * 103, [True] * 103]]])

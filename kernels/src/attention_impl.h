@@ -145,19 +145,12 @@ void attention_units(const Attention& a, float* out, float* scores, size_t u0, s
   }
 }
 
-// The entry the per-instruction-set Kernels point to: head sizes of 64 and 128 floats.
+// The entry the per-instruction-set Kernels point to: head sizes of 64 and 128 floats, keys
+// and values of one size (attention_f32 sends nothing else).
 template <class V>
-bool attention_any(const Attention& a, float* out, float* scores, size_t u0, size_t u1) {
-  if (a.dim != a.value_dim || a.dim % V::lanes) return false;
-  switch (a.dim / V::lanes) {
-    case 64 / V::lanes:
-      attention_units<V, 64 / V::lanes>(a, out, scores, u0, u1);
-      return true;
-    case 128 / V::lanes:
-      attention_units<V, 128 / V::lanes>(a, out, scores, u0, u1);
-      return true;
-  }
-  return false;
+void attention_any(const Attention& a, float* out, float* scores, size_t u0, size_t u1) {
+  if (a.dim == 64) return attention_units<V, 64 / V::lanes>(a, out, scores, u0, u1);
+  attention_units<V, 128 / V::lanes>(a, out, scores, u0, u1);
 }
 
 }  // namespace cpu_kernels::detail

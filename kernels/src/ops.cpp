@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "attention_impl.h"
 #include "qmm.h"
 #include "threads.h"
 #include "vecmath.h"
@@ -111,74 +112,34 @@ void rope_f32(const Rope& r, const float* x, float* out) {
 
 namespace {
 
-#define CPU_KERNELS_INLINE inline __attribute__((always_inline))
-
-CPU_KERNELS_INLINE float dot(const float* a, const float* b, int n) {
-  float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-  for (int i = 0; i < n; i++) acc += a[i] * b[i];
-  return acc;
-}
-
-CPU_KERNELS_INLINE void axpy(float alpha, const float* x, float* y, int n) {
-#pragma omp simd
-  for (int i = 0; i < n; i++) y[i] += alpha * x[i];
-}
-
-CPU_KERNELS_INLINE float exp_and_sum(float* s, int n, float top) {
-  float total = 0.0f;
-#pragma omp simd reduction(+ : total)
-  for (int i = 0; i < n; i++) {
-    float e = exp_nonpositive(s[i] - top);
-    s[i] = e;
-    total += e;
-  }
-  return total;
-}
-
-CPU_KERNELS_INLINE float mask_value(const Attention& a, int b, int h, int l, int j) {
-  const int64_t* st = a.mask_strides;
-  int64_t at = b * st[0] + h * st[1] + l * st[2] + j * st[3];
-  if (a.mask_kind == MaskKind::Bool) {
-    return static_cast<const bool*>(a.mask)[at] ? 0.0f : -std::numeric_limits<float>::infinity();
-  }
-  return static_cast<const float*>(a.mask)[at];
-}
-
-// One query row: scores into `s` (a.keys floats), then the weighted sum of values into out.
-CPU_KERNELS_INLINE void attend_row(const Attention& a, int b, int h, int l, float* s, float* out) {
-  const int kvh = h / (a.q_heads / a.kv_heads);
-  const float* q = a.q + b * a.q_strides[0] + h * a.q_strides[1] + l * a.q_strides[2];
-  const float* k = a.k + b * a.k_strides[0] + kvh * a.k_strides[1];
-  const float* v = a.v + b * a.v_strides[0] + kvh * a.v_strides[1];
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  int visible = a.keys;
-  if (a.mask_kind == MaskKind::Causal) visible = std::min(a.keys, l + a.keys - a.length + 1);
-  const bool masked = a.mask_kind == MaskKind::Bool || a.mask_kind == MaskKind::Additive;
-  float top = neg_inf;
-  for (int j = 0; j < visible; j++) {
-    float score = a.scale * dot(q, k + j * a.k_strides[2], a.dim);
-    if (masked) score += mask_value(a, b, h, l, j);
-    s[j] = score;
-    top = std::max(top, score);
-  }
-  std::fill(out, out + a.value_dim, 0.0f);
-  if (visible <= 0 || top == neg_inf) return;  // nothing visible: zeros, not NaN
-  float total = exp_and_sum(s, visible, top);
-  for (int j = 0; j < visible; j++) {
-    if (s[j] != 0.0f) axpy(s[j], v + j * a.v_strides[2], out, a.value_dim);
-  }
-  float inv = 1.0f / total;
-  for (int d = 0; d < a.value_dim; d++) out[d] *= inv;
-}
-
-// Rows [i0, i1) of the flattened [B, Hq, L] queries; the helpers above inline into each clone.
+// Head sizes the instruction sets' kernels lack: one query row at a time, plain loops.
 CPU_KERNELS_CLONES
-void attend_rows(const Attention& a, float* out, float* scores, size_t i0, size_t i1) {
+void attend_rows(const Attention& a, float* out, float* s, size_t i0, size_t i1) {
   for (size_t i = i0; i < i1; i++) {
     int l = int(i % a.length), h = int(i / a.length % a.q_heads);
     int b = int(i / a.length / a.q_heads);
-    attend_row(a, b, h, l, scores, out + i * a.value_dim);
+    int g = h / (a.q_heads / a.kv_heads);
+    detail::Group at{b, g, l, a.keys};
+    if (a.mask_kind == MaskKind::Causal) at.visible = std::min(a.keys, l + a.keys - a.length + 1);
+    const float* q = a.q + b * a.q_strides[0] + h * a.q_strides[1] + l * a.q_strides[2];
+    const float* k = a.k + b * a.k_strides[0] + g * a.k_strides[1];
+    const float* v = a.v + b * a.v_strides[0] + g * a.v_strides[1];
+    for (int j = 0; j < at.visible; j++) {
+      const float* kj = k + j * a.k_strides[2];
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int d = 0; d < a.dim; d++) dot += q[d] * kj[d];
+      s[j] = dot;
+    }
+    float inverse = detail::softmax_row(a, at, h, s);
+    float* o = out + i * a.value_dim;
+    std::fill(o, o + a.value_dim, 0.0f);
+    for (int j = 0; j < at.visible; j++) {
+      const float* vj = v + j * a.v_strides[2];
+      const float p = s[j] * inverse;
+#pragma omp simd
+      for (int d = 0; d < a.value_dim; d++) o[d] += p * vj[d];
+    }
   }
 }
 

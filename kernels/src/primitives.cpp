@@ -194,6 +194,38 @@ mx::array swiglu(const mx::array& gate, const mx::array& up, mx::StreamOrDevice 
   return make(gate.shape(), stream, "CpuSwiGLU", {}, run, {f32(gate, stream), f32(up, stream)});
 }
 
+namespace {
+
+// What rope_f32 needs of the evaluated inputs (x, offsets, optional frequencies).
+Rope rope_args(const std::vector<mx::array>& in, int dims, bool traditional, float base,
+               float scale, std::vector<int32_t>& offsets, std::vector<float>& freqs) {
+  const mx::array& x = in[0];
+  const bool four = x.ndim() == 4;
+  Rope r{};
+  r.batch = x.shape(0);
+  r.heads = four ? x.shape(1) : 1;
+  r.length = x.shape(-2);
+  r.dim = x.shape(-1);
+  r.dims = dims;
+  r.strides[0] = x.strides()[0];
+  r.strides[1] = four ? x.strides()[1] : 0;
+  r.strides[2] = x.strides()[x.ndim() - 2];
+  r.strides[3] = x.strides()[x.ndim() - 1];
+  const mx::array& o = in[1];
+  const int64_t step = o.ndim() ? o.strides()[0] : 0;
+  offsets.resize(o.size());
+  for (size_t i = 0; i < o.size(); i++) offsets[i] = o.data<int32_t>()[i * step];
+  r.offsets = offsets.data();
+  r.offset_count = int(o.size());
+  r.traditional = traditional;
+  r.base = base;
+  r.scale = scale;
+  r.freqs = in.size() > 2 ? dense(in[2], freqs) : nullptr;
+  return r;
+}
+
+}  // namespace
+
 mx::array rope(
     const mx::array& x,
     int dims,
@@ -217,30 +249,10 @@ mx::array rope(
   std::vector<mx::array> inputs{f32(x, stream), mx::astype(offset, mx::int32, stream)};
   if (freqs) inputs.push_back(f32(*freqs, stream));
   auto run = [dims, traditional, base, scale](const std::vector<mx::array>& in, mx::array& out) {
-    const mx::array& x = in[0];
-    bool four = x.ndim() == 4;
-    Rope r{};
-    r.batch = x.shape(0);
-    r.heads = four ? x.shape(1) : 1;
-    r.length = x.shape(-2);
-    r.dim = x.shape(-1);
-    r.dims = dims;
-    r.strides[0] = x.strides()[0];
-    r.strides[1] = four ? x.strides()[1] : 0;
-    r.strides[2] = x.strides()[x.ndim() - 2];
-    r.strides[3] = x.strides()[x.ndim() - 1];
     thread_local std::vector<int32_t> offsets;
-    const mx::array& o = in[1];
-    offsets.resize(o.size());
-    for (size_t i = 0; i < o.size(); i++) offsets[i] = o.data<int32_t>()[i * (o.ndim() ? o.strides()[0] : 0)];
-    r.offsets = offsets.data();
-    r.offset_count = int(o.size());
-    r.traditional = traditional;
-    r.base = base.value_or(0.0f);
-    r.scale = scale;
-    thread_local std::vector<float> gf;
-    r.freqs = in.size() > 2 ? dense(in[2], gf) : nullptr;
-    rope_f32(r, x.data<float>(), out.data<float>());
+    thread_local std::vector<float> freqs;
+    Rope r = rope_args(in, dims, traditional, base.value_or(0.0f), scale, offsets, freqs);
+    rope_f32(r, in[0].data<float>(), out.data<float>());
   };
   std::vector<float> params{float(dims), float(traditional), base.value_or(-1.0f), scale};
   return make(x.shape(), stream, "CpuRoPE", params, run, std::move(inputs));
@@ -248,10 +260,18 @@ mx::array rope(
 
 namespace {
 
-void strides3(const mx::array& a, int64_t* out) {
-  out[0] = a.strides()[0];
-  out[1] = a.strides()[1];
-  out[2] = a.strides()[2];
+// q, k or v as attention_f32 reads it: its data and the strides of its first three axes, the
+// last axis contiguous (gathered into `buffer` when it is not).
+const float* heads_view(const mx::array& a, int64_t* strides, std::vector<float>& buffer) {
+  if (a.strides()[3] == 1) {
+    for (int d = 0; d < 3; d++) strides[d] = a.strides()[d];
+    return a.data<float>();
+  }
+  const float* data = dense(a, buffer);
+  strides[2] = a.shape(3);
+  strides[1] = strides[2] * a.shape(2);
+  strides[0] = strides[1] * a.shape(1);
+  return data;
 }
 
 }  // namespace
@@ -285,11 +305,7 @@ mx::array attention(
     inputs.push_back(mx::broadcast_to(typed, {B, Hq, L, S}, stream));
   }
   auto run = [scale, kind](const std::vector<mx::array>& in, mx::array& out) {
-    for (int i = 0; i < 3; i++) {
-      if (in[i].strides()[3] != 1) {
-        throw std::runtime_error("[cpu_kernels.attention] the last axis must be contiguous");
-      }
-    }
+    thread_local std::vector<float> buffers[3];
     Attention a{};
     a.batch = in[0].shape(0);
     a.q_heads = in[0].shape(1);
@@ -299,12 +315,9 @@ mx::array attention(
     a.keys = in[1].shape(2);
     a.value_dim = in[2].shape(3);
     a.scale = scale;
-    a.q = in[0].data<float>();
-    a.k = in[1].data<float>();
-    a.v = in[2].data<float>();
-    strides3(in[0], a.q_strides);
-    strides3(in[1], a.k_strides);
-    strides3(in[2], a.v_strides);
+    a.q = heads_view(in[0], a.q_strides, buffers[0]);
+    a.k = heads_view(in[1], a.k_strides, buffers[1]);
+    a.v = heads_view(in[2], a.v_strides, buffers[2]);
     a.mask_kind = kind;
     if (in.size() > 3) {
       a.mask = in[3].data<void>();

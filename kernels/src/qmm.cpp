@@ -12,23 +12,27 @@
 namespace cpu_kernels {
 namespace {
 
-bool has(const char* feature) {
-#if defined(__x86_64__) || defined(__i386__)
+bool has_avx512() {
+#if defined(__x86_64__)
   __builtin_cpu_init();
-  // __builtin_cpu_supports needs a literal, hence the chain.
-  std::string f(feature);
-  if (f == "avx512") {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl");
-  }
-  if (f == "avx2") {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c");
-  }
-#endif
-  (void)feature;
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl");
+#else
   return false;
+#endif
 }
+
+bool has_avx2() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+std::atomic<const Kernels*> forced{nullptr};  // force_isa()'s choice
 
 // Output columns per task: enough work to pay for the hand-off, and several tasks per thread
 // so that a thread slowed by the scheduler does not hold up the product.
@@ -67,8 +71,8 @@ void prepare(const Problem& p, int lanes, float* xk) {
 const Kernels* kernels_named(const char* isa) {
   std::string name(isa);
 #ifndef CPU_KERNELS_GENERIC_ONLY
-  if (name == "avx512") return has("avx512") ? &avx512_kernels() : nullptr;
-  if (name == "avx2") return has("avx2") ? &avx2_kernels() : nullptr;
+  if (name == "avx512") return has_avx512() ? &avx512_kernels() : nullptr;
+  if (name == "avx2") return has_avx2() ? &avx2_kernels() : nullptr;
 #endif
   if (name == "generic") return &generic_kernels();
   return nullptr;
@@ -82,10 +86,6 @@ const Kernels& best_kernels() {
     return std::cref(generic_kernels());
   }();
   return best;
-}
-
-namespace {
-std::atomic<const Kernels*> forced{nullptr};
 }
 
 const Kernels& active_kernels() {

@@ -31,8 +31,8 @@ struct Kernels {
   int lanes;
   // Output columns [n0, n1) of every row, reading x as prepare() left it.
   void (*rows)(const Problem&, const float* xk, int n0, int n1);
-  // Attention for group units [u0, u1) (attention_impl.h); false for head sizes it lacks.
-  bool (*attention)(const Attention&, float* out, float* scores, size_t u0, size_t u1);
+  // Attention for group units [u0, u1) (attention_impl.h): head sizes 64 and 128.
+  void (*attention)(const Attention&, float* out, float* scores, size_t u0, size_t u1);
 };
 
 // x rearranged for the kernel (4-bit: even and odd positions of each 2 * lanes chunk apart,

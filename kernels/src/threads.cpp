@@ -1,7 +1,9 @@
 #include "threads.h"
 
 #include <pthread.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <new>
 #include <memory>
@@ -25,9 +27,21 @@ std::mutex shared_mutex;
 std::shared_ptr<Pool> shared_pool;
 int wanted_threads = 0;
 
+// The cores this process may run on (a container's cpuset, not the host's count).
 int cores() {
+#if defined(__linux__)
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+#endif
   unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : int(n);
+}
+
+// A forked child has none of the parent's workers: it forgets the parent's pool (leaking it,
+// since joining threads that do not exist would hang) and makes its own on first use.
+void forget_after_fork() {
+  new (std::nothrow) std::shared_ptr<Pool>(std::move(shared_pool));
+  shared_pool.reset();
 }
 
 }  // namespace
@@ -102,13 +116,6 @@ void Pool::work(int) {
     drain(*task, count);
     active_.fetch_sub(1, std::memory_order_release);
   }
-}
-
-// A forked child has none of the parent's workers: it forgets the parent's pool (leaking it,
-// since joining threads that do not exist would hang) and makes its own on first use.
-void forget_after_fork() {
-  new (std::nothrow) std::shared_ptr<Pool>(std::move(shared_pool));
-  shared_pool.reset();
 }
 
 std::shared_ptr<Pool> Pool::shared() {
