@@ -5,7 +5,8 @@
 
 Peers: mlx_lm.server on the same converted weights (stock, or float32 with OpenBLAS: its best
 case on a CPU) and llama.cpp's llama-server on the very GGUF we import, with a slot per client
-(built once by scripts/build_llama_server.sh). Modes:
+(built once by scripts/build_llama_server.sh); `ours-no-kernels` is ours with CPU_KERNELS=false
+(a machine where kernels/ did not build). Modes:
 - burst c=N: N greedy streams of --max-tokens started together;
 - churn N: N clients in a closed loop for --churn-seconds, answers of 16-160 tokens drawn from
   a seeded generator (end tokens banned, so every server generates the same lengths), sampling
@@ -36,7 +37,7 @@ from peers import (
     start_peer_float32,
 )
 
-SERVERS = ("ours", "mlx_lm.server", "mlx_lm.server-f32", "llama-server")
+SERVERS = ("ours", "ours-no-kernels", "mlx_lm.server", "mlx_lm.server-f32", "llama-server")
 Servers = dict[str, tuple[subprocess.Popen, str, str]]
 
 
@@ -96,6 +97,12 @@ def start_servers(args: argparse.Namespace, workdir: Path, env: dict, servers: S
         servers["ours"] = (ours, ours_url, DEMO_ID)
     else:
         ours.terminate()
+    if "ours-no-kernels" in wanted:  # a machine where kernels/ did not build
+        (workdir / "no-kernels").mkdir()
+        plain, plain_url, _ = start_ours(
+            args.gguf, workdir / "no-kernels", {**env, "CPU_KERNELS": "false"}
+        )
+        servers["ours-no-kernels"] = (plain, plain_url, DEMO_ID)
     if "mlx_lm.server" in wanted:
         peer, peer_url = start_peer(model_dir, env)
         servers["mlx_lm.server"] = (peer, peer_url, str(model_dir))
