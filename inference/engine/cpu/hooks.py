@@ -17,6 +17,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models import activations, base
 
+from inference.engine.cpu.ext import ext
 from inference.engine.cpu.status import in_use
 
 
@@ -30,9 +31,7 @@ def attention(queries, keys, values, cache=None, scale=1.0, mask=None, sinks=Non
         and plain_mask
         and queries.shape[2] <= keys.shape[2]
     ):
-        import cpu_kernels
-
-        return cpu_kernels.attention(queries, keys, values, scale=scale, mask=mask)
+        return ext.attention(queries, keys, values, scale=scale, mask=mask)
     return base.scaled_dot_product_attention(
         queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks
     )
@@ -40,9 +39,7 @@ def attention(queries, keys, values, cache=None, scale=1.0, mask=None, sinks=Non
 
 def swiglu(gate, x):
     if in_use() and gate.dtype == mx.float32 and gate.shape == x.shape:
-        import cpu_kernels
-
-        return cpu_kernels.swiglu(gate, x)
+        return ext.swiglu(gate, x)
     return activations.swiglu(gate, x)
 
 

@@ -15,6 +15,7 @@ import mlx.nn as nn
 from mlx.utils import tree_unflatten
 
 from inference.engine.cpu import hooks
+from inference.engine.cpu.ext import ext
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +35,7 @@ def supports_quantized(module: nn.Module) -> bool:
 
 
 def _matmul(module: nn.Module, x: mx.array) -> mx.array:
-    import cpu_kernels
-
-    return cpu_kernels.quantized_matmul(
+    return ext.quantized_matmul(
         x, module["weight"], module["scales"], module["biases"], module.group_size, module.bits
     )
 
@@ -84,9 +83,7 @@ class KernelRMSNorm(nn.Module):
         self.eps = source.eps
 
     def __call__(self, x: mx.array) -> mx.array:
-        import cpu_kernels
-
-        return cpu_kernels.rms_norm(x, self["weight"], self.eps)
+        return ext.rms_norm(x, self["weight"], self.eps)
 
 
 class KernelRoPE(nn.Module):
@@ -105,11 +102,9 @@ class KernelRoPE(nn.Module):
                 scale=self.scale,
                 offset=offset,
             )
-        import cpu_kernels
-
         if not isinstance(offset, mx.array):
             offset = mx.array(offset, dtype=mx.int32)
-        return cpu_kernels.rope(
+        return ext.rope(
             x,
             self.dims,
             traditional=self.traditional,

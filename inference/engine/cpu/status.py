@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
+from inference.engine.cpu.ext import IMPORT_ERROR, ext
+
 log = logging.getLogger(__name__)
 
 
@@ -60,28 +62,26 @@ def _decide(enabled: bool, threads: int) -> KernelStatus:
         return KernelStatus(False, None, 0, "turned off by CPU_KERNELS=false")
     if mx.default_device() != mx.cpu:
         return KernelStatus(False, None, 0, "not needed on a GPU backend")
-    try:
-        import cpu_kernels
-    except ImportError as exc:
+    if ext is None:
         return KernelStatus(
             False,
             None,
             0,
-            f"not built ({exc}); `make` builds kernels/ with cmake and a C++ compiler",
+            f"not built ({IMPORT_ERROR}); `make` builds kernels/ with cmake and a C++ compiler",
         )
-    if mx.__version__ != cpu_kernels.MLX_VERSION:
+    if mx.__version__ != ext.MLX_VERSION:
         return KernelStatus(
             False,
             None,
             0,
-            f"built for MLX {cpu_kernels.MLX_VERSION}, running {mx.__version__}: rebuild "
+            f"built for MLX {ext.MLX_VERSION}, running {mx.__version__}: rebuild "
             "kernels/ (make does)",
         )
-    cpu_kernels.set_threads(threads)
-    problem = _self_test(cpu_kernels)
+    ext.set_threads(threads)
+    problem = _self_test(ext)
     if problem:
         return KernelStatus(False, None, 0, f"failed their self-test ({problem})")
-    return KernelStatus(True, cpu_kernels.isa(), cpu_kernels.threads(), "ready")
+    return KernelStatus(True, ext.isa(), ext.threads(), "ready")
 
 
 def _self_test(ck) -> str | None:
