@@ -36,32 +36,17 @@ void swiglu_span(const float* gate, const float* up, float* out, size_t n) {
   }
 }
 
-// Splits [0, n) over the shared pool when the work is worth a hand-off.
-template <class F>
-void split(size_t n, size_t work_per_item, const F& body) {
-  auto pool = Pool::shared();
-  size_t total = n * work_per_item;
-  if (pool->threads() == 1 || total < 65536 || n < 2) {
-    body(size_t(0), n);
-    return;
-  }
-  int tasks = int(std::min<size_t>(n, size_t(4 * pool->threads())));
-  size_t per = (n + tasks - 1) / tasks;
-  tasks = int((n + per - 1) / per);
-  pool->parallel_for(tasks, [&](int t) { body(t * per, std::min(n, (t + 1) * per)); });
-}
-
 }  // namespace
 
 void rms_norm_f32(const float* x, const float* w, float* out, size_t rows, int dim, float eps) {
-  split(rows, size_t(dim), [&](size_t r0, size_t r1) {
+  split(rows, size_t(dim), 1, [&](size_t r0, size_t r1) {
     for (size_t r = r0; r < r1; r++) rms_norm_row(x + r * dim, w, out + r * dim, dim, eps);
   });
 }
 
 void swiglu_f32(const float* gate, const float* up, float* out, size_t n) {
   constexpr size_t BLOCK = 4096;
-  split((n + BLOCK - 1) / BLOCK, BLOCK, [&](size_t b0, size_t b1) {
+  split((n + BLOCK - 1) / BLOCK, BLOCK, 1, [&](size_t b0, size_t b1) {
     size_t i0 = b0 * BLOCK, i1 = std::min(n, b1 * BLOCK);
     swiglu_span(gate + i0, up + i0, out + i0, i1 - i0);
   });
@@ -90,7 +75,7 @@ void rope_f32(const Rope& r, const float* x, float* out) {
     }
   }
   const size_t rows = size_t(r.batch) * r.heads * r.length;
-  split(rows, size_t(r.dim), [&](size_t i0, size_t i1) {
+  split(rows, size_t(r.dim), 1, [&](size_t i0, size_t i1) {
     for (size_t i = i0; i < i1; i++) {
       int l = int(i % r.length), h = int(i / r.length % r.heads), b = int(i / r.length / r.heads);
       const float* src = x + b * r.strides[0] + h * r.strides[1] + l * r.strides[2];
@@ -152,7 +137,7 @@ void attention_f32(const Attention& a, float* out) {
     // key and value once.
     const size_t units = size_t(a.batch) * a.kv_heads * a.length;
     const size_t group = size_t(a.q_heads / a.kv_heads) * a.keys;
-    split(units, group * (a.dim + a.value_dim), [&](size_t u0, size_t u1) {
+    split(units, group * (a.dim + a.value_dim), 1, [&](size_t u0, size_t u1) {
       thread_local std::vector<float> scores;
       if (scores.size() < group) scores.resize(group);
       kernels.attention(a, out, scores.data(), u0, u1);
@@ -160,7 +145,7 @@ void attention_f32(const Attention& a, float* out) {
     return;
   }
   const size_t rows = size_t(a.batch) * a.q_heads * a.length;
-  split(rows, size_t(a.keys) * (a.dim + a.value_dim), [&](size_t i0, size_t i1) {
+  split(rows, size_t(a.keys) * (a.dim + a.value_dim), 1, [&](size_t i0, size_t i1) {
     thread_local std::vector<float> scores;
     if (scores.size() < size_t(a.keys)) scores.resize(a.keys);
     attend_rows(a, out, scores.data(), i0, i1);

@@ -34,16 +34,6 @@ bool has_avx2() {
 
 std::atomic<const Kernels*> forced{nullptr};  // force_isa()'s choice
 
-// Output columns per task: enough work to pay for the hand-off, and several tasks per thread
-// so that a thread slowed by the scheduler does not hold up the product.
-int columns_per_task(const Problem& p, int threads) {
-  long weights_per_column = long(p.K) * std::max(p.M, 1);
-  int min_columns = int(std::max(16L, 16384L / weights_per_column));
-  int per_task = (p.N + 4 * threads - 1) / (4 * threads);
-  per_task = std::max(per_task, min_columns);
-  return (per_task + 15) / 16 * 16;
-}
-
 }  // namespace
 
 bool supported(int bits, int group) {
@@ -107,18 +97,9 @@ void run_product(const Problem& p, const Kernels& kernels) {
     prepare(p, kernels.lanes, staging.data());
     xk = staging.data();
   }
-  auto pool = Pool::shared();
-  // One row at a time reads each weight once: a small layer is not worth waking workers for.
-  bool small = long(p.N) * p.K < 65536;
-  if (pool->threads() == 1 || small) {
-    kernels.rows(p, xk, 0, p.N);
-    return;
-  }
-  int per_task = columns_per_task(p, pool->threads());
-  int tasks = (p.N + per_task - 1) / per_task;
-  pool->parallel_for(tasks, [&](int t) {
-    int n0 = t * per_task;
-    kernels.rows(p, xk, n0, std::min(p.N, n0 + per_task));
+  // Whole blocks of 16 columns per task (the kernels take four at a time).
+  split(size_t(p.N), size_t(p.K) * p.M, 16, [&](size_t n0, size_t n1) {
+    kernels.rows(p, xk, int(n0), int(n1));
   });
 }
 

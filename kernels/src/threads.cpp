@@ -132,4 +132,19 @@ void Pool::configure(int threads) {
   shared_pool.reset();
 }
 
+void split(size_t n, size_t work_per_item, size_t align,
+           const std::function<void(size_t, size_t)>& body) {
+  constexpr size_t SMALL = 65536;  // values: below this a hand-off costs more than it saves
+  auto pool = Pool::shared();
+  const size_t threads = size_t(pool->threads());
+  if (threads == 1 || n < 2 || n * work_per_item < SMALL) {
+    body(0, n);
+    return;
+  }
+  size_t per = std::max((n + 4 * threads - 1) / (4 * threads), SMALL / 4 / work_per_item);
+  per = std::max<size_t>(1, (per + align - 1) / align) * align;
+  const int tasks = int((n + per - 1) / per);
+  pool->parallel_for(tasks, [&](int t) { body(t * per, std::min(n, (t + 1) * per)); });
+}
+
 }  // namespace cpu_kernels

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -47,5 +48,12 @@ class Pool {
   std::atomic<int> active_{0};  // workers inside drain()
   bool stop_ = false;
 };
+
+// Runs body(begin, end) over [0, n) on the shared pool, in ranges of whole multiples of
+// `align` items, several per thread (one slowed by the scheduler does not hold up the rest)
+// and each worth at least a hand-off; in one call on the caller when the whole job is small.
+// `work_per_item` is a rough cost (values touched) of one item.
+void split(size_t n, size_t work_per_item, size_t align,
+           const std::function<void(size_t, size_t)>& body);
 
 }  // namespace cpu_kernels
