@@ -119,7 +119,17 @@ def model_sweep(gguf: Path, copy_gbs: float) -> None:
         inputs.setdefault(features, mx.random.normal((1, features)))
 
     def step():
-        return [cpu.layers._matmul(m, inputs[m["weight"].shape[1] * 32 // m.bits]) for m in layers]
+        return [
+            cpu_kernels.quantized_matmul(
+                inputs[m["weight"].shape[1] * 32 // m.bits],
+                m["weight"],
+                m["scales"],
+                m["biases"],
+                m.group_size,
+                m.bits,
+            )
+            for m in layers
+        ]
 
     print(f"\nthe demo model's {len(layers)} matmuls of a decode step, batch 1, in one evaluation")
     for threads in (1, 0):

@@ -27,7 +27,7 @@ from inference.engine import cpu
 log = logging.getLogger(__name__)
 
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
-QUANTIZED = (nn.QuantizedLinear, nn.QuantizedEmbedding, cpu.QuantizedKernelLayer)
+QUANTIZED = cpu.QUANTIZED_LAYERS
 MEASURE = "measure"  # choose() leaves auto to prepare(): both formats are timed
 # The load-time measurement: batch sizes, decode steps timed at each (per format), and the
 # float32 bytes of the decoder layers converted for it.

@@ -8,6 +8,7 @@ says why, once in the log).
 """
 
 from inference.engine.cpu.layers import (
+    QUANTIZED_LAYERS,
     Float32Twins,
     QuantizedKernelLayer,
     accelerate,
@@ -17,6 +18,7 @@ from inference.engine.cpu.layers import (
 from inference.engine.cpu.status import KernelStatus, configure, kernel_status
 
 __all__ = [
+    "QUANTIZED_LAYERS",
     "Float32Twins",
     "KernelStatus",
     "QuantizedKernelLayer",

@@ -50,6 +50,10 @@ class QuantizedKernelLayer(nn.Module):
         self.freeze()
 
 
+# Every quantized layer a model may hold: MLX's own and the kernels'.
+QUANTIZED_LAYERS = (nn.QuantizedLinear, nn.QuantizedEmbedding, QuantizedKernelLayer)
+
+
 class KernelLinear(QuantizedKernelLayer):
     def __init__(self, source: nn.QuantizedLinear) -> None:
         super().__init__(source)
@@ -130,7 +134,7 @@ def _replacement(module: nn.Module) -> nn.Module | None:
 def _float32_elsewhere(model: nn.Module) -> None:
     """Norm weights, biases, unquantized layers in float32, so activations stay float32."""
     for _, module in model.named_modules():
-        if isinstance(module, (QuantizedKernelLayer, nn.QuantizedLinear, nn.QuantizedEmbedding)):
+        if isinstance(module, QUANTIZED_LAYERS):
             continue
         for name, value in list(module.items()):
             floating = isinstance(value, mx.array) and mx.issubdtype(value.dtype, mx.floating)
@@ -156,7 +160,7 @@ def accelerate(model: nn.Module) -> Counter:
 
 def _dense(module: nn.Module) -> nn.Module | None:
     """A float32 nn.Linear or nn.Embedding with the quantized layer's weights."""
-    if not isinstance(module, (QuantizedKernelLayer, nn.QuantizedLinear, nn.QuantizedEmbedding)):
+    if not isinstance(module, QUANTIZED_LAYERS):
         return None
     weight = mx.dequantize(
         module["weight"], module["scales"], module["biases"], module.group_size, module.bits

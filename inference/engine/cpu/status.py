@@ -52,35 +52,38 @@ def kernel_status() -> KernelStatus:
             _status = _decide(**_wanted)
             if _status.available:
                 log.info("CPU kernels: %s", _status.describe())
+            elif _status.reason == ON_GPU:
+                log.info("CPU kernels %s", ON_GPU)
             else:
                 log.warning("CPU kernels %s; quantized models use MLX's own path", _status.reason)
         return _status
 
 
+ON_GPU = "not needed on a GPU backend"
+
+
+def _off(reason: str) -> KernelStatus:
+    return KernelStatus(False, None, 0, reason)
+
+
 def _decide(enabled: bool, threads: int) -> KernelStatus:
     if not enabled:
-        return KernelStatus(False, None, 0, "turned off by CPU_KERNELS=false")
+        return _off("turned off by CPU_KERNELS=false")
     if mx.default_device() != mx.cpu:
-        return KernelStatus(False, None, 0, "not needed on a GPU backend")
+        return _off(ON_GPU)
     if ext is None:
-        return KernelStatus(
-            False,
-            None,
-            0,
-            f"not built ({IMPORT_ERROR}); `make` builds kernels/ with cmake and a C++ compiler",
+        return _off(
+            f"not built ({IMPORT_ERROR}); `make` builds kernels/ with cmake and a C++ compiler"
         )
     if mx.__version__ != ext.MLX_VERSION:
-        return KernelStatus(
-            False,
-            None,
-            0,
-            f"built for MLX {ext.MLX_VERSION}, running {mx.__version__}: rebuild "
-            "kernels/ (make does)",
+        return _off(
+            f"built for MLX {ext.MLX_VERSION}, running {mx.__version__}: rebuild kernels/ "
+            "(make does)"
         )
     ext.set_threads(threads)
     problem = _self_test(ext)
     if problem:
-        return KernelStatus(False, None, 0, f"failed their self-test ({problem})")
+        return _off(f"failed their self-test ({problem})")
     return KernelStatus(True, ext.isa(), ext.threads(), "ready")
 
 
@@ -90,12 +93,23 @@ def _self_test(ck) -> str | None:
         key = mx.random.key(7)
         x = mx.random.normal((3, 64), key=key)
         w, scales, biases = mx.quantize(mx.random.normal((40, 64), key=key), 32, 4)
+        heads = x.reshape(1, 3, 1, 64)  # q, k and v of three heads, one position
+        offset = mx.array(5, dtype=mx.int32)
         checks = {
             "quantized_matmul": (
                 ck.quantized_matmul(x, w, scales, biases, 32, 4),
                 mx.quantized_matmul(x, w, scales, biases, group_size=32, bits=4),
             ),
             "rms_norm": (ck.rms_norm(x, x[0], 1e-5), mx.fast.rms_norm(x, x[0], 1e-5)),
+            "swiglu": (ck.swiglu(x, x[::-1]), x * mx.sigmoid(x) * x[::-1]),
+            "rope": (
+                ck.rope(heads, 64, traditional=False, base=1e4, scale=1.0, offset=offset),
+                mx.fast.rope(heads, 64, traditional=False, base=1e4, scale=1.0, offset=5),
+            ),
+            "attention": (
+                ck.attention(heads, heads, heads, scale=0.125),
+                mx.fast.scaled_dot_product_attention(heads, heads, heads, scale=0.125),
+            ),
         }
         for name, (ours, theirs) in checks.items():
             if not mx.allclose(ours, theirs, rtol=1e-4, atol=1e-4).item():
