@@ -97,10 +97,21 @@ def _field(reader, key: str) -> str | None:
     return None if field is None else field.contents()
 
 
+WEIGHT_FORMATS = ("quantized", "float16", "float32")
+
+
 def convert_gguf(
-    source: Path, destination: Path, progress: Progress = lambda it: it
+    source: Path,
+    destination: Path,
+    progress: Progress = lambda it: it,
+    weights: str = "quantized",
 ) -> ConvertedModel:
-    """Writes into a temporary sibling directory, then renames: never a half-written model."""
+    """Writes into a temporary sibling directory, then renames: never a half-written model.
+
+    weights: "quantized" keeps each tensor quantized (exactly where MLX has the same format,
+    re-quantized otherwise); "float16"/"float32" dequantize everything ("keep float")."""
+    if weights not in WEIGHT_FORMATS:
+        raise UnsupportedGGUF(f"weights {weights!r}: choose one of {', '.join(WEIGHT_FORMATS)}")
     summary = inspect_gguf(source)
     if destination.exists():
         raise FileExistsError(f"{destination} already exists")
