@@ -1,13 +1,14 @@
-"""Converts a Llama-architecture GGUF file into an MLX model directory.
+"""Converts a GGUF file into an MLX model directory, one tensor at a time.
 
 The directory holds config.json (with per-module quantization), model.safetensors,
-tokenizer.json and tokenizer_config.json, so mlx-lm loads it like any MLX model.
+tokenizer.json, tokenizer_config.json and gguf_import.json (what each tensor became and the
+error that added), so mlx-lm loads it like any MLX model. Peak memory is the output plus a
+block of rows of one tensor: nothing reads the whole source at once.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import tempfile
 from collections import Counter
@@ -15,29 +16,36 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from inference.conversion.gguf_tokenizer import UnsupportedGGUF, build_tokenizer, tokenizer_config
+from inference.conversion.gguf_architectures import (
+    ARCHITECTURES,
+    Architecture,
+    architecture_of,
+    model_config,
+)
+from inference.conversion.gguf_file import GGUFFile, TensorInfo, UnsupportedGGUF, open_gguf
+from inference.conversion.gguf_tensors import (
+    GROUP,
+    SUPPORTED_TYPES,
+    ErrorStats,
+    Plan,
+    convert_tensor,
+    plan_for,
+)
+from inference.conversion.gguf_tokenizer import build_tokenizer, tokenizer_config
 
-__all__ = ["ConvertedModel", "UnsupportedGGUF", "convert_gguf", "inspect_gguf"]
+__all__ = [
+    "SUPPORTED_ARCHITECTURES",
+    "WEIGHT_FORMATS",
+    "ConvertedModel",
+    "UnsupportedGGUF",
+    "convert_gguf",
+    "family_from_template",
+    "inspect_gguf",
+]
 
-SUPPORTED_ARCHITECTURES = {"llama"}
-# What mx.load reads natively: quantized types arrive as MLX affine weight/scales/biases.
-SUPPORTED_TENSOR_TYPES = {"F32", "F16", "Q4_0", "Q4_1", "Q8_0"}
-# Those quantized types all scale blocks of 32 weights: MLX's group size.
-GGUF_BLOCK = 32
-
-_LAYER_NAMES = {
-    "attn_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
-_TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
-_TENSOR = re.compile(r"^(?:blk\.(\d+)\.)?(\w+)\.(weight|scales|biases|bias)$")
+SUPPORTED_ARCHITECTURES = set(ARCHITECTURES)
+WEIGHT_FORMATS = ("quantized", "float16", "float32")
+REPORT_FILE = "gguf_import.json"
 
 # Chat-template markers that tell which family a model belongs to.
 FAMILY_MARKERS = {
@@ -63,41 +71,44 @@ class ConvertedModel:
     name: str
     family_slug: str | None
     context_length: int
+    report: dict
+
+
+class Step:
+    """A named unit of work, for the progress bar (`import_gguf` shows `__name__`)."""
+
+    def __init__(self, name: str, run: Callable[[], None]) -> None:
+        self.__name__, self._run = name, run
+
+    def __call__(self) -> None:
+        self._run()
 
 
 def inspect_gguf(path: Path) -> GGUFSummary:
     """Reads the header only and refuses what the converter cannot handle, naming it."""
-    from gguf import GGUFReader
+    file = open_gguf(path)
+    _check(file)
+    types = Counter(t.type_name for t in file.tensors)
+    return GGUFSummary(file.metadata["general.architecture"], _name(file), dict(types))
 
-    try:
-        reader = GGUFReader(path)
-    except Exception as exc:
-        raise UnsupportedGGUF(f"{path} is not a readable GGUF file: {exc}") from exc
-    architecture = _field(reader, "general.architecture")
-    if architecture not in SUPPORTED_ARCHITECTURES:
-        raise UnsupportedGGUF(
-            f"architecture {architecture!r} is not supported "
-            f"(supported: {', '.join(sorted(SUPPORTED_ARCHITECTURES))})"
-        )
-    types = Counter(t.tensor_type.name for t in reader.tensors)
-    unsupported = sorted(set(types) - SUPPORTED_TENSOR_TYPES)
+
+def _check(file: GGUFFile) -> Architecture:
+    arch = architecture_of(file)
+    unsupported = sorted({t.type_name for t in file.tensors} - SUPPORTED_TYPES)
     if unsupported:
         raise UnsupportedGGUF(
             f"tensor types {', '.join(unsupported)} are not supported "
-            f"(supported: {', '.join(sorted(SUPPORTED_TENSOR_TYPES))})"
+            f"(supported: {', '.join(sorted(SUPPORTED_TYPES))})"
         )
-    if any(t.name == "rope_freqs.weight" for t in reader.tensors):
-        raise UnsupportedGGUF("Llama 3.1-style rope scaling (rope_freqs) is not supported yet")
-    name = _field(reader, "general.name") or path.stem
-    return GGUFSummary(architecture, name, dict(types))
+    for tensor in file.tensors:
+        arch.mlx_name(tensor.name)  # refuses unknown tensors before any work
+    if "tokenizer.ggml.tokens" not in file.metadata:
+        raise UnsupportedGGUF("the file has no tokenizer (tokenizer.ggml.tokens)")
+    return arch
 
 
-def _field(reader, key: str) -> str | None:
-    field = reader.fields.get(key)
-    return None if field is None else field.contents()
-
-
-WEIGHT_FORMATS = ("quantized", "float16", "float32")
+def _name(file: GGUFFile) -> str:
+    return file.metadata.get("general.name") or file.path.stem
 
 
 def convert_gguf(
@@ -112,13 +123,14 @@ def convert_gguf(
     re-quantized otherwise); "float16"/"float32" dequantize everything ("keep float")."""
     if weights not in WEIGHT_FORMATS:
         raise UnsupportedGGUF(f"weights {weights!r}: choose one of {', '.join(WEIGHT_FORMATS)}")
-    summary = inspect_gguf(source)
+    file = open_gguf(source)
+    arch = _check(file)
     if destination.exists():
         raise FileExistsError(f"{destination} already exists")
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}-", dir=destination.parent))
     try:
-        converted = _convert_into(source, staging, summary, progress)
+        converted = _Conversion(file, arch, staging, weights).run(progress)
         staging.chmod(0o755)  # mkdtemp made it private
         staging.rename(destination)
     except BaseException:  # KeyboardInterrupt too: leave nothing behind
@@ -127,112 +139,104 @@ def convert_gguf(
     return replace(converted, path=destination)
 
 
-def _convert_into(
-    source: Path, out: Path, summary: GGUFSummary, progress: Progress
-) -> ConvertedModel:
-    import mlx.core as mx
+class _Conversion:
+    def __init__(self, file: GGUFFile, arch: Architecture, out: Path, weights: str) -> None:
+        self.file, self.arch, self.out, self.weights = file, arch, out, weights
+        self.arrays: dict = {}
+        self.plans: dict[str, Plan] = {}
+        self.errors: dict[str, ErrorStats] = {}
 
-    state: dict = {}
+    def run(self, progress: Progress) -> ConvertedModel:
+        tensors = [t for t in self.file.tensors if self.arch.mlx_name(t.name) is not None]
+        steps = [Step("tokenizer", self.tokenizer), Step("config", self.config)]
+        steps += [Step(t.name, lambda t=t: self.tensor(t)) for t in tensors]
+        steps += [Step("write", self.write)]
+        for step in progress(steps):  # cheap refusals (tokenizer, config) come first
+            step()
+        template = self.file.metadata.get("tokenizer.chat_template") or ""
+        return ConvertedModel(
+            self.out,
+            _name(self.file),
+            family_from_template(template),
+            self.config_json["max_position_embeddings"],
+            self.report,
+        )
 
-    def read() -> None:
-        raw, metadata = mx.load(str(source), return_metadata=True)
-        state["metadata"] = {key: _plain(value) for key, value in metadata.items()}
-        state["weights"] = {_mlx_name(name): array for name, array in raw.items()}
+    def tokenizer(self) -> None:
+        build_tokenizer(self.file.metadata).save(str(self.out / "tokenizer.json"))
 
-    def tokenizer() -> None:
-        build_tokenizer(state["metadata"]).save(str(out / "tokenizer.json"))
+    def config(self) -> None:
+        vocab_size = len(self.file.metadata["tokenizer.ggml.tokens"])
+        embeddings = self.file.tensor("token_embd.weight")
+        if embeddings is not None:
+            vocab_size = embeddings.shape[0]  # llama.cpp's converters may pad or trim it
+        self.config_json = model_config(self.file, self.arch, vocab_size)
+        settings = tokenizer_config(self.file.metadata, self.config_json)
+        (self.out / "tokenizer_config.json").write_text(json.dumps(settings, indent=2))
 
-    def configs() -> None:
-        metadata = state["metadata"]
-        vocab_size = len(metadata["tokenizer.ggml.tokens"])
-        state["config"] = config = model_config(metadata, state["weights"], vocab_size)
-        (out / "config.json").write_text(json.dumps(config, indent=2))
-        tokenizer_json = json.dumps(tokenizer_config(metadata, config), indent=2)
-        (out / "tokenizer_config.json").write_text(tokenizer_json)
+    def tensor(self, tensor: TensorInfo) -> None:
+        name = self.arch.mlx_name(tensor.name)
+        module, kind = name.rsplit(".", 1)
+        is_norm = module.rsplit(".", 1)[-1].endswith("norm")
+        quantizable = kind == "weight" and len(tensor.shape) == 2 and not is_norm
+        plan = plan_for(tensor, self.weights, quantizable)
+        transform = None
+        if is_norm and self.arch.norm_offset:
+            offset = self.arch.norm_offset
+            transform = lambda values: values - offset  # noqa: E731
+        converted = convert_tensor(self.file.path, tensor, plan, transform)
+        for suffix, array in converted.arrays.items():
+            self.arrays[f"{module}.{suffix}" if suffix != "weight" else name] = array
+        self.plans[module if plan.quantized else name] = plan
+        if plan.quantized:
+            self.errors[module] = converted.error
 
-    def weights() -> None:
-        mx.save_safetensors(str(out / "model.safetensors"), state["weights"], {"format": "mlx"})
+    def write(self) -> None:
+        import mlx.core as mx
 
-    # Cheap checks first, so a refused file fails before the long write.
-    for step in progress([read, tokenizer, configs, weights]):
-        step()
-    family = family_from_template(state["metadata"].get("tokenizer.chat_template") or "")
-    return ConvertedModel(out, summary.name, family, state["config"]["max_position_embeddings"])
+        quantization = quantization_config(self.plans)
+        if quantization:
+            self.config_json["quantization"] = quantization
+        (self.out / "config.json").write_text(json.dumps(self.config_json, indent=2))
+        (self.out / REPORT_FILE).write_text(json.dumps(self.report, indent=2))
+        mx.save_safetensors(str(self.out / "model.safetensors"), self.arrays, {"format": "mlx"})
 
-
-def _plain(value):
-    """mx.load gives scalars and arrays as mx.array; the rest of the code wants Python values."""
-    if hasattr(value, "tolist"):
-        return value.item() if value.size == 1 and value.ndim == 0 else value.tolist()
-    return value
-
-
-def _mlx_name(gguf_name: str) -> str:
-    match = _TENSOR.match(gguf_name)
-    if not match:
-        raise UnsupportedGGUF(f"unexpected tensor {gguf_name!r}")
-    layer, module, kind = match.groups()
-    if layer is None:
-        if module not in _TOP_NAMES:
-            raise UnsupportedGGUF(f"unexpected tensor {gguf_name!r}")
-        return f"{_TOP_NAMES[module]}.{kind}"
-    if module not in _LAYER_NAMES:
-        raise UnsupportedGGUF(f"unexpected tensor {gguf_name!r}")
-    return f"model.layers.{layer}.{_LAYER_NAMES[module]}.{kind}"
+    @property
+    def report(self) -> dict:
+        return import_report(self.file.path, self.weights, self.plans, self.errors)
 
 
-def quantization_config(weights: dict) -> dict | None:
-    """Bits of every quantized module, read off the packed shapes."""
-    per_module = {}
-    for name, scales in weights.items():
-        if not name.endswith(".scales"):
-            continue
-        module = name.removesuffix(".scales")
-        in_features = scales.shape[-1] * GGUF_BLOCK
-        bits = weights[f"{module}.weight"].shape[-1] * 32 // in_features
-        per_module[module] = {"group_size": GGUF_BLOCK, "bits": bits}
+def quantization_config(plans: dict[str, Plan]) -> dict | None:
+    """mlx-lm's per-module quantization, and the most common bits as the default."""
+    per_module = {
+        module: {"group_size": GROUP, "bits": plan.bits}
+        for module, plan in plans.items()
+        if plan.quantized
+    }
     if not per_module:
         return None
     common = Counter(q["bits"] for q in per_module.values()).most_common(1)[0][0]
-    return {"group_size": GGUF_BLOCK, "bits": common, **per_module}
+    return {"group_size": GROUP, "bits": common, **per_module}
 
 
-def model_config(metadata: dict, weights: dict, vocab_size: int) -> dict:
-    arch = metadata["general.architecture"]
-
-    def meta(key: str, default=None):
-        return metadata.get(f"{arch}.{key}", default)
-
-    hidden = int(meta("embedding_length"))
-    heads = int(meta("attention.head_count"))
-    config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": hidden,
-        "num_hidden_layers": int(meta("block_count")),
-        "intermediate_size": int(meta("feed_forward_length")),
-        "num_attention_heads": heads,
-        "num_key_value_heads": int(meta("attention.head_count_kv", heads)),
-        "head_dim": int(meta("attention.key_length", hidden // heads)),
-        "rms_norm_eps": float(meta("attention.layer_norm_rms_epsilon", 1e-5)),
-        "vocab_size": vocab_size,
-        "max_position_embeddings": int(meta("context_length", 4096)),
-        "rope_theta": float(meta("rope.freq_base", 10000.0)),
-        # GGUF permutes Q/K rows for llama.cpp's interleaved rotary embedding.
-        "rope_traditional": True,
-        "tie_word_embeddings": "lm_head.weight" not in weights,
-        "bos_token_id": metadata.get("tokenizer.ggml.bos_token_id"),
-        "eos_token_id": metadata.get("tokenizer.ggml.eos_token_id"),
-    }
-    scaling = meta("rope.scaling.type")
-    if scaling == "linear":
-        config["rope_scaling"] = {"type": "linear", "factor": float(meta("rope.scaling.factor"))}
-    elif scaling not in (None, "none"):
-        raise UnsupportedGGUF(f"rope scaling {scaling!r} is not supported yet")
-    quantization = quantization_config(weights)
-    if quantization:
-        config["quantization"] = quantization
-    return config
+def import_report(source: Path, weights: str, plans: dict, errors: dict) -> dict:
+    """Per source type: what it became and the re-quantization error, weighted by size."""
+    by_type: dict[str, dict] = {}
+    for name, plan in plans.items():
+        target = f"{plan.bits}-bit" if plan.quantized else plan.dtype
+        entry = by_type.setdefault(
+            plan.source, {"became": target, "exact": plan.exact or not plan.quantized}
+        )
+        entry["tensors"] = entry.get("tensors", 0) + 1
+        if name in errors:
+            stats = errors[name]
+            entry["_abs"] = entry.get("_abs", 0.0) + stats.abs_error
+            entry["_weight"] = entry.get("_weight", 0.0) + stats.abs_weight
+            entry["max_abs_error"] = max(entry.get("max_abs_error", 0.0), stats.max_error)
+    for entry in by_type.values():
+        total = entry.pop("_weight", 0.0)
+        entry["mean_relative_error"] = entry.pop("_abs", 0.0) / total if total else 0.0
+    return {"source": str(source), "weights": weights, "group_size": GROUP, "types": by_type}
 
 
 def family_from_template(template: str) -> str | None:

@@ -70,13 +70,23 @@ def read_metadata(path: Path) -> dict:
     return open_gguf(path).metadata
 
 
-def read_rows(path: Path, tensor: TensorInfo, max_bytes: int = 16 << 20) -> Iterator[np.ndarray]:
-    """The tensor's raw bytes as (rows, bytes per row) uint8 blocks of at most max_bytes."""
+def read_rows(path: Path, tensor: TensorInfo, max_values: int = 1 << 21) -> Iterator[np.ndarray]:
+    """The tensor's raw bytes as (rows, bytes per row) uint8 blocks of about max_values weights
+    (the converter's temporaries are a few times that in float32)."""
     row_bytes = tensor.n_bytes // tensor.rows
-    step = max(1, max_bytes // row_bytes)
+    step = max(1, max_values // tensor.columns)
     with open(path, "rb") as file:
         for start in range(0, tensor.rows, step):
             count = min(step, tensor.rows - start)
             file.seek(tensor.offset + start * row_bytes)
             block = np.frombuffer(file.read(count * row_bytes), dtype=np.uint8)
             yield block.reshape(count, row_bytes)
+
+
+def read_tensor_f32(path: Path, tensor: TensorInfo) -> np.ndarray:
+    """A small float tensor (rope factors) whole, as float32."""
+    dtypes = {"F32": np.float32, "F16": np.float16}
+    if tensor.type_name not in dtypes:
+        raise UnsupportedGGUF(f"{tensor.name} is {tensor.type_name}, expected F32 or F16")
+    raw = np.concatenate([block.reshape(-1) for block in read_rows(path, tensor)])
+    return raw.view(dtypes[tensor.type_name]).astype(np.float32).reshape(tensor.shape)

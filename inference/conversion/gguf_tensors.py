@@ -1,0 +1,225 @@
+"""One GGUF tensor into MLX arrays, a block of rows at a time.
+
+GGUF types whose blocks are MLX's affine format in disguise (32 weights, w = scale * q + bias:
+Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, and Q4_K/Q5_K whose 256-weight super-blocks hold eight such
+groups) are repacked exactly. Every other type the `gguf` package can dequantize is dequantized
+and re-quantized to MLX affine of at least its bits, and the error that adds is measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf import quants as gguf_quants
+
+from inference.conversion.gguf_file import TensorInfo, UnsupportedGGUF, read_rows
+
+GROUP = 32  # MLX group size of every quantized tensor we write
+FLOAT_TYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+# Types MLX holds exactly, with their bits.
+EXACT_BITS = {"Q4_0": 4, "Q4_1": 4, "Q5_0": 5, "Q5_1": 5, "Q8_0": 8, "Q4_K": 4, "Q5_K": 5}
+SCALES_DTYPE = "float16"  # as mlx-lm's own quantized models
+
+
+def _dequantizable() -> set[str]:
+    """The quantized types the gguf package implements dequantization for."""
+    names = set()
+    for qtype in GGMLQuantizationType:
+        block, size = GGML_QUANT_SIZES[qtype]
+        if qtype.name in FLOAT_TYPES or block == 1:
+            continue  # floats are handled apart; integer tensors are not weights
+        try:
+            gguf_quants.dequantize(np.zeros((1, size * (256 // block or 1)), np.uint8), qtype)
+        except NotImplementedError:
+            continue
+        names.add(qtype.name)
+    return names
+
+
+QUANTIZED_TYPES = _dequantizable()
+SUPPORTED_TYPES = set(FLOAT_TYPES) | QUANTIZED_TYPES
+
+
+def bits_per_weight(type_name: str) -> float:
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
+    return size * 8 / block
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a tensor becomes: MLX affine of `bits` (exactly or re-quantized) or a float dtype."""
+
+    source: str
+    bits: int | None = None
+    exact: bool = False
+    dtype: str = "float32"
+
+    @property
+    def quantized(self) -> bool:
+        return self.bits is not None
+
+
+def plan_for(tensor: TensorInfo, weights: str, quantizable: bool) -> Plan:
+    """weights: "quantized" (keep quantized types quantized), "float16" or "float32"."""
+    source = tensor.type_name
+    if source not in SUPPORTED_TYPES:
+        raise UnsupportedGGUF(
+            f"tensor type {source} ({tensor.name}) is not supported "
+            f"(supported: {', '.join(sorted(SUPPORTED_TYPES))})"
+        )
+    if source in FLOAT_TYPES:
+        keep = FLOAT_TYPES[source] if weights == "quantized" or not quantizable else weights
+        return Plan(source, dtype=keep)
+    if weights != "quantized" or not quantizable or tensor.columns % GROUP:
+        return Plan(source, dtype="float32" if weights == "quantized" else weights)
+    if source in EXACT_BITS:
+        return Plan(source, bits=EXACT_BITS[source], exact=True)
+    # At least the source's bits, among the widths the CPU kernels run fast (4 and 8).
+    return Plan(source, bits=4 if bits_per_weight(source) < 5 else 8)
+
+
+@dataclass
+class ErrorStats:
+    """How far the MLX weights are from the gguf package's dequantization of the source."""
+
+    abs_error: float = 0.0
+    abs_weight: float = 0.0
+    squared_error: float = 0.0
+    max_error: float = 0.0
+    count: int = 0
+
+    def add(self, reference: np.ndarray, converted: np.ndarray) -> None:
+        error = np.abs(converted - reference, dtype=np.float32)
+        self.abs_error += float(error.sum(dtype=np.float64))
+        self.abs_weight += float(np.abs(reference).sum(dtype=np.float64))
+        self.squared_error += float(np.square(error).sum(dtype=np.float64))
+        self.max_error = max(self.max_error, float(error.max(initial=0.0)))
+        self.count += error.size
+
+    @property
+    def relative(self) -> float:
+        """Mean absolute error over mean absolute weight."""
+        return self.abs_error / self.abs_weight if self.abs_weight else 0.0
+
+    @property
+    def rmse(self) -> float:
+        return (self.squared_error / self.count) ** 0.5 if self.count else 0.0
+
+
+@dataclass
+class Converted:
+    arrays: dict = field(default_factory=dict)  # suffix ("weight", "scales", "biases") -> mx.array
+    error: ErrorStats = field(default_factory=ErrorStats)
+
+
+def convert_tensor(path: Path, tensor: TensorInfo, plan: Plan, transform=None) -> Converted:
+    """transform: applied to float tensors' values (e.g. Gemma's norm offset) before the cast."""
+    import mlx.core as mx
+
+    result = Converted()
+    parts: dict[str, list] = {}
+    for raw in read_rows(path, tensor):
+        for suffix, array in _convert_rows(raw, tensor, plan, transform, result.error):
+            mx.eval(array)
+            parts.setdefault(suffix, []).append(array)
+    for suffix, blocks in parts.items():
+        joined = blocks[0] if len(blocks) == 1 else mx.concatenate(blocks, axis=0)
+        result.arrays[suffix] = joined.reshape(*tensor.shape[:-1], joined.shape[-1])
+        del blocks[:]
+    return result
+
+
+def _convert_rows(
+    raw: np.ndarray, tensor: TensorInfo, plan: Plan, transform, error: ErrorStats
+) -> Iterator[tuple[str, object]]:
+    import mlx.core as mx
+
+    values = _dequantize(raw, tensor)
+    if not plan.quantized:
+        if transform is not None:
+            values = transform(values)
+        yield "weight", mx.array(values).astype(getattr(mx, plan.dtype))
+        return
+    if plan.exact:
+        codes, scales, biases = _affine_codes(raw, values, plan)
+        packed = mx.array(_pack(codes, plan.bits))
+        scales = mx.array(scales).astype(getattr(mx, SCALES_DTYPE))
+        biases = mx.array(biases).astype(getattr(mx, SCALES_DTYPE))
+    else:
+        packed, scales, biases = mx.quantize(mx.array(values), group_size=GROUP, bits=plan.bits)
+        scales = scales.astype(getattr(mx, SCALES_DTYPE))
+        biases = biases.astype(getattr(mx, SCALES_DTYPE))
+    # In float32, as the CPU kernels compute (a float16 result would add its own rounding).
+    restored = mx.dequantize(
+        packed,
+        scales.astype(mx.float32),
+        biases.astype(mx.float32),
+        group_size=GROUP,
+        bits=plan.bits,
+    )
+    error.add(values, np.array(restored))
+    yield "weight", packed
+    yield "scales", scales
+    yield "biases", biases
+
+
+def _dequantize(raw: np.ndarray, tensor: TensorInfo) -> np.ndarray:
+    kind = GGMLQuantizationType[tensor.type_name]
+    if kind == GGMLQuantizationType.F32:
+        return raw.view(np.float32)
+    if kind == GGMLQuantizationType.F16:
+        return raw.view(np.float16).astype(np.float32)
+    return gguf_quants.dequantize(raw, kind).reshape(raw.shape[0], tensor.columns)
+
+
+def _affine_codes(
+    raw: np.ndarray, values: np.ndarray, plan: Plan
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The integer codes of an exactly representable type, from its per-group scale and bias
+    (read off the block headers) and the gguf package's dequantized values."""
+    rows, columns = values.shape
+    scales, biases = _group_affine(raw, plan.source, rows, columns // GROUP)
+    safe = np.where(scales == 0, 1.0, scales)[..., None]
+    grouped = values.reshape(rows, columns // GROUP, GROUP)
+    codes = np.rint((grouped - biases[..., None]) / safe)
+    codes = codes.clip(0, 2**plan.bits - 1).astype(np.uint8).reshape(rows, columns)
+    return codes, scales, biases
+
+
+def _group_affine(raw: np.ndarray, source: str, rows: int, groups: int):
+    """Per 32-weight group (scale, bias) as float32 arrays of shape (rows, groups)."""
+    kind = GGMLQuantizationType[source]
+    size = GGML_QUANT_SIZES[kind][1]
+    blocks = raw.reshape(rows, -1, size)
+
+    def half(start: int) -> np.ndarray:
+        return blocks[..., start : start + 2].copy().view(np.float16)[..., 0].astype(np.float32)
+
+    d = half(0)
+    if source in ("Q4_K", "Q5_K"):  # eight groups per block: d * sc, -dmin * m
+        sc, m = gguf_quants.Q4_K.get_scale_min(blocks[..., 4:16].reshape(-1, 12))
+        sc = sc.reshape(rows, -1, 8).astype(np.float32)
+        m = m.reshape(rows, -1, 8).astype(np.float32)
+        scales = d[..., None] * sc
+        biases = -half(2)[..., None] * m
+        return scales.reshape(rows, groups), biases.reshape(rows, groups)
+    offset = {"Q4_0": -8.0, "Q5_0": -16.0, "Q8_0": -128.0}
+    biases = d * offset[source] if source in offset else half(2)  # Q4_1, Q5_1: min m
+    return d, biases
+
+
+def _pack(codes: np.ndarray, bits: int) -> np.ndarray:
+    """MLX's layout: the codes of a row as one little-endian bit stream in uint32 words."""
+    rows = codes.shape[0]
+    if bits == 8:
+        return np.ascontiguousarray(codes).view(np.uint32)
+    eights = codes.reshape(rows, -1, 8).astype(np.uint64)
+    stream = np.zeros(eights.shape[:-1], dtype=np.uint64)
+    for i in range(8):  # eight codes make `bits` whole bytes
+        stream |= eights[..., i] << np.uint64(bits * i)
+    packed = stream[..., None].view(np.uint8)[..., :bits]  # little-endian machine
+    return np.ascontiguousarray(packed).reshape(rows, -1).view(np.uint32)
