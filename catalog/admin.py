@@ -1,12 +1,16 @@
 import subprocess
 import sys
+from functools import partial
 
 from asgiref.sync import async_to_sync
+from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.urls import path
 from django.utils.html import format_html
 
 from catalog.models import CatalogModel, GGUFImport, ModelFamily
+from catalog.source_views import sources_view
 from inference import runtime
 from inference.engine.state import ModelState
 from inference.protocol.errors import APIError
@@ -126,17 +130,52 @@ class CatalogModelAdmin(admin.ModelAdmin):
             self.message_user(request, f"{entry}: {note}", messages.SUCCESS)
 
 
+class GGUFImportForm(forms.ModelForm):
+    # Optional: a form (or script) that leaves it out keeps the quantized weights.
+    weights = forms.ChoiceField(
+        choices=GGUFImport.Weights.choices,
+        required=False,
+        help_text=GGUFImport._meta.get_field("weights").help_text,
+    )
+
+    class Meta:
+        model = GGUFImport
+        fields = ("model_id", "source_path", "upload", "family", "weights")
+
+    def clean_weights(self) -> str:
+        return self.cleaned_data["weights"] or GGUFImport.Weights.QUANTIZED
+
+
 @admin.register(GGUFImport)
 class GGUFImportAdmin(admin.ModelAdmin):
     """Converting a GGUF runs `manage.py import_gguf` in its own process (MLX stays out of the
     server's request threads); the list shows its progress and refreshes while it runs."""
 
-    list_display = ("model_id", "status", "progress_bar", "message", "imported", "created")
-    fields = ("model_id", "source_path", "upload", "family")
+    list_display = (
+        "model_id",
+        "source",
+        "weights",
+        "status",
+        "progress_bar",
+        "message",
+        "imported",
+        "created",
+    )
+    form = GGUFImportForm
+    fields = ("model_id", "source_path", "upload", "family", "weights")
     change_list_template = "admin/catalog/ggufimport/change_list.html"
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False  # an import is started, watched and deleted; never edited
+
+    def get_urls(self):
+        view = self.admin_site.admin_view(partial(sources_view, model_admin=self))
+        sources = path("sources/", view, name="catalog_ggufimport_sources")
+        return [sources, *super().get_urls()]
+
+    @admin.display(description="from")
+    def source(self, job: GGUFImport) -> str:
+        return job.source_label
 
     @admin.display(description="progress")
     def progress_bar(self, job: GGUFImport):
@@ -146,15 +185,14 @@ class GGUFImportAdmin(admin.ModelAdmin):
 
     def save_model(self, request, job: GGUFImport, form, change: bool) -> None:
         super().save_model(request, job, form, change)
-        command = [sys.executable, str(settings.BASE_DIR / "manage.py"), "import_gguf"]
-        command += [job.gguf_path, "--id", job.model_id, "--job", str(job.pk)]
-        if job.family:
-            command += ["--family", job.family.slug]
+        self.start_import(request, job)
+
+    def start_import(self, request, job: GGUFImport) -> None:
         log_path = settings.VAR_DIR / "imports" / f"{job.pk}.log"
         log_path.parent.mkdir(exist_ok=True)
         with log_path.open("w") as out:
             subprocess.Popen(
-                command,
+                import_command(job),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=settings.BASE_DIR,
@@ -167,3 +205,21 @@ class GGUFImportAdmin(admin.ModelAdmin):
             status__in=[GGUFImport.Status.QUEUED, GGUFImport.Status.RUNNING]
         ).exists()
         return super().changelist_view(request, {**(extra_context or {}), "refresh": running})
+
+
+def import_command(job: GGUFImport) -> list[str]:
+    """The command line that imports the job; for Ollama by name, so that its template,
+    parameters and system prompt apply."""
+    command = [sys.executable, str(settings.BASE_DIR / "manage.py"), "import_gguf"]
+    if job.origin == GGUFImport.Origin.OLLAMA:
+        command += ["--ollama", job.origin_name]
+    elif job.origin == GGUFImport.Origin.LMSTUDIO:
+        command += ["--lmstudio", job.origin_name]
+    else:
+        command += [job.gguf_path]
+    command += ["--id", job.model_id, "--job", str(job.pk)]
+    if job.family:
+        command += ["--family", job.family.slug]
+    if job.weights != GGUFImport.Weights.QUANTIZED:
+        command += ["--weights", job.weights]
+    return command

@@ -211,7 +211,26 @@ class GGUFImport(models.Model):
         DONE = "done"
         FAILED = "failed"
 
+    class Origin(models.TextChoices):
+        FILE = "file", "GGUF file"
+        OLLAMA = "ollama", "Ollama"
+        LMSTUDIO = "lmstudio", "LM Studio"
+
+    class Weights(models.TextChoices):
+        QUANTIZED = "quantized", "quantized"
+        FLOAT16 = "float16", "float16"
+        FLOAT32 = "float32", "float32"
+
     model_id = models.CharField("model id", max_length=128, validators=[public_id_validator])
+    origin = models.CharField(
+        max_length=8, choices=Origin.choices, default=Origin.FILE, editable=False
+    )
+    origin_name = models.CharField(
+        max_length=512,
+        blank=True,
+        editable=False,
+        help_text="The name Ollama or LM Studio lists the model under.",
+    )
     source_path = models.CharField(
         max_length=1024, blank=True, help_text="A .gguf file on the server, or upload one below."
     )
@@ -222,6 +241,13 @@ class GGUFImport(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         help_text="Leave empty to read it off the chat template.",
+    )
+    weights = models.CharField(
+        max_length=9,
+        choices=Weights.choices,
+        default=Weights.QUANTIZED,
+        help_text="Keep the weights quantized, or dequantize them once at import into float16 "
+        "or float32 (a larger model).",
     )
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED)
     progress = models.PositiveSmallIntegerField(default=0, help_text="percent")
@@ -243,11 +269,21 @@ class GGUFImport(models.Model):
     def gguf_path(self) -> str:
         return self.upload.path if self.upload else self.source_path
 
+    @property
+    def source_label(self) -> str:
+        if self.origin == self.Origin.FILE:
+            return self.gguf_path
+        return f"{self.get_origin_display()}: {self.origin_name}"
+
     def clean(self) -> None:
         super().clean()
+        if self.origin == self.Origin.FILE:
+            self._clean_file()
+        if CatalogModel.objects.filter(public_id=self.model_id).exists():
+            raise ValidationError({"model_id": "The catalog already has a model with this id."})
+
+    def _clean_file(self) -> None:
         if bool(self.source_path) == bool(self.upload):
             raise ValidationError("Give either a path on the server or a file to upload.")
         if self.source_path and not Path(self.source_path).is_file():
             raise ValidationError({"source_path": "There is no such file on the server."})
-        if CatalogModel.objects.filter(public_id=self.model_id).exists():
-            raise ValidationError({"model_id": "The catalog already has a model with this id."})

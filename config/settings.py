@@ -114,6 +114,23 @@ WHITENOISE_USE_FINDERS = True
 MEDIA_ROOT = VAR_DIR / "media"
 # Where imported models (GGUF conversions) are written.
 MODEL_STORAGE_DIR = Path(env.str("MODEL_STORAGE_DIR", default=str(VAR_DIR / "models")))
+
+
+def lmstudio_models_dir() -> Path:
+    """LM Studio's models folder: ~/.lmstudio/models, or ~/.cache/lm-studio/models where only
+    that older location exists."""
+    current, older = Path.home() / ".lmstudio/models", Path.home() / ".cache/lm-studio/models"
+    return older if older.is_dir() and not current.is_dir() else current
+
+
+# GGUF models other tools downloaded, which `import_gguf --ollama/--lmstudio` and the admin's
+# "Import from Ollama / LM Studio" page list and import. OLLAMA_MODELS is Ollama's own variable.
+OLLAMA_MODELS_DIR = Path(
+    env.str("OLLAMA_MODELS_DIR", default=env.str("OLLAMA_MODELS", default="~/.ollama/models"))
+).expanduser()
+LMSTUDIO_MODELS_DIR = Path(
+    env.str("LMSTUDIO_MODELS_DIR", default=str(lmstudio_models_dir()))
+).expanduser()
 # Bytes the model pool may hold in weights before it evicts the least recently used model.
 POOL_MEMORY_BUDGET = byte_size("POOL_MEMORY_BUDGET", physical_memory() // 2)
 # Continuous batching: sequences decoded together per model; the share of each engine step that

@@ -204,3 +204,75 @@ def test_family_edits_apply_without_a_restart(admin_client, tiny_dir):
     family.save()
     after = async_to_sync(resolve_model)("tiny", ANONYMOUS).adapter.profile.stop_strings
     assert after == ("THE END",)
+
+
+def test_import_from_ollama_page_runs_in_the_background(
+    admin_client, client, demo_gguf, django_user_model, monkeypatch, settings, tmp_path
+):
+    """The "Import from Ollama / LM Studio" page lists what the folders hold and starts
+    `import_gguf --ollama NAME --job` (run in-process here, as above), so that Ollama's
+    parameters and system prompt reach the catalog."""
+    import io
+
+    from django.core.management import call_command
+
+    from catalog import admin as catalog_admin
+    from catalog.models import GGUFImport
+    from tests.gguf_layouts import SMOLLM_SYSTEM, add_smollm
+
+    settings.OLLAMA_MODELS_DIR = tmp_path / "ollama"
+    settings.LMSTUDIO_MODELS_DIR = tmp_path / "no-lmstudio"
+    settings.MODEL_STORAGE_DIR = tmp_path / "models"
+    settings.VAR_DIR = tmp_path
+    add_smollm(settings.OLLAMA_MODELS_DIR, demo_gguf)
+    started = []
+    monkeypatch.setattr(
+        catalog_admin.subprocess, "Popen", lambda command, **kwargs: started.append(command)
+    )
+    page_url = "/admin/catalog/ggufimport/sources/"
+    assert page_url.encode() in admin_client.get("/admin/catalog/ggufimport/").content
+    page = admin_client.get(page_url).content.decode()
+    assert 'data-name="smollm2:latest"' in page and "Q4_1" in page
+    assert 'name="model_id" value="smollm2"' in page
+    assert f"There is no folder {tmp_path / 'no-lmstudio'} on this server" in page
+
+    CatalogModel.objects.create(public_id="taken", location=str(tmp_path))
+    for model_id, refusal in [
+        ("taken", "The catalog already has a model with this id."),
+        ("no spaces", "Use letters, digits"),
+    ]:
+        form = {"origin": "ollama", "name": "smollm2:latest", "model_id": model_id}
+        response = admin_client.post(page_url, form, follow=True)
+        assert escape(f"Could not import smollm2:latest: {refusal}") in response.content.decode()
+    missing = {"origin": "ollama", "name": "gone", "model_id": "gone"}
+    response = admin_client.post(page_url, missing, follow=True)
+    assert b"Ollama has no model" in response.content
+    assert not GGUFImport.objects.exists() and not started
+
+    form = {"origin": "ollama", "name": "smollm2:latest", "model_id": "smollm2-f16"}
+    admin_client.post(page_url, {**form, "weights": "float16"})
+    response = admin_client.post(page_url, {**form, "model_id": "smollm2"})
+    assert response.status_code == 302 and response.url == "/admin/catalog/ggufimport/"
+    half, job = GGUFImport.objects.order_by("pk")
+    assert (job.origin, job.origin_name, job.weights) == ("ollama", "smollm2:latest", "quantized")
+    assert started[0][2:] == [
+        "import_gguf", "--ollama", "smollm2:latest", "--id", "smollm2-f16",
+        "--job", str(half.pk), "--weights", "float16",
+    ]  # fmt: skip
+    assert started[1][2:] == [
+        "import_gguf", "--ollama", "smollm2:latest", "--id", "smollm2", "--job", str(job.pk)
+    ]  # fmt: skip
+    listing = admin_client.get("/admin/catalog/ggufimport/").content.decode()
+    assert "Ollama: smollm2:latest" in listing
+
+    call_command(*started[1][2:], stdout=io.StringIO(), stderr=io.StringIO())
+    job.refresh_from_db()
+    assert job.status == "done" and job.progress == 100
+    assert job.message == "Ollama parameters not applied: num_ctx, stop"
+    entry = job.imported
+    assert entry.public_id == "smollm2" and entry.family.slug == "chatml"
+    assert entry.system_prompt == SMOLLM_SYSTEM and entry.default_max_tokens == 256
+
+    user = django_user_model.objects.create_user("someone", password="pw")
+    client.force_login(user)  # not staff: the admin's login page, not the import page
+    assert client.get(page_url).url.startswith("/admin/login/")

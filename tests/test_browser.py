@@ -1,7 +1,8 @@
 """The operator's pages in a real browser: Debian's headless Chromium driven by Playwright.
 
 A live server with a staff login; the admin adds the tiny model, the dashboard warms it, the
-playground streams an answer from it. Screenshots land in $SCREENSHOT_DIR (var/screenshots by
+playground streams an answer from it, the admin imports the demo model from an Ollama folder.
+Screenshots land in $SCREENSHOT_DIR (var/screenshots by
 default). Chromium comes from scripts/ensure_chromium.sh: Playwright never downloads a browser.
 """
 
@@ -17,6 +18,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
+from tests.gguf_layouts import SMOLLM_SYSTEM, add_smollm
 from tests.helpers import ROOT
 from tests.live_server import LiveServer, live_server
 
@@ -30,8 +32,14 @@ WAIT_MS = 30_000  # for the engine: loading a model, generating
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     superuser = ("createsuperuser", "--noinput", "--username", USERNAME, "--email", "a@example.com")
+    var = tmp_path_factory.mktemp("browser-var")
     with live_server(
-        tmp_path_factory.mktemp("browser-var"), superuser, DJANGO_SUPERUSER_PASSWORD=PASSWORD
+        var,
+        superuser,
+        DJANGO_SUPERUSER_PASSWORD=PASSWORD,
+        # Filled by the import test; the folders are read when the page is.
+        OLLAMA_MODELS_DIR=str(var / "ollama"),
+        LMSTUDIO_MODELS_DIR=str(var / "lmstudio"),
     ) as server:
         yield server
 
@@ -203,3 +211,35 @@ def test_playground_streams_an_answer(page, tiny_model, shots):
     expect(request.first).to_contain_text(tiny_model, timeout=WAIT_MS)
     expect(request.first).to_contain_text(f"staff:{USERNAME}")
     screenshot(page, shots, "08-dashboard-recent-requests")
+
+
+def test_admin_imports_a_model_from_ollama(page, server, shots, demo_gguf):
+    """The import page lists what Ollama pulled; one click converts it in the background, the
+    GGUF import list follows it to done, and the model is served with Ollama's defaults."""
+    add_smollm(Path(server.env["OLLAMA_MODELS_DIR"]), demo_gguf)
+    page.goto("/admin/catalog/ggufimport/")
+    page.click("#import-from-sources")
+    expect(page.locator("h1")).to_have_text("Import from Ollama / LM Studio")
+    row = page.locator('#ollama-models tr[data-name="smollm2:latest"]')
+    expect(row).to_contain_text("Q4_1")
+    expect(row.locator("input[name=model_id]")).to_have_value("smollm2")
+    expect(page.locator(".missing-folder")).to_contain_text("LMSTUDIO_MODELS_DIR")
+    row.locator("input[name=model_id]").fill("smollm2-ollama")
+    screenshot(page, shots, "09-import-from-ollama")
+
+    row.locator("button[type=submit]").click()
+    expect(page).to_have_url(re.compile(r"/admin/catalog/ggufimport/$"))
+    job = page.locator("#result_list tbody tr", has_text="smollm2-ollama")
+    expect(job).to_contain_text("Ollama: smollm2:latest")
+    # The list refreshes itself every 2 s while an import runs.
+    expect(job.locator(".field-status")).to_have_text("Done", timeout=180_000)
+    expect(job.locator(".field-imported")).to_have_text("smollm2-ollama")
+    screenshot(page, shots, "10-import-from-ollama-done")
+
+    models = httpx.get(f"{server.api}/models", timeout=10).json()["data"]
+    assert "smollm2-ollama" in [model["id"] for model in models]
+    page.goto("/admin/catalog/catalogmodel/")
+    page.locator("#result_list a", has_text="smollm2-ollama").click()
+    expect(page.locator("#id_system_prompt")).to_have_value(SMOLLM_SYSTEM)
+    expect(page.locator("#id_default_temperature")).to_have_value("0.2")
+    screenshot(page, shots, "11-imported-model")

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
@@ -8,22 +9,71 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.timezone import now
 from tqdm import tqdm
 
+from catalog.gguf_sources import (
+    Found,
+    OllamaModel,
+    SourceError,
+    default_model_id,
+    list_lmstudio,
+    list_ollama,
+    read_lmstudio,
+    read_ollama,
+)
 from catalog.management.options import error_messages, family_by_slug
 from catalog.models import CatalogModel, GGUFImport, ModelFamily
 from inference.conversion.gguf import UnsupportedGGUF, convert_gguf
 
 
+@dataclass(frozen=True)
+class Source:
+    """The GGUF file to convert, the id it gets, and Ollama's settings when it came from there."""
+
+    gguf: Path
+    model_id: str
+    ollama: OllamaModel | None = None
+
+
 class Command(BaseCommand):
-    help = "Convert a Llama-architecture GGUF file into an MLX model and add it to the catalog."
+    help = (
+        "Convert a Llama-architecture GGUF file into an MLX model and add it to the catalog: "
+        "a file by path, or one Ollama or LM Studio downloaded (--list shows them)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("path", type=Path, help="the .gguf file")
-        parser.add_argument("--id", required=True, dest="model_id", help="public model id")
+        parser.add_argument("path", type=Path, nargs="?", help="the .gguf file")
+        where = parser.add_mutually_exclusive_group()
+        where.add_argument(
+            "--ollama",
+            metavar="NAME[:TAG]",
+            help="a model Ollama pulled (llama3.2, user/model:tag), from OLLAMA_MODELS_DIR",
+        )
+        where.add_argument(
+            "--lmstudio",
+            metavar="PUBLISHER/REPO[/FILE.gguf]",
+            help="a model LM Studio downloaded, from LMSTUDIO_MODELS_DIR",
+        )
+        where.add_argument(
+            "--list",
+            action="store_true",
+            dest="list_models",
+            help="list what the Ollama and LM Studio folders hold, and import nothing",
+        )
+        parser.add_argument(
+            "--id",
+            dest="model_id",
+            help="public model id (required for a path; --ollama/--lmstudio default to the name)",
+        )
         parser.add_argument("--family", help="family slug (default: from the chat template)")
         parser.add_argument("--name", help="display name (default: the GGUF's general.name)")
         parser.add_argument("--max-tokens", type=int, help="default max_tokens for requests")
         parser.add_argument("--temperature", type=float, help="default temperature")
         parser.add_argument("--top-p", type=float, help="default top_p")
+        parser.add_argument(
+            "--weights",
+            choices=GGUFImport.Weights.values,
+            default=GGUFImport.Weights.QUANTIZED,
+            help="keep the weights quantized (default), or dequantize them into float16/float32",
+        )
         parser.add_argument(
             "--job", type=int, help="report progress and outcome in this GGUFImport (admin)"
         )
@@ -33,7 +83,11 @@ class Command(BaseCommand):
             help="do nothing when the catalog already has this id and its weights exist",
         )
 
-    def handle(self, *args, job: int | None, **options) -> None:
+    def handle(self, *args, job: int | None, list_models: bool, **options) -> None:
+        if list_models:
+            self._list()
+            return
+        self._notes: list[str] = []
         self._job = GGUFImport.objects.get(pk=job) if job else None
         if self._job is None:
             self._import(**options)
@@ -48,65 +102,146 @@ class Command(BaseCommand):
             self._update(status=GGUFImport.Status.FAILED, message=message, finished=now())
             raise
         self._update(
-            status=GGUFImport.Status.DONE, progress=100, imported=entry, finished=now(), message=""
+            status=GGUFImport.Status.DONE,
+            progress=100,
+            imported=entry,
+            finished=now(),
+            message="; ".join(self._notes),
         )
 
     def _import(
-        self,
-        *,
-        path: Path,
-        model_id: str,
-        family: str | None,
-        name: str | None,
-        if_missing: bool,
-        **options,
+        self, *, model_id: str | None, if_missing: bool, weights: str, **options
     ) -> CatalogModel | None:
-        existing = CatalogModel.objects.filter(public_id=model_id).first()
+        source = self._resolve(options["path"], options["ollama"], options["lmstudio"], model_id)
+        existing = CatalogModel.objects.filter(public_id=source.model_id).first()
         if existing and if_missing and (Path(existing.location) / "config.json").is_file():
-            self.stdout.write(f"{model_id} is already in the catalog; nothing to do.")
+            self.stdout.write(f"{source.model_id} is already in the catalog; nothing to do.")
             return existing
         if existing:
-            raise CommandError(f"the catalog already has a model with id {model_id!r}")
-        if not path.is_file():
-            raise CommandError(f"{path} is not a file")
-        destination = Path(settings.MODEL_STORAGE_DIR) / model_id
+            raise CommandError(f"the catalog already has a model with id {source.model_id!r}")
+        if not source.gguf.is_file():
+            raise CommandError(f"{source.gguf} is not a file")
+        entry = self._entry(source, **options)
+        destination = Path(entry.location)
+        if destination.exists():
+            raise CommandError(f"{destination} already exists; remove it or pick another --id")
+        try:
+            converted = convert_gguf(
+                source.gguf, destination, progress=self._progress, weights=weights
+            )
+        except UnsupportedGGUF as exc:
+            raise CommandError(f"cannot import {source.gguf.name}: {exc}") from None
+        entry.display_name = entry.display_name or converted.name
+        # Ollama's template is the one Ollama prompts the model with: it comes first.
+        ollama_family = source.ollama.family_slug if source.ollama else None
+        entry.family = entry.family or detected_family(ollama_family, converted.family_slug)
+        entry.save()
+        for note in self._notes:
+            self.stdout.write(f"note: {note}")
+        self.stdout.write(
+            self.style.SUCCESS(f"imported {source.gguf.name} as {entry.public_id} ({destination})")
+        )
+        return entry
+
+    def _resolve(
+        self, path: Path | None, ollama: str | None, lmstudio: str | None, model_id: str | None
+    ) -> Source:
+        if sum(bool(given) for given in (path, ollama, lmstudio)) != 1:
+            raise CommandError(
+                "give one of: a .gguf path, --ollama NAME, --lmstudio PUBLISHER/REPO[/FILE]; "
+                "or --list to see what Ollama and LM Studio hold"
+            )
+        try:
+            if ollama:
+                found = read_ollama(settings.OLLAMA_MODELS_DIR, ollama)
+                self._note_ollama(found)
+                return Source(found.gguf, model_id or default_model_id("ollama", found.name), found)
+            if lmstudio:
+                gguf = read_lmstudio(settings.LMSTUDIO_MODELS_DIR, lmstudio)
+                return Source(gguf, model_id or default_model_id("lmstudio", gguf.name))
+        except SourceError as exc:
+            raise CommandError(str(exc)) from None
+        if not model_id:
+            raise CommandError("--id is required when importing a .gguf file by path")
+        return Source(path, model_id)
+
+    def _note_ollama(self, found: OllamaModel) -> None:
+        self._notes.extend(found.notes)
+        ignored = found.ignored_params()
+        if ignored:
+            self._notes.append(f"Ollama parameters not applied: {', '.join(ignored)}")
+
+    def _entry(
+        self, source: Source, *, family: str | None, name: str | None, **options
+    ) -> CatalogModel:
+        """The catalog entry to save once converted; the command's options win over Ollama's."""
+        explicit = {
+            "default_max_tokens": options["max_tokens"],
+            "default_temperature": options["temperature"],
+            "default_top_p": options["top_p"],
+        }
+        ollama = source.ollama.catalog_defaults() if source.ollama else {}
         entry = CatalogModel(
-            public_id=model_id,
+            public_id=source.model_id,
             display_name=name or "",
             source=CatalogModel.Source.GGUF,
-            location=str(destination),
+            location=str(Path(settings.MODEL_STORAGE_DIR) / source.model_id),
             family=family_by_slug(family),
-            default_max_tokens=options["max_tokens"],
-            default_temperature=options["temperature"],
-            default_top_p=options["top_p"],
+            **{**ollama, **{key: value for key, value in explicit.items() if value is not None}},
         )
         try:  # everything but the weights, which do not exist yet
             entry.clean_fields(exclude=["location"])
         except ValidationError as exc:
             raise CommandError(f"not imported: {error_messages(exc)}") from None
-        if destination.exists():
-            raise CommandError(f"{destination} already exists; remove it or pick another --id")
-        try:
-            converted = convert_gguf(path, destination, progress=self._progress)
-        except UnsupportedGGUF as exc:
-            raise CommandError(f"cannot import {path.name}: {exc}") from None
-        entry.display_name = entry.display_name or converted.name
-        if entry.family is None:
-            entry.family = ModelFamily.objects.filter(slug=converted.family_slug).first()
-        entry.save()
-        self.stdout.write(
-            self.style.SUCCESS(f"imported {path.name} as {entry.public_id} ({destination})")
-        )
         return entry
+
+    def _list(self) -> None:
+        folders = [
+            ("Ollama", "OLLAMA_MODELS_DIR", list_ollama),
+            ("LM Studio", "LMSTUDIO_MODELS_DIR", list_lmstudio),
+        ]
+        for title, setting, lister in folders:
+            folder = Path(getattr(settings, setting))
+            if not folder.is_dir():
+                self.stdout.write(f"{title}: no folder {folder} (set {setting})")
+                continue
+            found = lister(folder)
+            self.stdout.write(f"{title} ({folder}): {len(found)} model(s)")
+            width = max((len(entry.name) for entry in found), default=0)
+            for entry in found:
+                self.stdout.write(f"  {listing_line(entry, width)}")
 
     def _progress(self, items):
         steps = list(items)
         bar = tqdm(steps, desc="importing", unit="step", file=self.stderr._out)
         for done, step in enumerate(bar):
             bar.set_postfix_str(step.__name__)
-            self._update(progress=round(100 * done / len(steps)), message=f"{step.__name__}…")
+            # Floored: 100 means done, which only the end of the command says.
+            self._update(progress=100 * done // len(steps), message=f"{step.__name__}…")
             yield step
 
     def _update(self, **fields) -> None:
         if self._job is not None:
             GGUFImport.objects.filter(pk=self._job.pk).update(**fields)
+
+
+def detected_family(*slugs: str | None) -> ModelFamily | None:
+    """The family of the first slug the catalog has one for."""
+    families = (ModelFamily.objects.filter(slug=slug).first() for slug in slugs if slug)
+    return next((family for family in families if family), None)
+
+
+def listing_line(entry: Found, width: int = 0) -> str:
+    name = entry.name.ljust(width)
+    if entry.problem:
+        return f"{name}  cannot be imported: {entry.problem}"
+    quantization = entry.quantization or "?"
+    return f"{name}  {human_size(entry.size):>9}  {quantization:<7}  {entry.path}"
+
+
+def human_size(size: int) -> str:
+    value, units = float(size), ["B", "KiB", "MiB", "GiB", "TiB"]
+    while value >= 1024 and len(units) > 1:
+        value /= 1024
+        units.pop(0)
+    return f"{size} B" if units[0] == "B" else f"{value:.1f} {units[0]}"
