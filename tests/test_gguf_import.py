@@ -15,11 +15,11 @@ from inference.conversion.gguf import UnsupportedGGUF, convert_gguf, inspect_ggu
 def write_gguf(path: Path, architecture: str = "llama", quantized: bool = False) -> Path:
     writer = GGUFWriter(str(path), architecture)
     writer.add_name("synthetic")
-    if quantized:  # one 256-weight Q4_K block per row: a type mx.load does not read natively
+    if quantized:  # one 256-weight Q8_K block per row: llama.cpp's activation type, no weights
         writer.add_tensor(
             "token_embd.weight",
-            np.zeros((4, 144), dtype=np.uint8),
-            raw_dtype=GGMLQuantizationType.Q4_K,
+            np.zeros((4, 292), dtype=np.uint8),
+            raw_dtype=GGMLQuantizationType.Q8_K,
         )
     writer.add_tensor("output_norm.weight", np.ones((4,), dtype=np.float32))
     writer.write_header_to_file()
@@ -62,8 +62,8 @@ def test_refuses_other_architectures(tmp_path: Path):
 
 
 def test_refuses_unsupported_tensor_types(tmp_path: Path):
-    with pytest.raises(UnsupportedGGUF, match="tensor types Q4_K are not supported"):
-        inspect_gguf(write_gguf(tmp_path / "q4k.gguf", quantized=True))
+    with pytest.raises(UnsupportedGGUF, match="tensor types Q8_K are not supported"):
+        inspect_gguf(write_gguf(tmp_path / "q8k.gguf", quantized=True))
 
 
 def test_refuses_files_that_are_not_gguf(tmp_path: Path):
@@ -120,8 +120,8 @@ def test_import_command_rejects_bad_arguments(demo_gguf, tmp_path, settings, arg
 @pytest.mark.django_db
 def test_import_command_names_what_it_cannot_convert(tmp_path: Path, settings):
     settings.MODEL_STORAGE_DIR = tmp_path / "models"
-    source = write_gguf(tmp_path / "q4k.gguf", quantized=True)
-    with pytest.raises(CommandError, match="Q4_K"):
-        call_command("import_gguf", str(source), "--id", "q4k")
+    source = write_gguf(tmp_path / "q8k.gguf", quantized=True)
+    with pytest.raises(CommandError, match="Q8_K"):
+        call_command("import_gguf", str(source), "--id", "q8k")
     assert not CatalogModel.objects.exists()
-    assert not (tmp_path / "models" / "q4k").exists()
+    assert not (tmp_path / "models" / "q8k").exists()

@@ -9,6 +9,7 @@ block of rows of one tensor: nothing reads the whole source at once.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections import Counter
@@ -28,10 +29,12 @@ from inference.conversion.gguf_tensors import (
     SUPPORTED_TYPES,
     ErrorStats,
     Plan,
-    convert_tensor,
+    convert_blocks,
+    output_layout,
     plan_for,
 )
 from inference.conversion.gguf_tokenizer import build_tokenizer, tokenizer_config
+from inference.conversion.safetensors_out import SafetensorsOut
 
 __all__ = [
     "SUPPORTED_ARCHITECTURES",
@@ -46,6 +49,7 @@ __all__ = [
 SUPPORTED_ARCHITECTURES = set(ARCHITECTURES)
 WEIGHT_FORMATS = ("quantized", "float16", "float32")
 REPORT_FILE = "gguf_import.json"
+OWNER_FILE = ".import-pid"
 
 # Chat-template markers that tell which family a model belongs to.
 FAMILY_MARKERS = {
@@ -128,9 +132,12 @@ def convert_gguf(
     if destination.exists():
         raise FileExistsError(f"{destination} already exists")
     destination.parent.mkdir(parents=True, exist_ok=True)
+    remove_abandoned_imports(destination.parent)
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}-", dir=destination.parent))
+    (staging / OWNER_FILE).write_text(str(os.getpid()))
     try:
         converted = _Conversion(file, arch, staging, weights).run(progress)
+        (staging / OWNER_FILE).unlink()
         staging.chmod(0o755)  # mkdtemp made it private
         staging.rename(destination)
     except BaseException:  # KeyboardInterrupt too: leave nothing behind
@@ -139,20 +146,38 @@ def convert_gguf(
     return replace(converted, path=destination)
 
 
+def remove_abandoned_imports(folder: Path) -> None:
+    """A killed import (SIGKILL, power loss) cannot clean up after itself: its staging folder
+    names its process, and the next import into the same folder removes it once that is gone."""
+    for owner in folder.glob(f".*/{OWNER_FILE}"):
+        try:
+            os.kill(int(owner.read_text()), 0)
+        except ProcessLookupError:
+            shutil.rmtree(owner.parent, ignore_errors=True)
+        except (ValueError, PermissionError, OSError):
+            continue  # alive under another user, or not ours to judge
+
+
 class _Conversion:
     def __init__(self, file: GGUFFile, arch: Architecture, out: Path, weights: str) -> None:
         self.file, self.arch, self.out, self.weights = file, arch, out, weights
-        self.arrays: dict = {}
-        self.plans: dict[str, Plan] = {}
+        self.plans: dict[str, Plan] = {}  # by module (quantized) or tensor name (float)
+        self.tensor_plans: dict[str, tuple[str, Plan, bool]] = {}
+        self.out_file: SafetensorsOut | None = None
         self.errors: dict[str, ErrorStats] = {}
 
     def run(self, progress: Progress) -> ConvertedModel:
         tensors = [t for t in self.file.tensors if self.arch.mlx_name(t.name) is not None]
         steps = [Step("tokenizer", self.tokenizer), Step("config", self.config)]
+        steps += [Step("plan", lambda: self.plan(tensors))]
         steps += [Step(t.name, lambda t=t: self.tensor(t)) for t in tensors]
-        steps += [Step("write", self.write)]
-        for step in progress(steps):  # cheap refusals (tokenizer, config) come first
-            step()
+        steps += [Step("finish", self.finish)]
+        try:
+            for step in progress(steps):  # cheap refusals (tokenizer, config) come first
+                step()
+        finally:
+            if self.out_file is not None:
+                self.out_file.close()
         template = self.file.metadata.get("tokenizer.chat_template") or ""
         return ConvertedModel(
             self.out,
@@ -174,32 +199,45 @@ class _Conversion:
         settings = tokenizer_config(self.file.metadata, self.config_json)
         (self.out / "tokenizer_config.json").write_text(json.dumps(settings, indent=2))
 
+    def plan(self, tensors: list[TensorInfo]) -> None:
+        """Every tensor's fate and place in the output, before any is converted."""
+        layout = {}
+        for tensor in tensors:
+            name = self.arch.mlx_name(tensor.name)
+            module, kind = name.rsplit(".", 1)
+            is_norm = module.rsplit(".", 1)[-1].endswith("norm")
+            quantizable = kind == "weight" and len(tensor.shape) == 2 and not is_norm
+            plan = plan_for(tensor, self.weights, quantizable)
+            self.plans[module if plan.quantized else name] = plan
+            self.tensor_plans[tensor.name] = (name, plan, is_norm)
+            for suffix, entry in output_layout(tensor, plan).items():
+                layout[self._output_name(name, suffix)] = entry
+        self.out_file = SafetensorsOut(self.out / "model.safetensors", layout)
+
+    @staticmethod
+    def _output_name(name: str, suffix: str) -> str:
+        return name if suffix == "weight" else f"{name.rsplit('.', 1)[0]}.{suffix}"
+
     def tensor(self, tensor: TensorInfo) -> None:
-        name = self.arch.mlx_name(tensor.name)
-        module, kind = name.rsplit(".", 1)
-        is_norm = module.rsplit(".", 1)[-1].endswith("norm")
-        quantizable = kind == "weight" and len(tensor.shape) == 2 and not is_norm
-        plan = plan_for(tensor, self.weights, quantizable)
+        name, plan, is_norm = self.tensor_plans[tensor.name]
         transform = None
         if is_norm and self.arch.norm_offset:
             offset = self.arch.norm_offset
             transform = lambda values: values - offset  # noqa: E731
-        converted = convert_tensor(self.file.path, tensor, plan, transform)
-        for suffix, array in converted.arrays.items():
-            self.arrays[f"{module}.{suffix}" if suffix != "weight" else name] = array
-        self.plans[module if plan.quantized else name] = plan
+        error = ErrorStats()
+        for first_row, arrays in convert_blocks(self.file.path, tensor, plan, error, transform):
+            for suffix, array in arrays.items():
+                self.out_file.write(self._output_name(name, suffix), first_row, array)
         if plan.quantized:
-            self.errors[module] = converted.error
+            self.errors[name.rsplit(".", 1)[0]] = error
 
-    def write(self) -> None:
-        import mlx.core as mx
-
+    def finish(self) -> None:
+        self.out_file.close()
         quantization = quantization_config(self.plans)
         if quantization:
             self.config_json["quantization"] = quantization
         (self.out / "config.json").write_text(json.dumps(self.config_json, indent=2))
         (self.out / REPORT_FILE).write_text(json.dumps(self.report, indent=2))
-        mx.save_safetensors(str(self.out / "model.safetensors"), self.arrays, {"format": "mlx"})
 
     @property
     def report(self) -> dict:

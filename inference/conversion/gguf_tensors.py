@@ -9,7 +9,7 @@ and re-quantized to MLX affine of at least its bits, and the error that adds is 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -110,27 +110,33 @@ class ErrorStats:
         return (self.squared_error / self.count) ** 0.5 if self.count else 0.0
 
 
-@dataclass
-class Converted:
-    arrays: dict = field(default_factory=dict)  # suffix ("weight", "scales", "biases") -> mx.array
-    error: ErrorStats = field(default_factory=ErrorStats)
+def output_layout(tensor: TensorInfo, plan: Plan) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """What convert_blocks will produce for the whole tensor: suffix -> (dtype, shape)."""
+    leading, columns = tensor.shape[:-1], tensor.columns
+    if not plan.quantized:
+        return {"weight": (plan.dtype, tensor.shape)}
+    groups = (SCALES_DTYPE, (*leading, columns // GROUP))
+    return {
+        "weight": ("uint32", (*leading, columns * plan.bits // 32)),
+        "scales": groups,
+        "biases": groups,
+    }
 
 
-def convert_tensor(path: Path, tensor: TensorInfo, plan: Plan, transform=None) -> Converted:
-    """transform: applied to float tensors' values (e.g. Gemma's norm offset) before the cast."""
+def convert_blocks(
+    path: Path, tensor: TensorInfo, plan: Plan, error: ErrorStats, transform=None
+) -> Iterator[tuple[int, dict]]:
+    """(first row, {suffix: mx.array}) per block of rows. transform: applied to float tensors'
+    values (e.g. Gemma's norm offset) before the cast."""
     import mlx.core as mx
 
-    result = Converted()
-    parts: dict[str, list] = {}
+    first_row = 0
     for raw in read_rows(path, tensor):
-        for suffix, array in _convert_rows(raw, tensor, plan, transform, result.error):
-            mx.eval(array)
-            parts.setdefault(suffix, []).append(array)
-    for suffix, blocks in parts.items():
-        joined = blocks[0] if len(blocks) == 1 else mx.concatenate(blocks, axis=0)
-        result.arrays[suffix] = joined.reshape(*tensor.shape[:-1], joined.shape[-1])
-        del blocks[:]
-    return result
+        arrays = dict(_convert_rows(raw, tensor, plan, transform, error))
+        mx.eval(*arrays.values())
+        yield first_row, arrays
+        first_row += raw.shape[0]
+    mx.clear_cache()  # MLX keeps freed buffers for reuse; the import wants them back
 
 
 def _convert_rows(

@@ -43,6 +43,10 @@ int main(int argc, char ** argv) {
     ctx_params.n_ubatch = ctx_params.n_batch;
     ctx_params.n_threads = 2;
     ctx_params.n_threads_batch = 2;
+    // A float32 cache: the reference should differ from the import by llama.cpp's weight
+    // formats, not by a float16 copy of every key and value.
+    ctx_params.type_k = GGML_TYPE_F32;
+    ctx_params.type_v = GGML_TYPE_F32;
     llama_context * ctx = llama_init_from_model(model, ctx_params);
     const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
 
