@@ -55,14 +55,16 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# The whole suite twice: on SQLite, then on a throwaway PostgreSQL in var/pg (installed and
-# started by scripts/ensure_postgres.sh; pytest-django creates its own test_ database on it).
+# The whole suite on SQLite, then again on a throwaway PostgreSQL in var/pg (installed and
+# started by scripts/ensure_postgres.sh; pytest-django creates its own test_ database on it),
+# less the modules that never touch a database (tests/conftest.py: DATABASE_INDEPENDENT).
 test: $(VENV)/.installed-test $(VENV)/.kernels $(VENV)/.llama-tools $(DEMO_GGUF) lint
 	@echo "=== make test: pass 1 of 2, on SQLite ==="
 	DEMO_GGUF=$(abspath $(DEMO_GGUF)) $(BIN)/python -m pytest
 	@echo "=== make test: pass 2 of 2, on PostgreSQL ==="
 	url=$$(sh scripts/ensure_postgres.sh) && \
-	  DATABASE_URL=$$url DEMO_GGUF=$(abspath $(DEMO_GGUF)) $(BIN)/python -m pytest
+	  DATABASE_URL=$$url DEMO_GGUF=$(abspath $(DEMO_GGUF)) $(BIN)/python -m pytest \
+	    -m "not database_independent"
 
 # Ours against mlx_lm.server on the demo model; BENCH_ARGS="--concurrency 1,8" shortens it.
 bench: $(VENV)/.installed-test $(VENV)/.kernels $(DEMO_GGUF)

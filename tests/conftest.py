@@ -11,6 +11,21 @@ from inference.engine.types import ModelSpec
 from tests.helpers import DEMO_ID, ROOT, build_tiny_model
 from tests.scripted import build_scripted_model
 
+# Modules that never touch the database: `make test`'s PostgreSQL pass leaves them out
+# (-m "not database_independent"), as they would only repeat the SQLite pass.
+DATABASE_INDEPENDENT = {
+    "test_cpu_kernels",
+    "test_gguf_architectures",
+    "test_gguf_tokenizer",
+    "test_gguf_types",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.module.__name__.rsplit(".", 1)[-1] in DATABASE_INDEPENDENT:
+            item.add_marker(pytest.mark.database_independent)
+
 
 @pytest.fixture(scope="session")
 def demo_gguf() -> Path:
