@@ -1,12 +1,55 @@
-"""A Hugging Face tokenizer.json rebuilt from a GGUF file's vocabulary and merges."""
+"""A Hugging Face tokenizer.json rebuilt from a GGUF file's vocabulary, tokenizing like llama.cpp.
+
+Two GGUF vocabularies are supported:
+
+- SentencePiece ("llama"): llama.cpp merges adjacent symbols into the highest-scoring vocabulary
+  token until none applies, and falls back to <0xXX> byte tokens. That is a BPE whose merges are
+  every split of a token into two tokens, ranked by the merged token's score.
+- Byte-level BPE ("gpt2"): the file's merges, after the pre-tokenizer regexes llama.cpp applies
+  for the file's tokenizer.ggml.pre name.
+
+Special tokens (control, unknown, user-defined) are split out of the text first, as llama.cpp does
+when it parses special tokens (its server does for prompts).
+"""
+
+# The regexes below are llama.cpp's, with its full-width and look-alike characters on purpose.
+# ruff: noqa: RUF001
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import (
+    AddedToken,
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+)
 
 from inference.conversion.gguf_file import UnsupportedGGUF
+
+__all__ = [
+    "PRE_TOKENIZERS",
+    "PreTokenizer",
+    "TokenType",
+    "UnsupportedGGUF",
+    "Vocab",
+    "build_tokenizer",
+    "eog_token_ids",
+    "read_vocab",
+    "special_token_ids",
+    "tokenizer_config",
+]
+
+SPACE = "\u2581"  # SentencePiece's visible space
 
 
 class TokenType(IntEnum):  # llama.cpp's token types
@@ -18,97 +61,563 @@ class TokenType(IntEnum):  # llama.cpp's token types
     BYTE = 6
 
 
-# llama.cpp's pre-tokenizer regexes, by the name GGUF stores in tokenizer.ggml.pre.
-_LLAMA3_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+# --- pre-tokenizers -------------------------------------------------------------------------------
+# The regexes are llama.cpp's (src/llama-vocab.cpp), not the models' original ones: llama.cpp
+# rewrote some for its regex engine (case-insensitive groups spelled out, \p{Lu}-style classes as
+# lookaheads), and matching llama.cpp is the point. Each regex splits every piece the previous one
+# left, keeping matches and the text between them, as a tokenizers Split "isolated" does.
+
+_CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+_LLAMA3 = (
+    _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-_QWEN2_SPLIT = _LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")
+_QWEN2 = _LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+_QWEN35 = (
+    _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_JAIS2 = _LLAMA3.replace(
+    r"|\s+(?!\S)|\s+",
+    "".join(rf"|\s{{{n}}}(?!\S)" for n in (512, 256, 128, 64, 32, 16, 8, 4))
+    + r"|\s{1,2}(?!\S)|\s{1}",
+)
+_UPPER_THEN_LOWER = r"((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+"
+_LOWER_AFTER_UPPER = r"((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*"
+_TEKKEN = (
+    rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER_THEN_LOWER}|[^\r\n\p{{L}}\p{{N}}]?{_LOWER_AFTER_UPPER}"
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_GPT4O_TAIL = r"| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+# The original of llama.cpp's lookahead spelling above (which tiny_aya and youtu keep).
+_CASED_WORDS = (
+    rf"[^\r\n\p{{L}}\p{{N}}]?[\p{{Lu}}\p{{Lt}}\p{{Lm}}\p{{Lo}}\p{{M}}]*"
+    rf"[\p{{Ll}}\p{{Lm}}\p{{Lo}}\p{{M}}]+{_CONTRACTIONS}?"
+    rf"|[^\r\n\p{{L}}\p{{N}}]?[\p{{Lu}}\p{{Lt}}\p{{Lm}}\p{{Lo}}\p{{M}}]+"
+    rf"[\p{{Ll}}\p{{Lm}}\p{{Lo}}\p{{M}}]*{_CONTRACTIONS}?"
+)
+# tiny_aya's and afmoe's digits: llama.cpp's own code, not a regex. It cuts a run of digits into
+# threes from the right, the first cut keeping the text before the run.
+_DIGIT_GROUPS = r"\P{N}*\p{N}{1,3}(?=(?:\p{N}{3})*(?!\p{N}))"
+_GPT4O = (
+    rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER_THEN_LOWER}{_CONTRACTIONS}?"
+    rf"|[^\r\n\p{{L}}\p{{N}}]?{_LOWER_AFTER_UPPER}{_CONTRACTIONS}?"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 
 
-def _byte_level(use_regex: bool = True) -> pre_tokenizers.ByteLevel:
-    return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=use_regex)
+def _code_points(spec: str) -> str:
+    """A regex class body from hexadecimal code points and ranges ("B5 C0-D6"), so that the exact
+    characters survive editors and Unicode normalisation."""
+    return "".join("-".join(chr(int(cp, 16)) for cp in item.split("-")) for item in spec.split())
 
 
-def _split_then_bytes(pattern: str) -> pre_tokenizers.PreTokenizer:
-    return pre_tokenizers.Sequence(
-        [pre_tokenizers.Split(Regex(pattern), behavior="isolated"), _byte_level(False)]
+# deepseek-llm's letters: llama.cpp's explicit list rather than \p{L}.
+_DEEPSEEK_LETTERS = "A-Za-z" + _code_points(
+    "B5 C0-D6 D8-F6 F8-1BA 1BC-1BF 1C4-293 295-2AF 370-373 376 377 37B-37D 37F 386 388-38A 38C "
+    "38E-3A1 3A3-3F5 3F7-481 48A-52F 531-556 10A0-10C5 13A0-13F5 13F8-13FD 1C90-1CBA 1CBD-1CBF "
+    "1D00-1D2B 1D6B-1D77 1D79-1D9A 1E00-1F15 1F18-1F1D 1F20-1F45 1F48-1F4D 1F50-1F57 1F59 1F5B "
+    "1F5D 1F5F-1F7D 1F80-1FB4 1FB6-1FBC 1FBE 1FC2-1FC4 1FC6-1FCC 1FD0-1FD3 1FD6-1FDB 1FE0-1FEC "
+    "1FF2-1FF4 1FF6-1FFC 2102 2107 210A-2113 2115 2119-211D 2124 2126 2128 212A-212D 212F-2134 "
+    "2139 213C-213F 2145-2149 214E 2183 2184 2C00-2C7B 2C7E-2CE4 2CEB-2CEE 2CF2 2CF3 A640-A66D "
+    "A680-A69B A722-A76F A771-A787 A78B-A78E AB70-ABBF FB00-FB06 FB13-FB17 FF21-FF3A FF41-FF5A "
+    "10400-1044F 104B0-104D3 104D8-104FB 10C80-10CB2 10CC0-10CF2 118A0-118DF 1E900-1E943"
+)
+_AFMOE_SCRIPTS = (
+    "["
+    + _code_points(
+        "4E00-9FFF 3400-4DBF 8C48-FAFF 3040-309F 30A0-30FF FF65-FF9F 2F00-2FDF E40-E7F E80-EFF "
+        "1780-17FF 1000-109F AA60-AA7F A9E0-A9FF AC00-D7AF 1100-11FF"
     )
+    + "]+"
+)
+_CJK = "[一-龥ࠀ-一가-퟿]+"
+_DEEPSEEK3 = (
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?"
+    "[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"
+)
+_KANA_HAN = "[一-龥぀-ゟ゠-ヿ]+"
+_BLOOM = " ?[^(\\s|.,!?…。，、।۔،)]+"
+_STARCODER = (r"\p{N}", _GPT2)
 
 
-def _digits_then_bytes() -> pre_tokenizers.PreTokenizer:
-    return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), _byte_level()])
+@dataclass(frozen=True)
+class PreTokenizer:
+    """What llama.cpp does for one tokenizer.ggml.pre name."""
+
+    patterns: tuple[str, ...]
+    # A pre-tokenized word that is itself a token is kept whole (llama.cpp's ignore_merges).
+    ignore_merges: bool = False
+    # llama.cpp's add_bos default for the name, when the file has no add_bos_token.
+    add_bos: bool = False
+    # ChatGLM vocabularies have no BOS unless the file names one.
+    no_default_bos: bool = False
 
 
-PRE_TOKENIZERS = {
-    "default": _byte_level,
-    "gpt-2": _byte_level,
-    "gpt2": _byte_level,
-    "smollm": _digits_then_bytes,
-    "starcoder": _digits_then_bytes,
-    "refact": _digits_then_bytes,
-    "llama-bpe": lambda: _split_then_bytes(_LLAMA3_SPLIT),
-    "llama3": lambda: _split_then_bytes(_LLAMA3_SPLIT),
-    "qwen2": lambda: _split_then_bytes(_QWEN2_SPLIT),
+def _names(names: str, pre: PreTokenizer) -> dict[str, PreTokenizer]:
+    return dict.fromkeys(names.split(), pre)
+
+
+PRE_TOKENIZERS: dict[str, PreTokenizer] = {
+    **_names(
+        "default",
+        PreTokenizer((r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", "[0-9][0-9][0-9]")),
+    ),
+    **_names(
+        "llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2 jina-v5-nano",
+        PreTokenizer((_LLAMA3,), ignore_merges=True, add_bos=True),
+    ),
+    **_names("dbrx smaug-bpe", PreTokenizer((_LLAMA3,))),
+    **_names("jais-2", PreTokenizer((_JAIS2,))),
+    **_names(
+        "deepseek-llm",
+        PreTokenizer(
+            (
+                "[\r\n]",
+                f"\\s?[{_DEEPSEEK_LETTERS}]+",
+                "\\s?[!-/:-~！-／：-～‘-‟　-。]+",
+                "\\s+$",
+                _CJK,
+                r"\p{N}+",
+            )
+        ),
+    ),
+    **_names(
+        "deepseek-v3 hunyuan-dense joyai-llm hy_v4",
+        PreTokenizer((r"\p{N}{1,3}", _KANA_HAN, _DEEPSEEK3)),
+    ),
+    **_names(
+        "spark2_5",
+        PreTokenizer(
+            (
+                r"\p{N}{1,3}",
+                _KANA_HAN,
+                _DEEPSEEK3.replace("[\r\n]*|\\s*[\r\n]+", "|[\r\n]"),
+                r"\p{N}",
+            )
+        ),
+    ),
+    **_names(
+        "youtu",
+        PreTokenizer(
+            (
+                "[가-힣ㄱ-ㆎ]+|[！…“”‘’—：；，、-〿︰-﹏]+|[ㄅ-ㄯ]+|[一-龥぀-ゟ゠-ヿ]+",
+                _CASED_WORDS + r"|\p{N}" + _GPT4O_TAIL,
+            ),
+            ignore_merges=True,
+        ),
+    ),
+    **_names(
+        "deepseek-coder",
+        PreTokenizer(("[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _CJK, r"\p{N}")),
+    ),
+    **_names("falcon", PreTokenizer((r"[\p{P}\$\+<=>\^~\|`]+", _GPT2, "[0-9][0-9][0-9]"))),
+    **_names(
+        "starcoder refact command-r smollm codeshell exaone minerva-7b mellum2",
+        PreTokenizer(_STARCODER),
+    ),
+    **_names(
+        "gpt-2 phi-2 gigachat a.x-4.0 mellum mpt olmo jais trillion granite-docling exaone4",
+        PreTokenizer((_GPT2,)),
+    ),
+    **_names(
+        "qwen2 deepseek-r1-qwen kormo f2llmv2 megrez stablelm2 hunyuan solar-open grok-2",
+        PreTokenizer((_QWEN2,)),
+    ),
+    **_names("qwen35", PreTokenizer((_QWEN35,))),
+    **_names("poro-chat bloom gpt3-finnish", PreTokenizer((_BLOOM,))),
+    **_names("viking", PreTokenizer((_BLOOM, r"\p{N}"))),
+    **_names("chatglm-bpe", PreTokenizer((_LLAMA3,), no_default_bos=True)),
+    **_names("glm4 glm5", PreTokenizer((_LLAMA3,), ignore_merges=True, no_default_bos=True)),
+    **_names(
+        "chameleon",
+        PreTokenizer(
+            (
+                "<sentinel:[0-9]+>",
+                "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z",
+                "([\\t\\n]|    |  )",
+                r"\p{N}",
+                r"[\p{P}!-/:-@\[-`{-~]",
+                _GPT2,
+            ),
+            add_bos=True,
+        ),
+    ),
+    **_names(
+        "exaone-moe",
+        PreTokenizer(
+            (
+                _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}"
+                r"| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+",
+            )
+        ),
+    ),
+    **_names(
+        "tiny_aya cohere2moe",
+        PreTokenizer((_DIGIT_GROUPS, _CASED_WORDS + r"|\p{N}{1,3}" + _GPT4O_TAIL)),
+    ),
+    **_names("afmoe", PreTokenizer((_DIGIT_GROUPS, _AFMOE_SCRIPTS, _DEEPSEEK3))),
+    **_names("tekken", PreTokenizer((_TEKKEN,), ignore_merges=True, add_bos=True)),
+    **_names("gpt-4o llama4 kanana2 talkie minimax-m2", PreTokenizer((_GPT4O,))),
+    **_names(
+        "seed-coder",
+        PreTokenizer(
+            (
+                _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+",
+            )
+        ),
+    ),
+    **_names(
+        "bailingmoe bailingmoe2 llada-moe",
+        PreTokenizer(
+            (
+                r"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+",
+            )
+        ),
+    ),
+    **_names("ufakzeka", PreTokenizer((_QWEN2.removeprefix(_CONTRACTIONS + "|"),))),
+    **_names("laguna", PreTokenizer(("[^\\n]+|[\\n]+", _QWEN2))),
+    **_names(
+        "minicpm5",
+        PreTokenizer(
+            (r"\p{N}{1,3}", _LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}+")), ignore_merges=True
+        ),
+    ),
 }
 
 
-def build_tokenizer(metadata: dict) -> Tokenizer:
+def _pre_tokenizer(pre: PreTokenizer) -> pre_tokenizers.PreTokenizer:
+    # llama.cpp's regex engine knows Unicode's general categories only: there \p{Lu}, \p{Ll},
+    # \p{Lt}, \p{Lm} and \p{Lo} all mean any letter, and "iPhone" stays one word.
+    patterns = [re.sub(r"\\p\{L[ultmo]\}", r"\\p{L}", p) for p in pre.patterns]
+    splits = [pre_tokenizers.Split(Regex(p), behavior="isolated") for p in patterns]
+    # The regexes run on the text; only then are its bytes mapped to GPT-2's byte alphabet.
+    return pre_tokenizers.Sequence(
+        [*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    )
+
+
+# --- the vocabulary -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """A GGUF vocabulary with the defaults llama.cpp applies for keys the file leaves out."""
+
+    spm: bool  # SentencePiece ("llama"); otherwise byte-level BPE ("gpt2")
+    tokens: list[str]
+    types: list[int]
+    pre: PreTokenizer | None
+    special: dict[str, int | None]  # bos, eos, unknown, padding -> id
+    add_bos: bool
+    add_eos: bool
+    add_space_prefix: bool
+
+
+def read_vocab(metadata: dict) -> Vocab:
     kind = metadata.get("tokenizer.ggml.model")
-    if kind != "gpt2":
+    if kind not in ("llama", "gpt2"):
         raise UnsupportedGGUF(
-            f"tokenizer model {kind!r} is not supported (only byte-level BPE, 'gpt2')"
+            f"tokenizer model {kind!r} is not supported "
+            "(supported: 'llama' SentencePiece and 'gpt2' byte-level BPE)"
         )
-    pre = metadata.get("tokenizer.ggml.pre", "default")
-    if pre not in PRE_TOKENIZERS:
+    spm = kind == "llama"
+    pre = None if spm else _known_pre(metadata)
+    tokens = _tokens(metadata)
+    types = _as_list(metadata.get("tokenizer.ggml.token_type")) or [TokenType.NORMAL] * len(tokens)
+    if len(types) < len(tokens):
+        raise UnsupportedGGUF("tokenizer.ggml.token_type is shorter than the vocabulary")
+    # llama.cpp: SentencePiece adds BOS by default; BPE only for some pre-tokenizers.
+    add_bos = metadata.get("tokenizer.ggml.add_bos_token", spm or bool(pre and pre.add_bos))
+    return Vocab(
+        spm=spm,
+        tokens=tokens,
+        types=[int(t) for t in types[: len(tokens)]],
+        pre=pre,
+        special=_special_ids(metadata, spm, pre, len(tokens)),
+        add_bos=bool(add_bos),
+        add_eos=bool(metadata.get("tokenizer.ggml.add_eos_token", False)),
+        add_space_prefix=bool(metadata.get("tokenizer.ggml.add_space_prefix", spm)),
+    )
+
+
+def _known_pre(metadata: dict) -> PreTokenizer:
+    name = metadata.get("tokenizer.ggml.pre") or "default"  # llama.cpp's fallback, with a warning
+    if name not in PRE_TOKENIZERS:
         raise UnsupportedGGUF(
-            f"pre-tokenizer {pre!r} is not supported (known: {', '.join(sorted(PRE_TOKENIZERS))})"
+            f"pre-tokenizer {name!r} is not supported (known: {', '.join(sorted(PRE_TOKENIZERS))})"
         )
-    tokens: list[str] = metadata["tokenizer.ggml.tokens"]
-    merges = [tuple(m.split(" ", 1)) for m in metadata["tokenizer.ggml.merges"]]
-    vocab = {token: index for index, token in enumerate(tokens)}
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
-    tokenizer.pre_tokenizer = PRE_TOKENIZERS[pre]()
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.post_processor = _post_processor(metadata, tokens)
-    _add_special_tokens(tokenizer, tokens, _token_types(metadata, len(tokens)))
+    return PRE_TOKENIZERS[name]
+
+
+def _as_list(value: Any) -> list:
+    if value is None:
+        return []
+    return value.tolist() if hasattr(value, "tolist") else list(value)
+
+
+def _tokens(metadata: dict) -> list[str]:
+    # llama.cpp renames empty tokens so that every token has a text of its own.
+    tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(metadata["tokenizer.ggml.tokens"])]
+    if len(set(tokens)) != len(tokens):
+        # llama.cpp refuses such a vocabulary too (an assertion when it loads).
+        raise UnsupportedGGUF("the vocabulary lists the same token twice")
+    return tokens
+
+
+def _special_ids(
+    metadata: dict, spm: bool, pre: PreTokenizer | None, count: int
+) -> dict[str, int | None]:
+    # llama.cpp's defaults: SentencePiece <unk> 0, <s> 1, </s> 2; BPE 11 for both BOS and EOS.
+    if spm:
+        ids: dict[str, int | None] = {"bos": 1, "eos": 2, "unknown": 0, "padding": None}
+    else:
+        ids = {"bos": 11, "eos": 11, "unknown": None, "padding": None}
+        if pre is not None and pre.no_default_bos:
+            ids["bos"] = None
+    for name, default in ids.items():
+        if default is not None and default >= count:
+            ids[name] = default = None
+        value = metadata.get(f"tokenizer.ggml.{name}_token_id")
+        # An id outside the vocabulary is ignored, as llama.cpp does (with a warning).
+        if value is not None and 0 <= int(value) < count:
+            ids[name] = int(value)
+    return ids
+
+
+def special_token_ids(metadata: dict) -> dict[str, int | None]:
+    """bos, eos, unknown and padding ids as llama.cpp resolves them (defaults included)."""
+    return read_vocab(metadata).special
+
+
+# Texts llama.cpp treats as control tokens whatever their type says (its EOG and FIM detection).
+_EOG_TEXTS = frozenset(
+    [
+        "<|eot_id|>",
+        "<|im_end|>",
+        "<|end|>",
+        "<|return|>",
+        "<|call|>",
+        "<|flush|>",
+        "<|calls|>",
+        "<end_of_turn>",
+        "<|endoftext|>",
+        "</s>",
+        "<|eom_id|>",
+        "<EOT>",
+        "_<EOT>",
+        "[EOT]",
+        "[EOS]",
+        "<|end_of_text|>",
+        "<end_of_utterance>",
+        "<eos>",
+        "<turn|>",
+        "<|tool_response>",
+        "<｜end▁of▁sentence｜>",
+        "[e~[",
+    ]
+)
+_FIM_TEXTS = {
+    "fim_pre": "<|fim_prefix|> <fim-prefix> <fim_prefix> <｜fim▁begin｜> <PRE> ▁<PRE> "
+    "<|code_prefix|> <|prefix|>",
+    "fim_suf": "<|fim_suffix|> <fim-suffix> <fim_suffix> <｜fim▁hole｜> <SUF> ▁<SUF> "
+    "<|code_suffix|> <|suffix|>",
+    "fim_mid": "<|fim_middle|> <fim-middle> <fim_middle> <｜fim▁end｜> <MID> ▁<MID> "
+    "<|code_middle|> <|middle|>",
+    "fim_pad": "<|fim_pad|> <fim-pad> <fim_pad> <PAD> [PAD]",
+    "fim_rep": "<|fim_repo|> <|repo_name|> <fim-repo> <REPO> <reponame>",
+    "fim_sep": "<|file_sep|>",
+}
+# gpt-oss: llama.cpp renders these, as user-defined tokens.
+_USER_TEXTS = frozenset(["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"])
+
+
+def _file_id(metadata: dict, key: str, count: int) -> int | None:
+    value = metadata.get(f"tokenizer.ggml.{key}_token_id")
+    return int(value) if value is not None and 0 <= int(value) < count else None
+
+
+def _control_texts(metadata: dict, count: int) -> set[str]:
+    texts = set(_EOG_TEXTS)
+    for key, names in _FIM_TEXTS.items():
+        if _file_id(metadata, key, count) is None:  # llama.cpp looks for them by text only then
+            texts.update(names.split())
+    return texts
+
+
+def _split_out(vocab: Vocab, metadata: dict) -> tuple[list[str], list[str]]:
+    """The special tokens and the user-defined tokens llama.cpp splits out of the text."""
+    controls = _control_texts(metadata, len(vocab.tokens))
+    # gpt-oss and solar-open: "<|end|>" ends a message, not generation; llama.cpp makes it
+    # user-defined when the vocabulary has the tokens that do end generation.
+    gpt_oss_end = _message_end(set(vocab.tokens))
+    special, user = [], []
+    for token, kind in zip(vocab.tokens, vocab.types, strict=True):
+        if token in _USER_TEXTS or (gpt_oss_end and token == "<|end|>"):
+            user.append(token)
+        elif kind in (TokenType.CONTROL, TokenType.UNKNOWN) or token in controls:
+            special.append(token)
+        elif kind == TokenType.USER_DEFINED:
+            user.append(token)
+    return special, user
+
+
+def _add_split_tokens(tokenizer: Tokenizer, vocab: Vocab, metadata: dict) -> None:
+    special, user = _split_out(vocab, metadata)
+    # Phi-3: llama.cpp strips the whitespace after its special tokens, except these three.
+    name = str(metadata.get("general.name", "")).lower()
+    phi3 = "phi-3" in name or "phi3" in name
+    kept = {"<unk>", "<s>", "<|endoftext|>"}
+
+    def added(text: str, is_special: bool) -> AddedToken:
+        rstrip = phi3 and text not in kept
+        return AddedToken(text, special=is_special, normalized=False, rstrip=rstrip)
+
+    tokenizer.add_special_tokens([added(t, True) for t in special])
+    tokenizer.add_tokens([added(t, False) for t in user])
+
+
+def eog_token_ids(metadata: dict) -> list[int]:
+    """The tokens that end generation in llama.cpp: EOS, EOT, EOM, the FIM pad, repo and file
+    separator, and the ones it recognises by their text (<|im_end|>, <end_of_turn>, ...)."""
+    vocab = read_vocab(metadata)
+    index = {token: i for i, token in enumerate(vocab.tokens)}
+    ids = {index[text] for text in _EOG_TEXTS if text in index}
+    if vocab.special["eos"] is not None:
+        ids.add(vocab.special["eos"])
+    for key in ("eot", "eom", "fim_pad", "fim_rep", "fim_sep"):
+        found = _file_id(metadata, key, len(index))
+        if found is not None:
+            ids.add(found)
+        elif key.startswith("fim"):
+            ids.update(index[text] for text in _FIM_TEXTS[key].split() if text in index)
+    if _message_end(set(index)):
+        ids.discard(index["<|end|>"])
+    return sorted(ids)
+
+
+def _message_end(present: set[str]) -> bool:
+    return "<|end|>" in present and (
+        {"<|return|>", "<|call|>"} <= present or {"<|calls|>", "<|flush|>"} <= present
+    )
+
+
+# --- building the tokenizer -----------------------------------------------------------------------
+
+
+def build_tokenizer(metadata: dict) -> Tokenizer:
+    """The tokenizer.json for a GGUF's metadata: llama.cpp's ids for any text, special tokens
+    parsed, BOS and EOS added as llama.cpp adds them."""
+    vocab = read_vocab(metadata)
+    build = _sentencepiece if vocab.spm else _byte_level_bpe
+    tokenizer = build(vocab, metadata)
+    tokenizer.post_processor = _post_processor(vocab)
+    _add_split_tokens(tokenizer, vocab, metadata)
     return tokenizer
 
 
-def _token_types(metadata: dict, count: int) -> list[int]:
-    types = metadata.get("tokenizer.ggml.token_type")
-    if types is None:
-        return [TokenType.NORMAL] * count
-    return types.tolist() if hasattr(types, "tolist") else list(types)
-
-
-def _add_special_tokens(tokenizer: Tokenizer, tokens: list[str], types: list[int]) -> None:
-    control = [t for t, kind in zip(tokens, types, strict=True) if kind == TokenType.CONTROL]
-    user = [t for t, kind in zip(tokens, types, strict=True) if kind == TokenType.USER_DEFINED]
-    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in control])
-    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in user])
-
-
-def _post_processor(metadata: dict, tokens: list[str]) -> processors.PostProcessor:
-    byte_level = processors.ByteLevel(trim_offsets=False)
-    bos_id = metadata.get("tokenizer.ggml.bos_token_id")
-    if not metadata.get("tokenizer.ggml.add_bos_token") or bos_id is None:
-        return byte_level
-    bos = tokens[int(bos_id)]
-    template = processors.TemplateProcessing(
-        single=f"{bos}:0 $A:0",
-        pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
-        special_tokens=[(bos, int(bos_id))],
+def _byte_level_bpe(vocab: Vocab, metadata: dict) -> Tokenizer:
+    assert vocab.pre is not None
+    index = {token: i for i, token in enumerate(vocab.tokens)}
+    merges = []
+    for merge in metadata.get("tokenizer.ggml.merges", []):
+        cut = merge.find(" ", 1)  # llama.cpp splits at the first space after the first character
+        left, right = merge[:cut], merge[cut + 1 :]
+        # A merge whose result is no token cannot be expressed; llama.cpp would spell its bytes.
+        if cut > 0 and left + right in index:
+            merges.append((left, right))
+    model = models.BPE(
+        vocab=index, merges=merges, fuse_unk=False, ignore_merges=vocab.pre.ignore_merges
     )
-    return processors.Sequence([byte_level, template])
+    tokenizer = Tokenizer(model)
+    tokenizer.pre_tokenizer = _pre_tokenizer(vocab.pre)
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
+
+
+def _sentencepiece(vocab: Vocab, metadata: dict) -> Tokenizer:
+    scores = _as_list(metadata.get("tokenizer.ggml.scores")) or [0.0] * len(vocab.tokens)
+    if len(scores) < len(vocab.tokens):
+        raise UnsupportedGGUF("tokenizer.ggml.scores is shorter than the vocabulary")
+    index = {token: i for i, token in enumerate(vocab.tokens)}
+    unknown = vocab.special["unknown"]
+    model = models.BPE(
+        vocab=index,
+        merges=_score_merges(vocab.tokens, scores, index),
+        unk_token=vocab.tokens[unknown] if unknown is not None else None,
+        fuse_unk=True,
+        byte_fallback=True,
+    )
+    tokenizer = Tokenizer(model)
+    # llama.cpp escapes spaces as ▁ and, with add_space_prefix, puts one before every stretch of
+    # text between special tokens; a normalizer runs on each such stretch separately.
+    replace = normalizers.Replace(" ", SPACE)
+    if vocab.add_space_prefix:
+        tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend(SPACE), replace])
+    else:
+        tokenizer.normalizer = replace
+    # This exact chain is what mlx-lm recognises as SentencePiece for its streaming detokenizer.
+    steps = [decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    if vocab.add_space_prefix:
+        steps.append(decoders.Strip(" ", 1, 0))
+    tokenizer.decoder = decoders.Sequence(steps)
+    return tokenizer
+
+
+def _score_merges(
+    tokens: Sequence[str], scores: Sequence[float], index: dict[str, int]
+) -> list[tuple[str, str]]:
+    """Every way to make a token from two tokens, best score first.
+
+    llama.cpp joins the adjacent pair whose concatenation is the highest-scoring token, whatever
+    split produced it; a BPE merge per split, ranked by the result's score, does the same. Linear
+    in the vocabulary's total length: a 256k-token vocabulary takes a few seconds.
+
+    One difference remains in theory: between equally scored candidates llama.cpp takes the
+    leftmost, a BPE the lower rank (here the lower token id). SentencePiece gives each piece of a
+    model its own score, so only pieces added afterwards could tie."""
+    ranked = []
+    for token_id, token in enumerate(tokens):
+        for cut in range(1, len(token)):
+            left, right = token[:cut], token[cut:]
+            if left in index and right in index:
+                ranked.append((-float(scores[token_id]), token_id, cut, left, right))
+    ranked.sort()
+    return [(left, right) for *_, left, right in ranked]
+
+
+def _post_processor(vocab: Vocab) -> processors.PostProcessor:
+    bos = vocab.special["bos"] if vocab.add_bos else None
+    eos = vocab.special["eos"] if vocab.add_eos else None
+
+    def sequence(name: str, type_id: int) -> list[str]:
+        # Lists rather than one string: a token's text may hold spaces.
+        return [
+            *([vocab.tokens[bos]] if bos is not None else []),
+            f"${name}:{type_id}",
+            *([vocab.tokens[eos]] if eos is not None else []),
+        ]
+
+    template = processors.TemplateProcessing(
+        single=sequence("A", 0),
+        pair=sequence("A", 0) + sequence("B", 1),
+        special_tokens=sorted({(vocab.tokens[i], i) for i in (bos, eos) if i is not None}),
+    )
+    if vocab.spm:
+        return template
+    return processors.Sequence([processors.ByteLevel(trim_offsets=False), template])
 
 
 def tokenizer_config(metadata: dict, config: dict) -> dict:
-    tokens = metadata["tokenizer.ggml.tokens"]
+    """tokenizer_config.json values, with llama.cpp's defaults for what the file leaves out."""
+    vocab = read_vocab(metadata)
 
     def token(key: str) -> str | None:
-        index = metadata.get(f"tokenizer.ggml.{key}_token_id")
-        return tokens[int(index)] if index is not None else None
+        index = vocab.special[key]
+        return vocab.tokens[index] if index is not None else None
 
     return {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -116,8 +625,10 @@ def tokenizer_config(metadata: dict, config: dict) -> dict:
         "eos_token": token("eos"),
         "unk_token": token("unknown"),
         "pad_token": token("padding"),
-        "add_bos_token": bool(metadata.get("tokenizer.ggml.add_bos_token", False)),
-        "add_eos_token": bool(metadata.get("tokenizer.ggml.add_eos_token", False)),
+        # The same answers as the tokenizer.json post-processor: transformers rebuilds that
+        # post-processor from these two when they are present.
+        "add_bos_token": vocab.add_bos and vocab.special["bos"] is not None,
+        "add_eos_token": vocab.add_eos and vocab.special["eos"] is not None,
         "clean_up_tokenization_spaces": False,
         "model_max_length": config["max_position_embeddings"],
         "chat_template": metadata.get("tokenizer.chat_template"),
