@@ -33,7 +33,12 @@ from inference.conversion.gguf_tensors import (
     output_layout,
     plan_for,
 )
-from inference.conversion.gguf_tokenizer import build_tokenizer, tokenizer_config
+from inference.conversion.gguf_tokenizer import (
+    build_tokenizer,
+    eog_token_ids,
+    special_token_ids,
+    tokenizer_config,
+)
 from inference.conversion.safetensors_out import SafetensorsOut
 
 __all__ = [
@@ -196,6 +201,7 @@ class _Conversion:
         if embeddings is not None:
             vocab_size = embeddings.shape[0]  # llama.cpp's converters may pad or trim it
         self.config_json = model_config(self.file, self.arch, vocab_size)
+        self.config_json.update(_special_ids(self.file.metadata))
         settings = tokenizer_config(self.file.metadata, self.config_json)
         (self.out / "tokenizer_config.json").write_text(json.dumps(settings, indent=2))
 
@@ -242,6 +248,15 @@ class _Conversion:
     @property
     def report(self) -> dict:
         return import_report(self.file.path, self.weights, self.plans, self.errors)
+
+
+def _special_ids(metadata: dict) -> dict:
+    """BOS as llama.cpp resolves it, and every token that ends generation there (SmolLM2:
+    <|im_end|>, <|endoftext|>, <reponame>): mlx-lm stops on each id of eos_token_id."""
+    ids, ends = special_token_ids(metadata), eog_token_ids(metadata)
+    eos = [ids["eos"]] if ids["eos"] is not None else []
+    eos += [token for token in ends if token not in eos]
+    return {"bos_token_id": ids["bos"], "eos_token_id": eos[0] if len(eos) == 1 else eos or None}
 
 
 def quantization_config(plans: dict[str, Plan]) -> dict | None:
