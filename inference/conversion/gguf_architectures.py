@@ -27,7 +27,8 @@ _LLAMA_LAYER = {
 }
 _GEMMA_LAYER = {
     "attn_norm": "input_layernorm",
-    "attn_post_norm": "post_attention_layernorm",
+    # llama.cpp's name for the norm after attention (ffn_norm is the one before the MLP)
+    "post_attention_norm": "post_attention_layernorm",
     "ffn_norm": "pre_feedforward_layernorm",
     "post_ffw_norm": "post_feedforward_layernorm",
     **_ATTENTION,
