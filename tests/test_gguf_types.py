@@ -324,8 +324,11 @@ def test_killed_import_leaves_nothing_behind(smollm_q4km: Path, tmp_path: Path):
     """Ctrl-C mid-conversion cleans up at once; a SIGKILL leaves a staging folder that the
     next import into the same place removes."""
     models = tmp_path / "models"
-    code = "import sys; from pathlib import Path; from inference.conversion.gguf import "
-    code += "convert_gguf; convert_gguf(Path(sys.argv[1]), Path(sys.argv[2]))"
+    # Ctrl-C's default handler, even where the suite runs as a background job (which starts
+    # children with SIGINT ignored).
+    code = "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    code += "from pathlib import Path; from inference.conversion.gguf import convert_gguf; "
+    code += "convert_gguf(Path(sys.argv[1]), Path(sys.argv[2]))"
     for sig in (signal.SIGINT, signal.SIGKILL):
         process = subprocess.Popen(
             [sys.executable, "-c", code, str(smollm_q4km), str(models / "smol")],

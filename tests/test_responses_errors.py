@@ -75,6 +75,13 @@ BAD_REQUESTS = [
         "input.0.content.0",
         None,
     ),
+    (  # schemathesis found it: a list is not hashable, the set lookup raised (500)
+        "content part type a list",
+        {"input": [{"role": "user", "content": [{"type": ["input_text"], "text": "x"}]}]},
+        400,
+        "input.0.content.0",
+        None,
+    ),
     (
         "file input",
         {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},

@@ -361,13 +361,15 @@ def _precheck_item(item: Any, where: str) -> None:
     name = "content" if kind == "message" else "output"
     for index, part in enumerate(parts):
         part_type = part.get("type") if isinstance(part, dict) else None
+        if not isinstance(part_type, str):
+            continue  # left to the schema, which names the field (a list is not hashable)
         if part_type in UNSUPPORTED_PARTS:
             raise invalid_param(
                 f"{where}.{name}.{index}",
                 f"'{part_type}' content is not supported: the models this server runs read "
                 "text only.",
             )
-        if isinstance(part_type, str) and part_type not in TEXT_PARTS:
+        if part_type not in TEXT_PARTS:
             raise invalid_param(
                 f"{where}.{name}.{index}.type",
                 f"Unknown content part type {part_type!r}: use input_text (or output_text).",
