@@ -392,3 +392,10 @@ def test_refusals_name_what_is_supported(tmp_path: Path, demo_gguf: Path):
     with pytest.raises(UnsupportedGGUF, match=r"tensor types Q8_K are not supported.*Q4_K"):
         inspect_gguf(path)
     assert read_metadata(path)["tokenizer.ggml.model"] == "gpt2"
+
+
+def test_listing_finds_the_type_llama_quantize_wrote(smollm_q4km: Path):
+    """llama-quantize writes general.file_type after the vocabulary, as real downloads have it."""
+    from catalog.gguf_header import quantization_from_header
+
+    assert quantization_from_header(smollm_q4km) == "Q4_K_M"
