@@ -163,13 +163,33 @@ def remove_abandoned_imports(folder: Path) -> None:
             continue  # alive under another user, or not ours to judge
 
 
+@dataclass(frozen=True)
+class _Planned:
+    """One GGUF tensor's MLX name and fate."""
+
+    name: str
+    plan: Plan
+    is_norm: bool
+
+    @property
+    def module(self) -> str:
+        return self.name.rsplit(".", 1)[0]
+
+    @property
+    def key(self) -> str:
+        """What config.json's quantization and the report name it by."""
+        return self.module if self.plan.quantized else self.name
+
+    def output_name(self, suffix: str) -> str:
+        return self.name if suffix == "weight" else f"{self.module}.{suffix}"
+
+
 class _Conversion:
     def __init__(self, file: GGUFFile, arch: Architecture, out: Path, weights: str) -> None:
         self.file, self.arch, self.out, self.weights = file, arch, out, weights
-        self.plans: dict[str, Plan] = {}  # by module (quantized) or tensor name (float)
-        self.tensor_plans: dict[str, tuple[str, Plan, bool]] = {}
+        self.planned: dict[str, _Planned] = {}  # by GGUF tensor name
         self.out_file: SafetensorsOut | None = None
-        self.errors: dict[str, ErrorStats] = {}
+        self.errors: dict[str, ErrorStats] = {}  # by module
 
     def run(self, progress: Progress) -> ConvertedModel:
         tensors = [t for t in self.file.tensors if self.arch.mlx_name(t.name) is not None]
@@ -213,37 +233,37 @@ class _Conversion:
             module, kind = name.rsplit(".", 1)
             is_norm = module.rsplit(".", 1)[-1].endswith("norm")
             quantizable = kind == "weight" and len(tensor.shape) == 2 and not is_norm
-            plan = plan_for(tensor, self.weights, quantizable)
-            self.plans[module if plan.quantized else name] = plan
-            self.tensor_plans[tensor.name] = (name, plan, is_norm)
-            for suffix, entry in output_layout(tensor, plan).items():
-                layout[self._output_name(name, suffix)] = entry
+            planned = _Planned(name, plan_for(tensor, self.weights, quantizable), is_norm)
+            self.planned[tensor.name] = planned
+            for suffix, entry in output_layout(tensor, planned.plan).items():
+                layout[planned.output_name(suffix)] = entry
         self.out_file = SafetensorsOut(self.out / "model.safetensors", layout)
 
-    @staticmethod
-    def _output_name(name: str, suffix: str) -> str:
-        return name if suffix == "weight" else f"{name.rsplit('.', 1)[0]}.{suffix}"
-
     def tensor(self, tensor: TensorInfo) -> None:
-        name, plan, is_norm = self.tensor_plans[tensor.name]
+        planned = self.planned[tensor.name]
         transform = None
-        if is_norm and self.arch.norm_offset:
+        if planned.is_norm and self.arch.norm_offset:
             offset = self.arch.norm_offset
             transform = lambda values: values - offset  # noqa: E731
         error = ErrorStats()
-        for first_row, arrays in convert_blocks(self.file.path, tensor, plan, error, transform):
+        blocks = convert_blocks(self.file.path, tensor, planned.plan, error, transform)
+        for first_row, arrays in blocks:
             for suffix, array in arrays.items():
-                self.out_file.write(self._output_name(name, suffix), first_row, array)
-        if plan.quantized:
-            self.errors[name.rsplit(".", 1)[0]] = error
+                self.out_file.write(planned.output_name(suffix), first_row, array)
+        if planned.plan.quantized:
+            self.errors[planned.module] = error
 
     def finish(self) -> None:
-        self.out_file.close()
+        self.out_file.close()  # complete before config.json says the model is there
         quantization = quantization_config(self.plans)
         if quantization:
             self.config_json["quantization"] = quantization
         (self.out / "config.json").write_text(json.dumps(self.config_json, indent=2))
         (self.out / REPORT_FILE).write_text(json.dumps(self.report, indent=2))
+
+    @property
+    def plans(self) -> dict[str, Plan]:
+        return {planned.key: planned.plan for planned in self.planned.values()}
 
     @property
     def report(self) -> dict:
