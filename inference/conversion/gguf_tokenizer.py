@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
 
 from tokenizers import (
     AddedToken,
@@ -86,7 +85,7 @@ def read_vocab(metadata: dict) -> Vocab:
     spm = kind == "llama"
     pre = None if spm else _known_pre(metadata)
     tokens = _tokens(metadata)
-    types = _as_list(metadata.get("tokenizer.ggml.token_type")) or [TokenType.NORMAL] * len(tokens)
+    types = metadata.get("tokenizer.ggml.token_type") or [TokenType.NORMAL] * len(tokens)
     if len(types) < len(tokens):
         raise UnsupportedGGUF("tokenizer.ggml.token_type is shorter than the vocabulary")
     # llama.cpp: SentencePiece adds BOS by default; BPE only for some pre-tokenizers.
@@ -110,12 +109,6 @@ def _known_pre(metadata: dict) -> PreTokenizer:
             f"pre-tokenizer {name!r} is not supported (known: {', '.join(sorted(PRE_TOKENIZERS))})"
         )
     return PRE_TOKENIZERS[name]
-
-
-def _as_list(value: Any) -> list:
-    if value is None:
-        return []
-    return value.tolist() if hasattr(value, "tolist") else list(value)
 
 
 def _tokens(metadata: dict) -> list[str]:
@@ -298,7 +291,7 @@ def _byte_level_bpe(vocab: Vocab, metadata: dict) -> Tokenizer:
 
 
 def _sentencepiece(vocab: Vocab, metadata: dict) -> Tokenizer:
-    scores = _as_list(metadata.get("tokenizer.ggml.scores")) or [0.0] * len(vocab.tokens)
+    scores = metadata.get("tokenizer.ggml.scores") or [0.0] * len(vocab.tokens)
     if len(scores) < len(vocab.tokens):
         raise UnsupportedGGUF("tokenizer.ggml.scores is shorter than the vocabulary")
     index = {token: i for i, token in enumerate(vocab.tokens)}
