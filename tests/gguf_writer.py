@@ -77,14 +77,19 @@ def _head_dim(config: dict) -> int:
     return config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
 
 
-def _text_model(writer: GGUFWriter, config: dict) -> None:
-    """The base class (TextModel): the keys most architectures share."""
+def _dimensions(writer: GGUFWriter, config: dict) -> None:
+    """The sizes every converter writes, Gemma 2's included."""
     writer.add_block_count(config["num_hidden_layers"])
     writer.add_context_length(config["max_position_embeddings"])
     writer.add_embedding_length(config["hidden_size"])
     writer.add_feed_forward_length(config["intermediate_size"])
     writer.add_head_count(config["num_attention_heads"])
     writer.add_head_count_kv(config["num_key_value_heads"])
+
+
+def _text_model(writer: GGUFWriter, config: dict) -> None:
+    """The base class (TextModel): the keys most architectures share."""
+    _dimensions(writer, config)
     scaling = config.get("rope_scaling") or {}
     if scaling.get("rope_type", scaling.get("type")) == "linear":
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
@@ -107,12 +112,7 @@ def _llama(writer: GGUFWriter, config: dict) -> None:
 
 def _gemma2(writer: GGUFWriter, config: dict) -> None:
     # Gemma 2's converter does not call the base class: no rope base (llama.cpp's 10000).
-    writer.add_context_length(config["max_position_embeddings"])
-    writer.add_embedding_length(config["hidden_size"])
-    writer.add_block_count(config["num_hidden_layers"])
-    writer.add_feed_forward_length(config["intermediate_size"])
-    writer.add_head_count(config["num_attention_heads"])
-    writer.add_head_count_kv(config["num_key_value_heads"])
+    _dimensions(writer, config)
     writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
     writer.add_key_length(config["head_dim"])
     writer.add_value_length(config["head_dim"])
