@@ -23,9 +23,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml scripts/ensure_openblas.sh | $(BIN)/python
+$(VENV)/.installed: pyproject.toml requirements-multimodal.txt scripts/ensure_openblas.sh | $(BIN)/python
 	sh scripts/ensure_openblas.sh
 	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q --no-deps -r requirements-multimodal.txt
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed

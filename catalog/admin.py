@@ -49,6 +49,7 @@ class CatalogModelAdmin(admin.ModelAdmin):
         "public_id",
         "display_name",
         "source",
+        "purpose",
         "family",
         "enabled",
         "loaded",
@@ -57,12 +58,27 @@ class CatalogModelAdmin(admin.ModelAdmin):
         "pinned",
         "last_used",
     )
-    list_filter = ("enabled", "source", "family", "pinned")
+    list_filter = ("enabled", "purpose", "vision", "source", "family", "pinned")
     search_fields = ("public_id", "display_name", "location")
     readonly_fields = ("created", "updated", "last_used")
     actions = ("warm", "unload", "enable", "disable")
     fieldsets = (
         (None, {"fields": ("public_id", "display_name", "enabled", "preload", "pinned")}),
+        ("Kind", {"fields": ("purpose", "vision")}),
+        (
+            "Embeddings",
+            {
+                "fields": (
+                    "pooling",
+                    "normalize",
+                    "query_prefix",
+                    "document_prefix",
+                    "max_input_tokens",
+                    "truncate_inputs",
+                ),
+                "description": "Used only when the model is for embeddings.",
+            },
+        ),
         (
             "Weights",
             {"fields": ("source", "location", "family", "compute_format", "context_length")},

@@ -119,10 +119,66 @@ class CatalogModel(models.Model):
         HUGGING_FACE = "hf", "Hugging Face repo"
         GGUF = "gguf", "Imported GGUF"
 
+    class Purpose(models.TextChoices):
+        CHAT = "chat", "Chat and completions"
+        EMBEDDING = "embedding", "Embeddings"
+
+    class Pooling(models.TextChoices):
+        AUTO = "auto", "auto (the model's sentence-transformers config, else last for "
+        "decoders and mean for encoders)"
+        LAST = "last", "last token"
+        MEAN = "mean", "mean of the tokens"
+        CLS = "cls", "first ([CLS]) token"
+
     public_id = models.CharField(
         "model id", max_length=128, unique=True, validators=[public_id_validator]
     )
     display_name = models.CharField(max_length=200, blank=True)
+    purpose = models.CharField(
+        max_length=9,
+        choices=Purpose.choices,
+        default=Purpose.CHAT,
+        help_text="What clients may use it for: /v1/chat/completions, /v1/completions and "
+        "/v1/messages, or /v1/embeddings.",
+    )
+    vision = models.BooleanField(
+        "reads images",
+        default=False,
+        help_text="A vision-language chat model (loaded through mlx-vlm): messages may carry "
+        "images. Text-only models refuse image parts.",
+    )
+    pooling = models.CharField(
+        max_length=4,
+        choices=Pooling.choices,
+        default=Pooling.AUTO,
+        help_text="Embedding models: how token states become one vector.",
+    )
+    normalize = models.BooleanField(
+        default=True, help_text="Embedding models: return unit-length vectors."
+    )
+    query_prefix = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text='Embedding models: text put before inputs sent with input_type "query", e.g. '
+        '"Instruct: Given a web search query, retrieve relevant passages\nQuery: " '
+        '(Qwen3-Embedding) or "query: " (e5).',
+    )
+    document_prefix = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text='Embedding models: text put before inputs sent with input_type "document", '
+        'e.g. "passage: " (e5) or "search_document: " (nomic).',
+    )
+    max_input_tokens = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Embedding models: the longest input in tokens (empty: the context length).",
+    )
+    truncate_inputs = models.BooleanField(
+        default=False,
+        help_text="Embedding models: cut longer inputs to the limit instead of refusing them.",
+    )
     source = models.CharField(max_length=8, choices=Source.choices, default=Source.LOCAL)
     location = models.CharField(
         max_length=1024,
@@ -189,10 +245,22 @@ class CatalogModel(models.Model):
             context_length=self.context_length,
             pinned=self.pinned,
             compute_format=self.compute_format,
+            purpose=self.purpose,
+            vision=self.vision and self.purpose == self.Purpose.CHAT,
+            pooling=self.pooling,
+            normalize=self.normalize,
         )
+
+    def capabilities(self) -> list[str]:
+        """What /v1/models tells clients this model does (Ollama's words for them)."""
+        if self.purpose == self.Purpose.EMBEDDING:
+            return ["embedding"]
+        return ["completion", "vision"] if self.vision else ["completion"]
 
     def clean(self) -> None:
         super().clean()
+        if self.vision and self.purpose == self.Purpose.EMBEDDING:
+            raise ValidationError({"vision": "Only chat models read images."})
         validate = (
             validate_hf_repo if self.source == self.Source.HUGGING_FACE else (validate_model_dir)
         )

@@ -50,13 +50,13 @@ def test_pinned_models_are_never_evicted(tiny_dir, tmp_path):
 
 def test_ten_concurrent_first_requests_load_once(fresh_engine, tiny_dir, monkeypatch):
     loads = []
-    real_load = pool_module.mlx_lm_load
+    real_load = pool_module.load_weights
 
     def counting_load(*args, **kwargs):
-        loads.append(args[0])
+        loads.append(args[0].location)
         return real_load(*args, **kwargs)
 
-    monkeypatch.setattr(pool_module, "mlx_lm_load", counting_load)
+    monkeypatch.setattr(pool_module, "load_weights", counting_load)
     spec = ModelSpec(model_id="cold", location=str(tiny_dir))
     params = SamplingParams(temperature=0, max_tokens=3, logit_bias=NO_EOS)
     jobs = [start_job(fresh_engine, spec, params=params) for _ in range(10)]

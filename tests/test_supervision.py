@@ -75,13 +75,13 @@ def test_a_wedged_engine_is_replaced(supervisor, tiny_dir):
 def test_a_long_load_is_not_a_wedge(supervisor, tiny_dir, monkeypatch):
     from inference.engine import pool as pool_module
 
-    real_load = pool_module.mlx_lm_load
+    real_load = pool_module.load_weights
 
     def slow_load(*args, **kwargs):
         time.sleep(2.5)  # longer than the 1 s stall timeout
         return real_load(*args, **kwargs)
 
-    monkeypatch.setattr(pool_module, "mlx_lm_load", slow_load)
+    monkeypatch.setattr(pool_module, "load_weights", slow_load)
     spec = ModelSpec(model_id="tiny", location=str(tiny_dir))
     _, done = collect(start_job(supervisor.engine, spec, "Hi"))
     assert isinstance(done, Done)

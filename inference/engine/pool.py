@@ -14,9 +14,9 @@ from typing import Any
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
-from mlx_lm import load as mlx_lm_load
 
 from inference.engine import compute_format
+from inference.engine.loaders import load_weights, prepares_compute_format
 from inference.engine.token_text import TokenText
 from inference.engine.types import EngineError, ErrorKind, ModelSpec
 
@@ -117,15 +117,20 @@ class ModelPool:
         self._make_room(weights_size(spec), spec.model_id)
         started = time.monotonic()
         try:
-            model, tokenizer, config = mlx_lm_load(spec.location, return_config=True)
+            model, tokenizer, config = load_weights(spec)
         except Exception as exc:
             log.exception("loading %s failed", spec.model_id)
             raise EngineError(
                 ErrorKind.MODEL_UNAVAILABLE, f"model '{spec.model_id}' could not be loaded"
             ) from exc
-        model, choice = compute_format.prepare(
-            spec.compute_format, model, self._room(), key=(spec.location, weights_size(spec))
-        )
+        if prepares_compute_format(spec):
+            model, choice = compute_format.prepare(
+                spec.compute_format, model, self._room(), key=(spec.location, weights_size(spec))
+            )
+        else:
+            choice = compute_format.FormatChoice(
+                "stored", "loaded as stored (not an mlx-lm chat model)", False
+            )
         nbytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
         seconds = time.monotonic() - started
         context = context_length_of(spec, config)

@@ -1,0 +1,32 @@
+"""Which library reads a catalog model's weights, by what the model is for. Engine thread only.
+
+Chat models load through mlx-lm; vision-language chat models through mlx-vlm
+(`engine/vision/`); embedding models through mlx-lm (decoders) or mlx-embeddings (encoders)
+(`engine/embedding/`). Each returns the same triple, so the pool treats them all alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlx_lm import load as mlx_lm_load
+
+from inference.engine.types import ModelSpec
+
+
+def load_weights(spec: ModelSpec) -> tuple[Any, Any, dict]:
+    """(model, tokenizer or processor, config.json) for `spec`."""
+    if spec.purpose == "embedding":
+        from inference.engine.embedding.load import load_embedder
+
+        return load_embedder(spec.location)
+    if spec.vision:
+        from inference.engine.vision.load import load_vision
+
+        return load_vision(spec.location)
+    return mlx_lm_load(spec.location, return_config=True)
+
+
+def prepares_compute_format(spec: ModelSpec) -> bool:
+    """Whether compute_format.prepare (float32 / CPU kernels) applies: mlx-lm chat models."""
+    return spec.purpose == "chat" and not spec.vision
