@@ -173,6 +173,14 @@ MAX_REQUEST_SEQUENCES = env.int("MAX_REQUEST_SEQUENCES", default=64)
 MAX_REQUEST_PROMPT_TOKENS = env.int("MAX_REQUEST_PROMPT_TOKENS", default=65536)
 # Messages one chat request may carry.
 MAX_MESSAGES = env.int("MAX_MESSAGES", default=1024)
+# Images in chat requests (vision models only). Remote http(s) image URLs are fetched only when
+# IMAGE_FETCH_REMOTE is on (off by default: the server would fetch URLs its clients name);
+# data: URLs and Anthropic base64 sources always work.
+IMAGE_FETCH_REMOTE = env.bool("IMAGE_FETCH_REMOTE", default=False)
+IMAGE_FETCH_TIMEOUT = env.float("IMAGE_FETCH_TIMEOUT", default=10.0)
+IMAGE_MAX_BYTES = env.int("IMAGE_MAX_BYTES", default=20 * 2**20)
+IMAGE_MAX_PIXELS = env.int("IMAGE_MAX_PIXELS", default=25_000_000)
+IMAGE_MAX_PER_REQUEST = env.int("IMAGE_MAX_PER_REQUEST", default=16)
 # Seconds the engine may go without finishing a step while it has work (model loads excepted)
 # before it counts as wedged and is restarted. A long prompt's prefill chunk on a slow CPU
 # takes tens of seconds, hence the margin.

@@ -107,8 +107,8 @@ BAD_REQUESTS = [
             ]
         },
         400,
-        "messages.0.content",
-        None,
+        "messages.0.content.0",  # tiny reads no images (tests/test_vision.py: a model that does)
+        "image_input_not_supported",
     ),
     (
         "tool message without id",

@@ -89,7 +89,10 @@ class ModelRunner:
         if self._copies.follow(sequence):
             sequence.cached_tokens = len(sequence.prompt) - 1  # read once, for its leader
             return
-        cache, rest = self._cached_prefix(sequence.prompt)
+        if sequence.embeddings is not None:  # same tokens, other images: never shared
+            cache, rest = None, sequence.prompt
+        else:
+            cache, rest = self._cached_prefix(sequence.prompt)
         sequence.cached_tokens = len(sequence.prompt) - len(rest)
         self._prefix_hits[id(sequence)] = (cache, rest)
         self._waiting.append(sequence)
@@ -189,7 +192,7 @@ class ModelRunner:
         return out
 
     def _remember(self, sequence: Sequence, cache: list[Any]) -> None:
-        if self._prefixes is None:
+        if self._prefixes is None or sequence.embeddings is not None:
             return
         # A later turn of the same conversation starts with these tokens.
         compact(cache)

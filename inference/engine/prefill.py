@@ -29,11 +29,26 @@ def merge(caches: list[list[Any]]) -> list[Any]:
     return [type(layers[0]).merge(list(layers)) for layers in zip(*caches, strict=True)]
 
 
+def padded(embeddings: list[mx.array], length: int) -> mx.array:
+    """Rows of (n, hidden) embeddings, right-padded with zeros to `length`, as one batch."""
+    rows = [
+        e if e.shape[0] == length else mx.pad(e, [(0, length - e.shape[0]), (0, 0)])
+        for e in embeddings
+    ]
+    return mx.stack(rows)
+
+
 @dataclass
 class Reading:
     sequence: Sequence
     cache: list[Any]  # the sequence's own cache, one entry per layer
     todo: list[int]  # prompt tokens still to read (never the last: decoding feeds it)
+    start: int = 0  # the prompt position of todo[0]
+
+    def take_chunk(self, n: int) -> list[int]:
+        chunk, self.todo = self.todo[:n], self.todo[n:]
+        self.start += len(chunk)
+        return chunk
 
 
 class PrefillBatch:
@@ -53,22 +68,40 @@ class PrefillBatch:
     def add(self, sequence: Sequence, cache: list[Any] | None, rest: list[int]) -> None:
         """`rest`: the prompt's tokens past what `cache` (a prefix-cache hit) already holds."""
         cache = cache if cache is not None else make_prompt_cache(self.model)
-        self._readings.append(Reading(sequence, cache, list(rest[:-1])))
+        start = len(sequence.prompt) - len(rest)
+        self._readings.append(Reading(sequence, cache, list(rest[:-1]), start))
 
     def step(self, budget: int) -> int:
         """Reads about `budget` prompt tokens; returns the tokens the pass computed."""
         chunks = self._plan(budget)
         if not chunks:
             return 0
+        computed = 0
+        # Prompts with images are read from their input embeddings, in a pass of their own.
+        for embedded in (False, True):
+            group = [(i, n) for i, n in chunks if self._embedded(i) == embedded]
+            if group:
+                computed += self._read(group, embedded)
+        return computed
+
+    def _embedded(self, index: int) -> bool:
+        return self._readings[index].sequence.embeddings is not None
+
+    def _read(self, chunks: list[tuple[int, int]], embedded: bool) -> int:
         readings = [self._readings[i] for i, _ in chunks]
-        tokens = [r.todo[:n] for r, (_, n) in zip(readings, chunks, strict=True)]
-        for reading, chunk in zip(readings, tokens, strict=True):
-            reading.todo = reading.todo[len(chunk) :]
+        starts = [r.start for r in readings]
+        tokens = [r.take_chunk(n) for r, (_, n) in zip(readings, chunks, strict=True)]
+        embeddings = None
+        if embedded:
+            embeddings = [
+                r.sequence.embeddings[s : s + len(t)]
+                for r, s, t in zip(readings, starts, tokens, strict=True)
+            ]
         if len(readings) == 1:
-            self._forward(readings[0].cache, tokens)
+            self._forward(readings[0].cache, tokens, embeddings)
         else:
             cache = merge([r.cache for r in readings])
-            self._forward(cache, tokens)
+            self._forward(cache, tokens, embeddings)
             for i, reading in enumerate(readings):
                 reading.cache = [layer.extract(i) for layer in cache]
         return len(tokens) * max(len(t) for t in tokens)
@@ -97,7 +130,9 @@ class PrefillBatch:
                     break
         return plan
 
-    def _forward(self, cache: list[Any], chunks: list[list[int]]) -> None:
+    def _forward(
+        self, cache: list[Any], chunks: list[list[int]], embeddings: list[mx.array] | None
+    ) -> None:
         lengths = [len(c) for c in chunks]
         longest = max(lengths)
         padding = [longest - n for n in lengths]
@@ -105,8 +140,11 @@ class PrefillBatch:
             for layer in cache:
                 layer.prepare(lengths=lengths, right_padding=padding)
         tokens = mx.array([c + [0] * (longest - len(c)) for c in chunks], dtype=mx.uint32)
-        layers = getattr(self.model, "model", None)
-        (layers if isinstance(layers, nn.Module) else self.model)(tokens, cache=cache)
+        if embeddings is not None:
+            self.model.read_embeddings(tokens, padded(embeddings, longest), cache)
+        else:
+            layers = getattr(self.model, "model", None)
+            (layers if isinstance(layers, nn.Module) else self.model)(tokens, cache=cache)
         if max(padding):
             for layer in cache:
                 layer.finalize()

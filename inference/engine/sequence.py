@@ -7,6 +7,7 @@ when the request is over.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import mlx.core as mx
 from jinja2 import TemplateError
@@ -33,6 +34,10 @@ from inference.engine.types import (
 
 def render_prompt(job: GenerationJob, loaded: LoadedModel) -> list[int]:
     prompt, tokenizer = job.prompt, loaded.tokenizer
+    if isinstance(prompt, ChatPrompt) and prompt.images:  # counted: no vision tower run
+        from inference.engine.vision.prompt import processed
+
+        return processed(job.adapter, tokenizer, _vision_model(loaded), prompt)[0]
     if isinstance(prompt, ChatPrompt):
         try:
             return job.adapter.render_prompt(
@@ -55,11 +60,33 @@ def render_prompt(job: GenerationJob, loaded: LoadedModel) -> list[int]:
     return list(prompt.ids)
 
 
+def _vision_model(loaded: LoadedModel) -> Any:
+    from inference.engine.vision.model import VisionChatModel
+
+    if not isinstance(loaded.model, VisionChatModel):
+        message = f"model '{loaded.spec.model_id}' does not read images"
+        raise EngineError(ErrorKind.INVALID_REQUEST, message, "messages")
+    return loaded.model
+
+
+def render_images(job: GenerationJob, loaded: LoadedModel) -> tuple[list[int], mx.array]:
+    """A chat prompt with images: its token ids and its input embeddings (engine/vision/)."""
+    from inference.engine.vision.prompt import render_with_images
+
+    model = _vision_model(loaded)
+    return render_with_images(job.adapter, loaded.tokenizer, model, job.prompt)
+
+
 class Sequence:
     def __init__(self, job: GenerationJob, loaded: LoadedModel) -> None:
         self.job = job
         self.loaded = loaded
-        self.prompt = render_prompt(job, loaded)
+        # A prompt with images is read from its input embeddings (prefill), never cached.
+        self.embeddings: mx.array | None = None
+        if isinstance(job.prompt, ChatPrompt) and job.prompt.images:
+            self.prompt, self.embeddings = render_images(job, loaded)
+        else:
+            self.prompt = render_prompt(job, loaded)
         self._check_length()
         params = job.params
         self._check_logit_bias(loaded.vocab_size)

@@ -6,6 +6,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from inference.adapters import FamilyAdapter
 
@@ -35,6 +36,9 @@ class ChatPrompt:
     # Text the assistant's reply already starts with (Anthropic's prefill): it follows the
     # generation prompt, and the reply continues it.
     prefill: str = ""
+    # Images (decoded PIL images), in the order of the {"type": "image"} placeholders in the
+    # messages' content lists; only vision models read them (engine/vision/).
+    images: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)

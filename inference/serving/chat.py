@@ -21,6 +21,7 @@ from inference.protocol.openai.chat import (
     FunctionCall,
     FunctionCallDelta,
     NamedToolChoice,
+    TextPart,
     ToolCall,
     ToolCallDelta,
 )
@@ -29,6 +30,7 @@ from inference.protocol.openai.errors import error_body
 from inference.serving.context import RequestContext
 from inference.serving.errors import api_error
 from inference.serving.generation import Choice, Generation
+from inference.serving.images import ImageSource, load_images
 from inference.serving.reply import (
     ReasoningDelta,
     Reply,
@@ -47,10 +49,28 @@ from inference.serving.thinking import Thinking, plan_thinking
 from inference.serving.tooluse import FunctionTool, ToolUse
 
 
+def content_of(message: ChatMessage) -> str | list[dict]:
+    """Text, or with images a content list: text parts and {"type": "image"} placeholders."""
+    if not message.image_parts():
+        return message.text()
+    return [
+        {"type": "text", "text": part.text} if isinstance(part, TextPart) else {"type": "image"}
+        for part in message.content or []
+    ]
+
+
+def image_sources(messages: list[ChatMessage]) -> list[ImageSource]:
+    return [
+        ImageSource(f"messages.{i}.content.{j}", url=part.image_url.url)
+        for i, message in enumerate(messages)
+        for j, part in message.image_parts()
+    ]
+
+
 def message_dict(message: ChatMessage) -> dict:
     # Templates know "system", not OpenAI's newer "developer".
     role = "system" if message.role == "developer" else message.role
-    out: dict = {"role": role, "content": message.text()}
+    out: dict = {"role": role, "content": content_of(message)}
     if message.tool_calls:
         out["tool_calls"] = [call.model_dump() for call in message.tool_calls]
     if message.tool_call_id:
@@ -110,6 +130,9 @@ async def start_chat(request: ChatCompletionRequest, ctx: RequestContext) -> Cha
             code="too_many_messages",
         )
     resolved = await resolve_model(request.model, ctx.caller)
+    images = await load_images(
+        image_sources(request.messages), resolved.spec.model_id, resolved.spec.vision
+    )
     tool_use = chat_tool_use(request)
     grammar = tool_use.grammar() or response_format_grammar(request.response_format)
     adapter = resolved.adapter
@@ -131,7 +154,7 @@ async def start_chat(request: ChatCompletionRequest, ctx: RequestContext) -> Cha
     if system_prompt and not any(m["role"] == "system" for m in messages):
         messages.insert(0, {"role": "system", "content": system_prompt})
     kwargs = {**(request.chat_template_kwargs or {}), **plan.template_kwargs}
-    prompt = ChatPrompt(messages, tool_use.template_tools(), kwargs or None)
+    prompt = ChatPrompt(messages, tool_use.template_tools(), kwargs or None, images=images)
     jobs = [
         JobRequest(resolved.spec, adapter, prompt, choice_params)
         for choice_params in per_choice(params, request.n)

@@ -36,7 +36,8 @@ class TextBlockInput(BaseModel):
 
 
 class UnsupportedMedia(BaseModel):
-    """Images and documents: refused with a message that says why."""
+    """Documents anywhere, and images inside tool results: refused with a message that says
+    why."""
 
     type: Literal["image", "document"]
 
@@ -44,11 +45,34 @@ class UnsupportedMedia(BaseModel):
     @classmethod
     def _refuse(cls, data: Any) -> Any:
         kind = data.get("type") if isinstance(data, dict) else "image"
+        where = "in tool results" if kind == "image" else "by this server"
         raise PydanticCustomError(
             "unsupported_content",
-            "{kind} blocks are not supported: this server has no vision models yet; send text.",
-            {"kind": kind},
+            "{kind} blocks are not supported {where}; send text.",
+            {"kind": kind, "where": where},
         )
+
+
+class UnsupportedDocument(UnsupportedMedia):
+    type: Literal["document"]
+
+
+class Base64ImageSource(BaseModel):
+    type: Literal["base64"]
+    media_type: Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
+    data: str = Field(min_length=1)
+
+
+class URLImageSource(BaseModel):
+    type: Literal["url"]
+    url: str = Field(min_length=1)
+
+
+class ImageBlockInput(BaseModel):
+    """An image for a vision model (serving/images.py decodes and checks it)."""
+
+    type: Literal["image"]
+    source: Annotated[Base64ImageSource | URLImageSource, Field(discriminator="type")]
 
 
 ResultPart = Annotated[TextBlockInput | UnsupportedMedia, Field(discriminator="type")]
@@ -92,7 +116,8 @@ ContentBlock = Annotated[
     | InputToolResult
     | InputThinking
     | InputRedactedThinking
-    | UnsupportedMedia,
+    | ImageBlockInput
+    | UnsupportedDocument,
     Field(discriminator="type"),
 ]
 

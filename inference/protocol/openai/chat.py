@@ -6,12 +6,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    TypeAdapter,
+    ValidationError,
     model_serializer,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from inference.protocol.errors import invalid_param
 from inference.protocol.openai.common import (
@@ -31,6 +35,37 @@ class TextPart(BaseModel):
     text: str
 
 
+class ImageURL(BaseModel):
+    url: str = Field(min_length=1)  # a data: URL, or http(s) where the server fetches them
+    detail: Literal["auto", "low", "high"] = "auto"  # accepted; the model's processor decides
+
+
+class ImagePart(BaseModel):
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+_PARTS = TypeAdapter(list[ContentPart])
+
+
+def _checked_parts(value: Any) -> Any:
+    """A content list's first wrong part, named, rather than the union's "not a string"."""
+    if isinstance(value, list):
+        try:
+            _PARTS.validate_python(value)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            index, *path = first["loc"]
+            field = ".".join(str(p) for p in path[1:]) or "type"
+            raise PydanticCustomError(
+                "invalid_content_part",
+                "content part {index} ({field}): {problem}",
+                {"index": index, "field": field, "problem": first["msg"]},
+            ) from None
+    return value
+
+
 class FunctionCall(BaseModel):
     name: str
     arguments: str
@@ -46,7 +81,7 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: Annotated[str | list[ContentPart] | None, BeforeValidator(_checked_parts)] = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
@@ -64,8 +99,14 @@ class ChatMessage(BaseModel):
 
     def text(self) -> str:
         if isinstance(self.content, list):
-            return "".join(part.text for part in self.content)
+            return "".join(part.text for part in self.content if isinstance(part, TextPart))
         return self.content or ""
+
+    def image_parts(self) -> list[tuple[int, ImagePart]]:
+        """(index in content, part) of each image, in order."""
+        if not isinstance(self.content, list):
+            return []
+        return [(i, p) for i, p in enumerate(self.content) if isinstance(p, ImagePart)]
 
 
 class FunctionDefinition(BaseModel):

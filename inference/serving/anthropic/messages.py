@@ -21,17 +21,22 @@ from inference.protocol.anthropic.events import (
     StopDelta,
     sse,
 )
-from inference.protocol.anthropic.requests import CountTokensRequest, MessagesRequest
+from inference.protocol.anthropic.requests import (
+    CountTokensRequest,
+    MessagesInput,
+    MessagesRequest,
+)
 from inference.protocol.anthropic.responses import MessageResponse, MessageUsage, TokenCount
 from inference.protocol.openai.common import SamplingFields
 from inference.serving.anthropic.blocks import BlockStream, content_blocks, stop_reason
-from inference.serving.anthropic.prompt import PromptPlan, plan_prompt
+from inference.serving.anthropic.prompt import PromptPlan, image_sources, plan_prompt
 from inference.serving.context import RequestContext
 from inference.serving.drain import drain
 from inference.serving.errors import api_error
 from inference.serving.generation import SHUTTING_DOWN, TIMEOUT, Choice, Generation
+from inference.serving.images import load_images
 from inference.serving.reply import ReplyParser, parse_reply
-from inference.serving.resolve import resolve_model
+from inference.serving.resolve import ResolvedModel, resolve_model
 from inference.serving.sampling import sampling_params
 from inference.serving.sse import EventStream
 
@@ -78,11 +83,16 @@ class MessageRun:
         )
 
 
+async def request_images(request: MessagesInput, resolved: ResolvedModel) -> tuple:
+    sources = image_sources(request)
+    return await load_images(sources, resolved.spec.model_id, resolved.spec.vision)
+
+
 async def answer_messages(
     request: MessagesRequest, ctx: RequestContext
 ) -> MessageResponse | EventStream:
     resolved = await resolve_model(request.model, ctx.caller)
-    plan = plan_prompt(request, resolved)
+    plan = plan_prompt(request, resolved, await request_images(request, resolved))
     params = sampling(request, resolved.entry, plan.grammar)
     job = JobRequest(resolved.spec, resolved.adapter, plan.prompt, params)
     generation = await Generation.start(ctx, [job], "msg")
@@ -148,7 +158,7 @@ async def count_message_tokens(request: CountTokensRequest, ctx: RequestContext)
     if drain.draining:
         raise api_error(SHUTTING_DOWN)
     resolved = await resolve_model(request.model, ctx.caller)
-    plan = plan_prompt(request, resolved)
+    plan = plan_prompt(request, resolved, await request_images(request, resolved))
     job = JobRequest(resolved.spec, resolved.adapter, plan.prompt, SamplingParams())
     if ctx.record is not None:
         ctx.record.model = resolved.spec.model_id

@@ -11,6 +11,8 @@ from django.conf import settings
 
 from inference.engine.types import ChatPrompt
 from inference.protocol.anthropic.requests import (
+    Base64ImageSource,
+    ImageBlockInput,
     InputMessage,
     InputToolResult,
     InputToolUse,
@@ -21,6 +23,7 @@ from inference.protocol.anthropic.requests import (
     ToolChoiceTool,
 )
 from inference.protocol.errors import APIError
+from inference.serving.images import ImageSource
 from inference.serving.resolve import ResolvedModel
 from inference.serving.thinking import Thinking, plan_thinking
 from inference.serving.tooluse import FunctionTool, ToolUse
@@ -58,6 +61,32 @@ def turns(messages: list[InputMessage]) -> list[tuple[str, list]]:
     return merged
 
 
+def image_sources(request: MessagesInput) -> list[ImageSource]:
+    """Every image block, in order, named by its place in the request."""
+    sources = []
+    for i, message in enumerate(request.messages):
+        for j, block in enumerate(message.content):
+            if not isinstance(block, ImageBlockInput):
+                continue
+            param, source = f"messages.{i}.content.{j}", block.source
+            if isinstance(source, Base64ImageSource):
+                sources.append(ImageSource(param, data=source.data, media_type=source.media_type))
+            else:
+                sources.append(ImageSource(param, url=source.url))
+    return sources
+
+
+def _user_content(blocks: list) -> str | list[dict]:
+    """Text, or with images a content list: text parts and {"type": "image"} placeholders."""
+    if not any(isinstance(b, ImageBlockInput) for b in blocks):
+        return _joined(blocks)
+    return [
+        {"type": "image"} if isinstance(b, ImageBlockInput) else {"type": "text", "text": b.text}
+        for b in blocks
+        if isinstance(b, ImageBlockInput | TextBlockInput)
+    ]
+
+
 def _joined(blocks: list) -> str:
     return "\n\n".join(block.text for block in blocks if isinstance(block, TextBlockInput))
 
@@ -86,9 +115,9 @@ def template_turn(role: str, blocks: list) -> list[dict]:
     thinking is left out, as chat templates do."""
     if role == "user":
         results = [_tool_message(b) for b in blocks if isinstance(b, InputToolResult)]
-        text = _joined(blocks)
-        if text or not results:
-            results.append({"role": "user", "content": text})
+        content = _user_content(blocks)
+        if content or not results:
+            results.append({"role": "user", "content": content})
         return results
     message: dict = {"role": "assistant", "content": _joined(blocks)}
     calls = [_tool_call(b) for b in blocks if isinstance(b, InputToolUse)]
@@ -134,7 +163,8 @@ def template_messages(request: MessagesInput, default_system: str) -> tuple[list
     return messages, prefill
 
 
-def plan_prompt(request: MessagesInput, resolved: ResolvedModel) -> PromptPlan:
+def plan_prompt(request: MessagesInput, resolved: ResolvedModel, images: tuple = ()) -> PromptPlan:
+    """`images`: the request's images, decoded (serving/images.py), in image_sources' order."""
     tool_use = tool_use_of(request)
     grammar = tool_use.grammar()
     thinking = plan_thinking(
@@ -146,5 +176,6 @@ def plan_prompt(request: MessagesInput, resolved: ResolvedModel) -> PromptPlan:
         tools=tool_use.template_tools(),
         template_kwargs=thinking.template_kwargs or None,
         prefill=prefill,
+        images=images,
     )
     return PromptPlan(prompt, tool_use, thinking.thinking, grammar)
