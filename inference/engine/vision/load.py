@@ -15,6 +15,8 @@ from mlx_lm.utils import load_tokenizer
 
 from inference.engine.vision.model import VisionChatModel
 
+MROPE_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"})
+
 
 def load_vision(location: str) -> tuple[VisionChatModel, Any, dict]:
     """(model, tokenizer, config.json) for the mlx-vlm model at `location` (never the hub)."""
@@ -23,8 +25,12 @@ def load_vision(location: str) -> tuple[VisionChatModel, Any, dict]:
     path = Path(location)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{location} has no config.json")
-    vlm, processor = mlx_vlm_load(str(path))
     config = json.loads((path / "config.json").read_text())
+    if config.get("model_type") in MROPE_FAMILIES:
+        # Their positions are 3-D (M-RoPE) and depend on the images: the batched engine's 1-D
+        # positions would read them wrongly, so they are refused rather than served badly.
+        raise ValueError(f"{config['model_type']} (M-RoPE) is not supported by this engine")
+    vlm, processor = mlx_vlm_load(str(path))
     text_config = config.get("text_config") or {}
     for key in ("max_position_embeddings", "max_sequence_length"):
         if key not in config and isinstance(text_config.get(key), int):
