@@ -171,6 +171,8 @@ MAX_REQUEST_SEQUENCES = env.int("MAX_REQUEST_SEQUENCES", default=64)
 # Prompt tokens one request may have read (every prompt x n, before prefix-cache hits); more is a
 # 400 too_many_prompt_tokens.
 MAX_REQUEST_PROMPT_TOKENS = env.int("MAX_REQUEST_PROMPT_TOKENS", default=65536)
+# Inputs one /v1/embeddings request may carry (OpenAI's limit is 2048); more is a 400.
+EMBEDDINGS_MAX_INPUTS = env.int("EMBEDDINGS_MAX_INPUTS", default=2048)
 # Messages one chat request may carry.
 MAX_MESSAGES = env.int("MAX_MESSAGES", default=1024)
 # Images in chat requests (vision models only). Remote http(s) image URLs are fetched only when

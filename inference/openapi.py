@@ -16,6 +16,7 @@ from inference.protocol.openai.chat import (
     ChatCompletionRequest,
 )
 from inference.protocol.openai.completions import Completion, CompletionRequest
+from inference.protocol.openai.embeddings import EmbeddingList, EmbeddingRequest
 from inference.protocol.openai.errors import ErrorResponse
 from inference.protocol.openai.models import ModelCard, ModelList
 from inference.protocol.openai.responses import (
@@ -153,6 +154,23 @@ def _messages_paths() -> dict:
     return {"/v1/messages": create, "/v1/messages/count_tokens": count}
 
 
+def _embeddings_paths() -> dict:
+    create = {
+        "post": {
+            "summary": "Embed text or token ids (an embedding model; see capabilities)",
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref(EmbeddingRequest)}},
+            },
+            "responses": {
+                "200": _json("One vector per input", EmbeddingList),
+                **_errors(400, 404, 405, 413, 429, 500, 503),
+            },
+        }
+    }
+    return {"/v1/embeddings": create}
+
+
 @cache
 def openapi_document() -> dict:
     models = [
@@ -161,6 +179,8 @@ def openapi_document() -> dict:
         ChatCompletionChunk,
         CompletionRequest,
         Completion,
+        EmbeddingRequest,
+        EmbeddingList,
         ModelList,
         ModelCard,
         ErrorResponse,
@@ -194,6 +214,7 @@ def openapi_document() -> dict:
             "/v1/completions": _generation(
                 CompletionRequest, Completion, Completion, "Text completion (legacy)"
             ),
+            **_embeddings_paths(),
             **_model_paths(),
             **_responses_paths(),
             **_messages_paths(),

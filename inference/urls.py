@@ -5,6 +5,7 @@ from inference import messages_views, responses_views, views
 urlpatterns = [
     path("chat/completions", views.chat_completions),
     path("completions", views.completions),
+    path("embeddings", views.embeddings),
     path("models", views.list_models),
     path("models/<str:model_id>", views.retrieve_model),
     path("messages", messages_views.messages),

@@ -13,11 +13,13 @@ from inference.openapi import openapi_document
 from inference.protocol.errors import APIError, model_not_found
 from inference.protocol.openai.chat import ChatCompletion, ChatCompletionRequest
 from inference.protocol.openai.completions import Completion, CompletionRequest
+from inference.protocol.openai.embeddings import EmbeddingList, EmbeddingRequest
 from inference.protocol.openai.models import ModelCard, ModelList
 from inference.serving.chat import answer_chat
 from inference.serving.completions import answer_completion
 from inference.serving.context import RequestContext
 from inference.serving.control import health_document, not_ready
+from inference.serving.embeddings import answer_embeddings
 from inference.serving.sse import EventStream
 
 PROBE = ("GET", "HEAD")
@@ -38,8 +40,19 @@ async def completions(
     return await answer_completion(body, ctx)
 
 
+@endpoint("POST", body=EmbeddingRequest, auth=API_KEY, record=True)
+async def embeddings(
+    request: HttpRequest, ctx: RequestContext, body: EmbeddingRequest
+) -> EmbeddingList:
+    return await answer_embeddings(body, ctx)
+
+
 def model_card(entry: CatalogModel) -> ModelCard:
-    return ModelCard(id=entry.public_id, created=int(entry.created.timestamp()))
+    return ModelCard(
+        id=entry.public_id,
+        created=int(entry.created.timestamp()),
+        capabilities=entry.capabilities(),
+    )
 
 
 @endpoint("GET", auth=API_KEY, record=True)

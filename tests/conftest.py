@@ -15,6 +15,7 @@ from tests.scripted import build_scripted_model
 # (-m "not database_independent"), as they would only repeat the SQLite pass.
 DATABASE_INDEPENDENT = {
     "test_cpu_kernels",
+    "test_embedding_engine",
     "test_gguf_architectures",
     "test_gguf_tokenizer",
     "test_gguf_types",
@@ -115,3 +116,19 @@ def tiny_entry(db, tiny_dir):
 def open_api(settings):
     """/v1 behaviour is tested without keys; tests/test_api_keys.py turns them on."""
     settings.REQUIRE_API_KEY = False
+
+
+@pytest.fixture(scope="session")
+def decoder_embedder_dir(smollm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random Qwen3 embedding model with SmolLM2's tokenizer (tests/embedding_models.py)."""
+    from tests.embedding_models import build_decoder_embedder
+
+    return build_decoder_embedder(smollm_dir, tmp_path_factory.mktemp("embedders") / "qwen3")
+
+
+@pytest.fixture(scope="session")
+def encoder_embedder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random BERT embedding model with a WordPiece tokenizer, mean pooling."""
+    from tests.embedding_models import build_encoder_embedder
+
+    return build_encoder_embedder(tmp_path_factory.mktemp("embedders") / "bert")

@@ -124,6 +124,7 @@ def test_openapi_document(client, db):
     assert set(document["paths"]) == {
         "/v1/chat/completions",
         "/v1/completions",
+        "/v1/embeddings",
         "/v1/models",
         "/v1/models/{model}",
         "/v1/messages",

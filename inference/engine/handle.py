@@ -16,12 +16,15 @@ from typing import TYPE_CHECKING, TypeVar
 from inference.engine.state import EngineHealth
 from inference.engine.types import (
     Done,
+    Embedded,
+    EmbeddingJob,
     EngineError,
     ErrorKind,
     Event,
     Failed,
     GenerationJob,
     JobRequest,
+    ModelSpec,
 )
 
 if TYPE_CHECKING:
@@ -113,6 +116,39 @@ class EngineHandle:
         if retry_after is not None:
             raise overloaded(admission.max_queued, retry_after)
         return JobStream(supervisor.engine, admission, requests, owner, group)
+
+    async def embed(
+        self,
+        spec: ModelSpec,
+        inputs: list[str | tuple[int, ...]],
+        max_tokens: int | None = None,
+        truncate: bool = False,
+        owner: str = "",
+    ) -> Embedded:
+        """One request's embeddings, admitted like a generation (one queue slot: 429 past the
+        cap); raises EngineError for what the engine refuses. Cancelled (client gone, request
+        timed out), the engine drops the request's rows on its next step."""
+        supervisor = self._supervisor
+        admission = supervisor.admission
+        retry_after = admission.try_admit(1, supervisor.engine.state.decoding)
+        if retry_after is not None:
+            raise overloaded(admission.max_queued, retry_after)
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[Embedded | Failed] = loop.create_future()
+
+        def sink(event: Embedded | Failed) -> None:  # on the engine thread
+            loop.call_soon_threadsafe(lambda: answer.done() or answer.set_result(event))
+
+        job = EmbeddingJob(spec, inputs, sink, max_tokens, truncate, owner=owner)
+        try:
+            supervisor.engine.submit(job)
+            event = await answer
+        finally:
+            job.cancelled.set()
+            admission.finish(1)
+        if isinstance(event, Failed):
+            raise event.error
+        return event
 
     async def call(self, run: Callable[[Engine], T]) -> T:
         """Runs `run(engine)` on the engine thread between steps and returns its result."""

@@ -175,3 +175,24 @@ class GenerationJob:
     # Fair shares: who sent it (the API key's name) and which request it belongs to.
     owner: str = ""
     group: str = ""
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """An embedding job's answer: one float32 vector per input, in input order."""
+
+    vectors: list  # of numpy float32 arrays: the engine hands back plain memory, not MLX
+    prompt_tokens: int
+
+
+@dataclass(eq=False)  # compared and hashed by identity, like GenerationJob
+class EmbeddingJob:
+    """One request's inputs for an embedding model; answered by one Embedded or Failed."""
+
+    spec: ModelSpec
+    inputs: list[str | tuple[int, ...]]  # text, or token ids (special tokens are added)
+    sink: Callable[[Embedded | Failed], None]
+    max_tokens: int | None = None  # the catalog's cap on one input; None: the model's context
+    truncate: bool = False  # cut longer inputs to the cap instead of failing the request
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    owner: str = ""

@@ -17,10 +17,12 @@ import mlx.core as mx
 from inference.engine import cpu, fastmath
 from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
+from inference.engine.embedding.runner import EmbeddingRunner
 from inference.engine.pool import LoadedModel, ModelPool
 from inference.engine.sequence import Sequence, render_prompt
 from inference.engine.state import EngineState, ModelState
 from inference.engine.types import (
+    EmbeddingJob,
     EngineError,
     ErrorKind,
     Event,
@@ -63,7 +65,7 @@ class Engine:
         self.config = config
         cpu.configure(config.cpu_kernels, config.cpu_kernel_threads)
         self.pool = ModelPool(config.pool_budget_bytes, on_unload=self._drop_runner)
-        self._runners: dict[str, ModelRunner] = {}
+        self._runners: dict[str, ModelRunner | EmbeddingRunner] = {}
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         # Every job not yet collected by its client, so that a supervisor can end them all
         # if this thread dies or wedges.
@@ -82,7 +84,7 @@ class Engine:
         self._thread = threading.Thread(target=self._run, name="mlx-engine", daemon=True)
         self._thread.start()
 
-    def submit(self, *jobs: GenerationJob) -> None:
+    def submit(self, *jobs: GenerationJob | EmbeddingJob) -> None:
         """One request's jobs: started together, so its limits see all of them."""
         with self._jobs_lock:
             if self._abandoned:
@@ -263,6 +265,9 @@ class Engine:
         )
 
     def _start(self, jobs: list[GenerationJob]) -> None:
+        if len(jobs) == 1 and isinstance(jobs[0], EmbeddingJob):
+            self._start_embedding(jobs[0])
+            return
         started = [(job, s) for job in jobs if (s := self._sequence(job)) is not None]
         limit = self.config.max_request_prompt_tokens
         total = sum(len(s.prompt) for _, s in started)
@@ -278,6 +283,22 @@ class Engine:
         for job, sequence in started:
             self._runner(sequence.loaded).add(sequence)
             self._emit(job, sequence.started())
+
+    def _start_embedding(self, job: EmbeddingJob) -> None:
+        """Tokenized and checked here; answered by the model's EmbeddingRunner when done."""
+        if job.cancelled.is_set():
+            return
+        try:
+            loaded = self._load(job.spec)
+            runner = self._runners.get(job.spec.model_id)
+            if not isinstance(runner, EmbeddingRunner) or runner.loaded is not loaded:
+                runner = self._runners[job.spec.model_id] = EmbeddingRunner(loaded, self.config)
+            runner.add(job)
+        except EngineError as exc:
+            self._emit(job, Failed(exc))
+        except Exception:  # a bad request must never take the engine down
+            log.exception("could not start embedding for %s", job.spec.model_id)
+            self._emit(job, Failed(EngineError(ErrorKind.INTERNAL, "embedding failed")))
 
     def _sequence(self, job: GenerationJob) -> Sequence | None:
         """The job's sequence, ready to add; None (and the job failed) if it cannot run."""

@@ -8,6 +8,8 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "organization-owner"
+    # What the model is for: "completion" (chat and text), "vision", "embedding".
+    capabilities: list[str] = []
 
 
 class ModelList(BaseModel):
