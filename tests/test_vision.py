@@ -24,6 +24,8 @@ from inference.engine.types import (
     ChatPrompt,
     Delta,
     Done,
+    ErrorKind,
+    Failed,
     GenerationJob,
     ModelSpec,
     SamplingParams,
@@ -31,9 +33,16 @@ from inference.engine.types import (
 from inference.protocol.errors import APIError
 from tests.helpers import build_tiny_model
 from tests.live_server import LiveServer, free_port, live_server
-from tests.vision_models import build_tiny_llava, data_url, png_bytes
+from tests.vision_models import (
+    build_tiny_gemma3,
+    build_tiny_llava,
+    build_tiny_smolvlm,
+    data_url,
+    png_bytes,
+)
 
 RED, BLUE = png_bytes((255, 0, 0)), png_bytes((0, 0, 255))
+BUILDERS = {"llava": build_tiny_llava, "smolvlm": build_tiny_smolvlm, "gemma3": build_tiny_gemma3}
 LIMITS = {
     "IMAGE_FETCH_REMOTE": "true",
     "IMAGE_FETCH_TIMEOUT": "3",
@@ -296,28 +305,78 @@ def _first_logprobs(engine, spec: ModelSpec, images: tuple) -> mx.array:
     return {c.token: c.logprob for c in top}
 
 
-def test_engine_matches_mlx_vlm_forward_pass(engine, llava_dir: Path) -> None:
-    """Prefill from embeddings + the decode step give mlx-vlm's own logits for the prompt."""
+@pytest.fixture(scope="module", params=sorted(BUILDERS))
+def family_dir(
+    request, llava_dir: Path, smollm_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    if request.param == "llava":
+        return llava_dir
+    return BUILDERS[request.param](smollm_dir, tmp_path_factory.mktemp("vision") / request.param)
+
+
+def _image(data: bytes):
     import io
 
-    from mlx_vlm.utils import load
     from PIL import Image
 
-    spec = ModelSpec(model_id="vl-engine", location=str(llava_dir), vision=True)
-    red = Image.open(io.BytesIO(RED)).convert("RGB")
-    ours = _first_logprobs(engine, spec, (red,))
-    model, processor = load(str(llava_dir))
+    return Image.open(io.BytesIO(data)).convert("RGB")
+
+
+def test_engine_reads_the_image(engine, family_dir: Path) -> None:
+    """Per family: another image, other first-token logits; the same image, the same ones."""
+    spec = ModelSpec(model_id=f"vl-{family_dir.name}", location=str(family_dir), vision=True)
+    red = _first_logprobs(engine, spec, (_image(RED),))
+    again = _first_logprobs(engine, spec, (_image(RED),))
+    blue = _first_logprobs(engine, spec, (_image(BLUE),))
+    assert red == again
+    assert red != blue
+
+
+def _reference_logprobs(location: Path, image) -> dict[str, float]:
+    """mlx-vlm's own pass: its processor, get_input_embeddings, its language model's logits."""
+    import numpy as np
+    from mlx_vlm.utils import load
+
+    model, processor = load(str(location))
     text = processor.tokenizer.apply_chat_template(
         [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is it?"}]}],
         add_generation_prompt=True,
         tokenize=False,
     )
-    inputs = processor(text=[text], images=[red])
-    ids, pixels = mx.array(inputs["input_ids"]), mx.array(inputs["pixel_values"])
-    embeds = model.get_input_embeddings(ids, pixels).inputs_embeds
+    inputs = {k: mx.array(np.asarray(v)) for k, v in processor(text=[text], images=[image]).items()}
+    ids, pixels = inputs.pop("input_ids"), inputs.pop("pixel_values")
+    inputs["mask"] = inputs.pop("attention_mask")
+    embeds = model.get_input_embeddings(ids, pixels, **inputs).inputs_embeds
     logits = model.language_model(ids, inputs_embeds=embeds).logits[0, -1]
     logprobs = logits - mx.logsumexp(logits)
     best = mx.argsort(-logprobs)[:5].tolist()
-    theirs = {processor.tokenizer.decode([i]): logprobs[i].item() for i in best}
+    return {processor.tokenizer.decode([i]): logprobs[i].item() for i in best}
+
+
+def test_engine_matches_mlx_vlm_forward_pass(engine, family_dir: Path) -> None:
+    """Prefill from embeddings + the decode step give mlx-vlm's own logits for the prompt (for
+    Gemma 3 this also shows sqrt(hidden) is applied once: its language model scales
+    inputs_embeds, and get_input_embeddings pre-divides the image features)."""
+    spec = ModelSpec(model_id=f"vl-{family_dir.name}-ref", location=str(family_dir), vision=True)
+    red = _image(RED)
+    ours = _first_logprobs(engine, spec, (red,))
+    theirs = _reference_logprobs(family_dir, red)
     assert list(ours) == list(theirs)
     assert all(abs(ours[t] - theirs[t]) < 1e-3 for t in ours)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "family"), [("qwen2_vl", "Qwen2-VL"), ("qwen3_vl", "Qwen3-VL")]
+)
+def test_mrope_families_are_refused_saying_why(engine, tmp_path: Path, model_type, family) -> None:
+    (tmp_path / "config.json").write_text(f'{{"model_type": "{model_type}"}}')
+    spec = ModelSpec(model_id="qwen-vl", location=str(tmp_path), vision=True)
+    events: queue.SimpleQueue = queue.SimpleQueue()
+    prompt = ChatPrompt([{"role": "user", "content": "hi"}])
+    params = SamplingParams(temperature=0, max_tokens=1)
+    engine.submit(GenerationJob(spec, get_adapter(FamilyProfile()), prompt, params, events.put))
+    event = events.get(timeout=60)
+    assert isinstance(event, Failed)
+    assert event.error.kind is ErrorKind.MODEL_UNAVAILABLE
+    expected = f"model 'qwen-vl': {family}'s 3-D (M-RoPE) image positions are not supported yet"
+    assert event.error.message.startswith(expected)

@@ -118,6 +118,9 @@ class ModelPool:
         started = time.monotonic()
         try:
             model, tokenizer, config = load_weights(spec)
+        except EngineError as exc:  # a loader's own refusal says why: kept, the model named
+            log.warning("loading %s refused: %s", spec.model_id, exc.message)
+            raise EngineError(exc.kind, f"model '{spec.model_id}': {exc.message}") from exc
         except Exception as exc:
             log.exception("loading %s failed", spec.model_id)
             raise EngineError(

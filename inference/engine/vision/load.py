@@ -13,9 +13,15 @@ from typing import Any
 
 from mlx_lm.utils import load_tokenizer
 
+from inference.engine.types import EngineError, ErrorKind
 from inference.engine.vision.model import VisionChatModel
 
-MROPE_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"})
+MROPE_FAMILIES = {
+    "qwen2_vl": "Qwen2-VL",
+    "qwen2_5_vl": "Qwen2.5-VL",
+    "qwen3_vl": "Qwen3-VL",
+    "qwen3_vl_moe": "Qwen3-VL-MoE",
+}
 
 
 def load_vision(location: str) -> tuple[VisionChatModel, Any, dict]:
@@ -29,7 +35,11 @@ def load_vision(location: str) -> tuple[VisionChatModel, Any, dict]:
     if config.get("model_type") in MROPE_FAMILIES:
         # Their positions are 3-D (M-RoPE) and depend on the images: the batched engine's 1-D
         # positions would read them wrongly, so they are refused rather than served badly.
-        raise ValueError(f"{config['model_type']} (M-RoPE) is not supported by this engine")
+        family = MROPE_FAMILIES[config["model_type"]]
+        raise EngineError(
+            ErrorKind.MODEL_UNAVAILABLE,
+            f"{family}'s 3-D (M-RoPE) image positions are not supported yet by this engine",
+        )
     vlm, processor = mlx_vlm_load(str(path))
     text_config = config.get("text_config") or {}
     for key in ("max_position_embeddings", "max_sequence_length"):

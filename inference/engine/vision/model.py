@@ -22,7 +22,9 @@ class VisionChatModel(nn.Module):
 
     @property
     def model(self) -> nn.Module:
-        return self.vlm.language_model.model
+        # Idefics3 / SmolVLM: the language model is itself the layers (it has no inner .model).
+        language_model = self.vlm.language_model
+        return getattr(language_model, "model", language_model)
 
     @property
     def layers(self) -> list[nn.Module]:
@@ -38,6 +40,8 @@ class VisionChatModel(nn.Module):
 
     def embed_prompt(self, input_ids: mx.array, pixel_values: mx.array, **extra: Any) -> mx.array:
         """The prompt's input embeddings (length, hidden): text tokens' and image features."""
+        if "attention_mask" in extra:  # Gemma 3 reads the processor's mask as `mask`
+            extra.setdefault("mask", extra["attention_mask"])
         features = self.vlm.get_input_embeddings(input_ids, pixel_values, **extra)
         embeddings = getattr(features, "inputs_embeds", features)
         mx.eval(embeddings)
