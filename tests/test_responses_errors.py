@@ -62,7 +62,7 @@ BAD_REQUESTS = [
         None,
     ),
     (
-        "image input",
+        "image input on a text-only model",
         {
             "input": [
                 {
@@ -73,7 +73,7 @@ BAD_REQUESTS = [
         },
         400,
         "input.0.content.0",
-        None,
+        "image_input_not_supported",
     ),
     (  # schemathesis found it: a list is not hashable, the set lookup raised (500)
         "content part type a list",

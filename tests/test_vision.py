@@ -380,3 +380,71 @@ def test_mrope_families_are_refused_saying_why(engine, tmp_path: Path, model_typ
     assert event.error.kind is ErrorKind.MODEL_UNAVAILABLE
     expected = f"model 'qwen-vl': {family}'s 3-D (M-RoPE) image positions are not supported yet"
     assert event.error.message.startswith(expected)
+
+
+def input_image(url: str, **extra) -> dict:
+    return {"type": "input_image", "image_url": url, "detail": "auto", **extra}
+
+
+def responses_input(*parts: dict) -> list[dict]:
+    text = {"type": "input_text", "text": "What is in this picture?"}
+    return [{"role": "user", "content": [*parts, text]}]
+
+
+def test_responses_sdk_reads_an_image(client: openai.OpenAI) -> None:
+    """input_image parts go the chat path: same tokens and greedy reply as image_url parts."""
+    response = client.responses.create(
+        model="vl", input=responses_input(input_image(GOOD)), max_output_tokens=4, temperature=0
+    )
+    chat = client.chat.completions.create(
+        model="vl", messages=user(image_part(GOOD)), max_tokens=4, temperature=0
+    )
+    assert response.usage.input_tokens == chat.usage.prompt_tokens
+    assert response.output_text == chat.choices[0].message.content
+    blue = client.responses.create(
+        model="vl",
+        input=responses_input(input_image(data_url(BLUE))),
+        max_output_tokens=4,
+        temperature=0,
+    )
+    assert blue.usage.input_tokens == response.usage.input_tokens
+    listed = client.responses.input_items.list(response.id)
+    assert listed.data[0].content[0].type == "input_image"
+    # A follow-up reads the earlier image again through previous_response_id.
+    follow = client.responses.create(
+        model="vl",
+        previous_response_id=response.id,
+        input="And now?",
+        max_output_tokens=2,
+        temperature=0,
+    )
+    assert follow.usage.input_tokens > response.usage.input_tokens
+
+
+RESPONSES_CASES = [
+    ("file_id", "vl", input_image(GOOD, file_id="file-1"), "input.0.content.0.file_id", "file"),
+    ("not base64", "vl", input_image("data:image/png;base64,@@"), "input.0.content.0", "base64"),
+    ("non-image bytes", "vl", input_image(NOISE), "input.0.content.0", "not an image"),
+    ("text-only model", "tiny", input_image(GOOD), "input.0.content.0", "does not read images"),
+]
+
+
+@pytest.mark.parametrize(
+    ("model", "part", "param", "words"),
+    [case[1:] for case in RESPONSES_CASES],
+    ids=[case[0] for case in RESPONSES_CASES],
+)
+def test_bad_responses_images_are_400s(server: LiveServer, model, part, param, words) -> None:
+    body = {"model": model, "input": responses_input(part), "max_output_tokens": 2}
+    response = httpx.post(f"{server.api}/responses", json=body, timeout=60)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == param
+    assert words in error["message"]
+
+
+def test_responses_image_without_url_is_a_400(server: LiveServer) -> None:
+    body = {"model": "vl", "input": responses_input({"type": "input_image"})}
+    response = httpx.post(f"{server.api}/responses", json=body, timeout=60)
+    assert response.status_code == 400, response.text
+    assert "image_url" in response.json()["error"]["message"]

@@ -38,6 +38,17 @@ class OutputText(BaseModel):
     annotations: list[Any] = Field(default_factory=list)
 
 
+class InputImage(BaseModel):
+    """An image in a message, for a vision model: a data: URL (or, where the server fetches
+    them, an http(s) URL). file_id images are refused (this server keeps no files)."""
+
+    model_config = ConfigDict(extra="ignore")  # file_id: null
+
+    type: Literal["input_image"] = "input_image"
+    image_url: str = Field(min_length=1)
+    detail: Literal["auto", "low", "high"] = "auto"
+
+
 def _part_type(value: Any) -> str:
     # Dicts while validating, models while serializing.
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
@@ -45,7 +56,9 @@ def _part_type(value: Any) -> str:
 
 
 ContentPart = Annotated[
-    Annotated[InputText, Tag("type=input_text")] | Annotated[OutputText, Tag("type=output_text")],
+    Annotated[InputText, Tag("type=input_text")]
+    | Annotated[OutputText, Tag("type=output_text")]
+    | Annotated[InputImage, Tag("type=input_image")],
     Discriminator(_part_type),
 ]
 
@@ -62,7 +75,12 @@ class MessageItem(BaseModel):
     def text(self) -> str:
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content)
+        return "".join(part.text for part in self.content if not isinstance(part, InputImage))
+
+    def has_images(self) -> bool:
+        return not isinstance(self.content, str) and any(
+            isinstance(part, InputImage) for part in self.content
+        )
 
 
 class FunctionCallItem(BaseModel):
@@ -340,7 +358,7 @@ def _tool_message(kind: str | None) -> str:
     return f"Unknown tool type {kind!r}: this server takes function tools only."
 
 
-UNSUPPORTED_PARTS = {"input_image", "input_file", "input_audio"}
+UNSUPPORTED_PARTS = {"input_file", "input_audio"}
 TEXT_PARTS = {"input_text", "output_text"}
 TEXT_FORMATS = ("text", "json_object", "json_schema")
 
@@ -363,17 +381,32 @@ def _precheck_item(item: Any, where: str) -> None:
         part_type = part.get("type") if isinstance(part, dict) else None
         if not isinstance(part_type, str):
             continue  # left to the schema, which names the field (a list is not hashable)
-        if part_type in UNSUPPORTED_PARTS:
+        if part_type == "input_image" and name == "content":
+            _precheck_image(part, f"{where}.{name}.{index}")
+            continue
+        if part_type in UNSUPPORTED_PARTS or part_type == "input_image":
             raise invalid_param(
                 f"{where}.{name}.{index}",
-                f"'{part_type}' content is not supported: the models this server runs read "
-                "text only.",
+                f"'{part_type}' content is not supported here: images go in a message's "
+                "content (input_image), other files are not read."
+                if part_type == "input_image"
+                else f"'{part_type}' content is not supported: the models this server runs "
+                "read text and images only.",
             )
         if part_type not in TEXT_PARTS:
             raise invalid_param(
                 f"{where}.{name}.{index}.type",
                 f"Unknown content part type {part_type!r}: use input_text (or output_text).",
             )
+
+
+def _precheck_image(part: dict, where: str) -> None:
+    if part.get("file_id") is not None:
+        raise invalid_param(
+            f"{where}.file_id",
+            "Images by file_id are not supported: this server keeps no files. Send image_url "
+            "as a data: URL (data:image/png;base64,...).",
+        )
 
 
 # Labels pydantic puts in a location for union members and tags, never field names.

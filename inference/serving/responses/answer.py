@@ -31,7 +31,11 @@ from inference.serving.resolve import resolve_model
 from inference.serving.responses import store
 from inference.serving.responses.items import new_id
 from inference.serving.responses.output import OutputBuilder
-from inference.serving.responses.prepare import gather_conversation, plan_generation
+from inference.serving.responses.prepare import (
+    conversation_images,
+    gather_conversation,
+    plan_generation,
+)
 from inference.serving.responses.sse import typed_event
 from inference.serving.sse import EventStream
 
@@ -146,7 +150,8 @@ async def start_response(request: ResponseRequest, ctx: RequestContext) -> Respo
     failure up to here is an HTTP error."""
     resolved = await resolve_model(request.model, ctx.caller)
     conversation = await gather_conversation(request, ctx.caller)
-    plan = plan_generation(request, conversation, resolved)
+    images = await conversation_images(conversation, resolved)
+    plan = plan_generation(request, conversation, resolved, images)
     job = JobRequest(resolved.spec, resolved.adapter, plan.prompt, plan.params)
     generation = await Generation.start(ctx, [job], "resp")
     parser = ReplyParser(resolved.adapter, plan.tool_use, plan.thinking.thinking)

@@ -9,9 +9,11 @@ from inference.protocol.errors import APIError
 from inference.protocol.openai.responses import (
     FunctionCallItem,
     FunctionCallOutputItem,
+    InputImage,
     MessageItem,
     ReasoningInputItem,
 )
+from inference.serving.images import ImageSource
 
 
 def new_id(prefix: str) -> str:
@@ -20,6 +22,14 @@ def new_id(prefix: str) -> str:
 
 def stored_input_item(item: MessageItem | FunctionCallItem | FunctionCallOutputItem) -> dict:
     """An input item as kept and listed by GET /v1/responses/{id}/input_items."""
+    if isinstance(item, MessageItem) and item.has_images():
+        return {
+            "id": new_id("msg"),
+            "type": "message",
+            "role": item.role,
+            "status": "completed",
+            "content": [_stored_part(part) for part in item.content],
+        }
     if isinstance(item, MessageItem):
         # Assistant turns are listed as the output messages they once were.
         kind = "output_text" if item.role == "assistant" else "input_text"
@@ -54,6 +64,40 @@ def stored_input_item(item: MessageItem | FunctionCallItem | FunctionCallOutputI
     return {**item.model_dump(exclude_none=True), "id": item.id or new_id("rs")}
 
 
+def _stored_part(part) -> dict:
+    """A part of a message with images, kept in its place (so content.J still names it)."""
+    if isinstance(part, InputImage):
+        return {"type": "input_image", "image_url": part.image_url, "detail": part.detail}
+    return {"type": "input_text", "text": part.text}
+
+
+def message_content(item: dict) -> str | list[dict]:
+    """Text, or with images a content list: text parts and {"type": "image"} placeholders."""
+    parts = item.get("content", [])
+    if not any(part.get("type") == "input_image" for part in parts):
+        return item_text(item)
+    return [
+        {"type": "image"}
+        if part.get("type") == "input_image"
+        else {"type": "text", "text": part["text"]}
+        for part in parts
+    ]
+
+
+def image_sources(history: list[dict], new_items: list[dict]) -> list[ImageSource]:
+    """The conversation's images, in the order of their placeholders: earlier responses' (named
+    by previous_response_id), then this input's (input.I.content.J)."""
+    named = [("previous_response_id", item, None) for item in history]
+    named += [(f"input.{i}", item, i) for i, item in enumerate(new_items)]
+    return [
+        ImageSource(where if index is None else f"{where}.content.{j}", url=part["image_url"])
+        for where, item, index in named
+        if item["type"] == "message"
+        for j, part in enumerate(item.get("content", []))
+        if part.get("type") == "input_image"
+    ]
+
+
 def item_text(item: dict) -> str:
     return "".join(part.get("text", "") for part in item.get("content", []))
 
@@ -67,7 +111,7 @@ def chat_messages(items: list[dict]) -> list[dict]:
         kind = item["type"]
         if kind == "message":
             role = "system" if item["role"] == "developer" else item["role"]
-            messages.append({"role": role, "content": item_text(item)})
+            messages.append({"role": role, "content": message_content(item)})
         elif kind == "function_call":
             names[item["call_id"]] = item["name"]
             call = {

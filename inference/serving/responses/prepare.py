@@ -18,10 +18,12 @@ from inference.protocol.openai.responses import (
     TextFormatJSONObject,
     TextFormatJSONSchema,
 )
+from inference.serving.images import load_images
 from inference.serving.resolve import ResolvedModel
 from inference.serving.responses.items import (
     chat_messages,
     check_call_outputs,
+    image_sources,
     stored_input_item,
 )
 from inference.serving.responses.store import conversation_before
@@ -35,6 +37,12 @@ from inference.serving.tooluse import FunctionTool, ToolUse
 class Conversation:
     history: list[dict]  # items of the previous responses, oldest first
     new_items: list[dict]  # this request's input items, with their ids, as they are stored
+
+
+async def conversation_images(conversation: Conversation, resolved: ResolvedModel) -> tuple:
+    """The conversation's images, decoded and checked (a 400 naming the part otherwise)."""
+    sources = image_sources(conversation.history, conversation.new_items)
+    return await load_images(sources, resolved.spec.model_id, resolved.spec.vision)
 
 
 async def gather_conversation(request: ResponseRequest, caller: Caller) -> Conversation:
@@ -105,12 +113,17 @@ class Plan:
 
 
 def plan_generation(
-    request: ResponseRequest, conversation: Conversation, resolved: ResolvedModel
+    request: ResponseRequest,
+    conversation: Conversation,
+    resolved: ResolvedModel,
+    images: tuple = (),
 ) -> Plan:
     use = tool_use(request)
     grammar = use.grammar("tools") or text_grammar(request)
     enabled = request.reasoning.enabled() if request.reasoning else None
     thinking = plan_thinking(resolved.adapter, enabled, constrained=grammar is not None)
     messages = prompt_messages(request, conversation, resolved.entry)
-    prompt = ChatPrompt(messages, use.template_tools(), thinking.template_kwargs or None)
+    prompt = ChatPrompt(
+        messages, use.template_tools(), thinking.template_kwargs or None, images=images
+    )
     return Plan(prompt, sampling(request, resolved.entry, grammar), use, thinking)
