@@ -137,3 +137,14 @@ def test_all_minilm_matches_sentence_transformers(demo_embedding: Path) -> None:
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     assert abs(float(vectors[0] @ vectors[1]) - 0.7553) < 0.005
     assert float(vectors[0] @ vectors[2]) < 0.3
+
+
+def test_fast_gelu_is_the_exact_gelu():
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    from inference.engine import fastmath
+
+    x = mx.linspace(-12.0, 12.0, 100_001)
+    assert fastmath.warm_up()
+    assert mx.abs(fastmath.gelu(x) - nn.gelu(x)).max().item() < 2e-6

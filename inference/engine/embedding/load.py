@@ -14,6 +14,7 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
+from inference.engine import fastmath
 from inference.engine.embedding.pooling import folder_pooling
 from inference.engine.embedding.tokens import EmbeddingTokenizer
 
@@ -61,6 +62,7 @@ def _load_encoder(folder: Path) -> tuple[Any, EmbeddingTokenizer]:
     # A local folder only (the pool checked config.json is there): mlx-embeddings reads it
     # as it is and never reaches for the hub.
     inner = load_model(folder)
+    fastmath.swap_gelu(inner)  # BERT's exact GELU, ~3.5x faster on a CPU (fastmath.py)
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     # The saved file may cap inputs (all-MiniLM: 128) or pad them; the runner does both.
     tokenizer.no_truncation()
