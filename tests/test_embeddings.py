@@ -20,6 +20,7 @@ RAW, SHORT, CUT = "bert-raw", "bert-short", "bert-cut"
 LONG = "the quick brown fox jumps over the lazy dog and the cat sat on the mat " * 6
 TEXTS = ["hello", LONG, "a dog", "search the world for a good model " * 3, "cat"]
 MAX_INPUTS = 16
+MAX_PROMPT_TOKENS = 2000
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,11 @@ def server(
         ("add_model", CUT, *bert, "--max-input-tokens", "8", "--truncate"),
     ]
     var = tmp_path_factory.mktemp("embeddings")
-    with live_server(var, *setup, EMBEDDINGS_MAX_INPUTS=str(MAX_INPUTS)) as live:
+    limits = {
+        "EMBEDDINGS_MAX_INPUTS": str(MAX_INPUTS),
+        "MAX_REQUEST_PROMPT_TOKENS": str(MAX_PROMPT_TOKENS),
+    }
+    with live_server(var, *setup, **limits) as live:
         yield live
 
 
@@ -249,6 +254,15 @@ BAD = [
     ),
     ("missing model", "embeddings", {"model": None, "input": WORDS}, 400, "model", None, ""),
     ("missing input", "embeddings", {"input": None}, 400, "input", None, ""),
+    (
+        "too many tokens in all",
+        "embeddings",
+        {"model": DECODER, "input": [[5] * 500] * 5},
+        400,
+        "input",
+        "too_many_prompt_tokens",
+        f"at most {MAX_PROMPT_TOKENS}",
+    ),
 ]
 
 

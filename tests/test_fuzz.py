@@ -31,6 +31,7 @@ from schemathesis.core.result import Ok
 from tests.live_server import LiveServer, live_server
 
 MODEL_ID = "tiny"
+EMBEDDING_ID = "tiny-embedder"
 MAX_OUTPUT_TOKENS = 8
 FUZZ_SETTINGS = settings(
     max_examples=30,  # per operation and generation mode
@@ -52,10 +53,13 @@ def hypothesis_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def server(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+def server(
+    tiny_dir: Path, encoder_embedder_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveServer]:
     setup = ("add_model", MODEL_ID, "--local", str(tiny_dir))
     setup += ("--max-output-tokens", str(MAX_OUTPUT_TOKENS), "--context-length", "512")
-    with live_server(tmp_path_factory.mktemp("fuzz"), setup) as live:
+    embedder = ("add_model", EMBEDDING_ID, "--embedding", "--local", str(encoder_embedder_dir))
+    with live_server(tmp_path_factory.mktemp("fuzz"), setup, embedder) as live:
         yield live
 
 
@@ -168,9 +172,11 @@ def aimed_at_tiny(case: schemathesis.Case, mode: GenerationMode) -> st.SearchStr
     # Hypothesis favours the first choice (and shrinks towards it).
     aims = ["mended" if mode is GenerationMode.POSITIVE else "tiny"] * 2 + ["tiny", "as generated"]
 
+    served = EMBEDDING_ID if case.operation.path == "/v1/embeddings" else MODEL_ID
+
     def aim(how: str) -> schemathesis.Case:
-        case.body = body if how == "as generated" else {**body, "model": MODEL_ID}
-        if how == "mended":
+        case.body = body if how == "as generated" else {**body, "model": served}
+        if how == "mended" and served == MODEL_ID:
             messages = case.operation.path.startswith("/v1/messages")
             case.body = usable_messages(body) if messages else usable(body)
         return case

@@ -9,7 +9,9 @@ def api_error(error: EngineError) -> APIError:
         return APIError(error.message, param=error.param, code="context_length_exceeded")
     if error.kind is ErrorKind.PROMPT_TOO_LARGE:
         return APIError(
-            f"{error.message} (MAX_REQUEST_PROMPT_TOKENS).", param="prompt", code=error.kind.value
+            f"{error.message} (MAX_REQUEST_PROMPT_TOKENS).",
+            param=error.param or "prompt",
+            code=error.kind.value,
         )
     if error.kind is ErrorKind.TIMEOUT:
         return APIError(error.message, status=504, type="server_error", code="timeout")

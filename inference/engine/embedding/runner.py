@@ -50,6 +50,7 @@ class EmbeddingRunner:
         self.loaded = loaded
         self.model: EmbeddingModel = loaded.model
         self.tokenizer: EmbeddingTokenizer = loaded.tokenizer
+        self.config = config
         self.budget = max(1, config.prefill_step)
         pooling = loaded.spec.pooling
         self.pooling = self.model.default_pooling if pooling == "auto" else pooling
@@ -77,6 +78,14 @@ class EmbeddingRunner:
         """Tokenizes and checks the job's inputs; raises EngineError for a bad one."""
         ids = [self._tokens(job, index, item) for index, item in enumerate(job.inputs)]
         pending = Pending(job, ids, [None] * len(ids), len(ids))
+        limit = self.config.max_request_prompt_tokens
+        if limit and pending.tokens > limit:
+            raise EngineError(
+                ErrorKind.PROMPT_TOO_LARGE,
+                f"This request's inputs take {pending.tokens} tokens; this server reads at most "
+                f"{limit} for one request",
+                param="input",
+            )
         self._pending.append(pending)
         self.loaded.active += 1
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
