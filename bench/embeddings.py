@@ -2,10 +2,11 @@
 
     .venv/bin/python bench/embeddings.py [--model DIR] [--batches 1,64] [--seconds 5]
 
-DIR defaults to var/cache/all-MiniLM-L6-v2 (`make fetch-demo` unpacks it) and, without it, a
-random-weight BERT built as the tests build theirs. Each batch size sends requests of that many
-inputs (sentences of 8 to 40 words) one after another for about --seconds, through the engine
-thread as the server does (tokenizing, padding, one forward pass per step), without HTTP.
+DIR defaults to var/cache/all-MiniLM-L6-v2 (`make serve` and `make test` unpack it) and,
+without it, a random-weight BERT built as the tests build theirs. Each batch size sends
+requests of that many inputs (sentences of 8 to 40 words) one after another for about
+--seconds, through the engine thread as the server does (tokenizing, padding, one forward
+pass per step), without HTTP.
 """
 
 from __future__ import annotations

@@ -98,6 +98,11 @@ class CatalogModelAdmin(admin.ModelAdmin):
         ("History", {"fields": ("created", "updated", "last_used")}),
     )
 
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        if db_field.name in ("query_prefix", "document_prefix"):
+            kwargs["strip"] = False  # "query: " (e5) needs its trailing space
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
+
     def _loaded(self, entry: CatalogModel) -> ModelState | None:
         # The engine's snapshot: never waits for it, never starts it.
         health = runtime.current_health()

@@ -20,6 +20,9 @@ def form(**fields):
         "default_top_p": "",
         "context_length": "",
         "compute_format": "auto",
+        "purpose": "chat",
+        "pooling": "auto",
+        "normalize": "on",
         "_save": "Save",
     }
     return {**data, **fields}
@@ -49,6 +52,19 @@ def test_admin_adds_a_local_model(admin_client, tiny_dir):
     assert CatalogModel.objects.get(public_id="new-model").location == str(tiny_dir)
 
 
+def test_admin_adds_an_embedding_model(admin_client, tiny_dir):
+    fields = {"purpose": "embedding", "pooling": "mean", "query_prefix": "query: "}
+    response = admin_client.post(ADD_URL, form(location=str(tiny_dir), **fields))
+    assert response.status_code == 302, response.content
+    entry = CatalogModel.objects.get(public_id="new-model")
+    assert entry.capabilities() == ["embedding"]
+    assert (entry.spec().purpose, entry.spec().pooling, entry.query_prefix) == (
+        "embedding",
+        "mean",
+        "query: ",
+    )
+
+
 def test_admin_accepts_a_hub_repo_without_fetching_it(admin_client):
     response = admin_client.post(ADD_URL, form(source="hf", location="mlx-community/Qwen3-4bit"))
     assert response.status_code == 302
@@ -66,6 +82,8 @@ def test_admin_accepts_a_hub_repo_without_fetching_it(admin_client):
         ({"public_id": "has space", "location": "/tmp"}, b"no slashes or spaces"),
         ({"public_id": "a/b", "location": "/tmp"}, b"no slashes or spaces"),
         ({"default_temperature": "5"}, b"less than or equal to 2.0"),
+        ({"purpose": "embedding", "vision": "on"}, b"Only chat models read images."),
+        ({"purpose": "rerank"}, b"Select a valid choice"),
     ],
 )
 def test_admin_form_errors_instead_of_crashes(admin_client, fields, message):

@@ -74,7 +74,7 @@ def test_folder_pooling(tmp_path: Path, flags: dict | None, expected: str | None
 @pytest.fixture
 def small_step_engine() -> Iterator[Engine]:
     """An engine whose embedding batches hold at most 64 padded tokens."""
-    engine = Engine(EngineConfig(prefill_step=64, cpu_kernels=False))
+    engine = Engine(EngineConfig(prefill_step=64))
     yield engine
     engine.stop()
 
@@ -122,7 +122,7 @@ def test_embedding_batches_take_turns_with_decoding(
 def test_all_minilm_matches_sentence_transformers(demo_embedding: Path) -> None:
     """The real all-MiniLM-L6-v2: mean pooling from its 1_Pooling folder, unit vectors, and the
     similarity sentence-transformers' documentation gives for these two sentences (0.7553)."""
-    engine = Engine(EngineConfig(cpu_kernels=False))
+    engine = Engine(EngineConfig())
     try:
         spec = ModelSpec("minilm", str(demo_embedding), purpose="embedding")
         answers: queue.SimpleQueue = queue.SimpleQueue()

@@ -9,6 +9,7 @@ naming the part for anything wrong.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import io
@@ -56,7 +57,10 @@ async def load_images(
             param=sources[settings.IMAGE_MAX_PER_REQUEST].param,
             code="too_many_images",
         )
-    return tuple([decode(source, await image_bytes(source)) for source in sources])
+    # Decoding a large image takes a while: off the event loop, which serves every stream.
+    return tuple(
+        [await asyncio.to_thread(decode, source, await image_bytes(source)) for source in sources]
+    )
 
 
 async def image_bytes(source: ImageSource) -> bytes:
