@@ -264,7 +264,7 @@ class Engine:
             prefix_cache_bytes=runner.prefix_cache_bytes if runner else 0,
         )
 
-    def _start(self, jobs: list[GenerationJob]) -> None:
+    def _start(self, jobs: list[GenerationJob] | list[EmbeddingJob]) -> None:
         if len(jobs) == 1 and isinstance(jobs[0], EmbeddingJob):
             self._start_embedding(jobs[0])
             return
@@ -289,11 +289,7 @@ class Engine:
         if job.cancelled.is_set():
             return
         try:
-            loaded = self._load(job.spec)
-            runner = self._runners.get(job.spec.model_id)
-            if not isinstance(runner, EmbeddingRunner) or runner.loaded is not loaded:
-                runner = self._runners[job.spec.model_id] = EmbeddingRunner(loaded, self.config)
-            runner.add(job)
+            self._runner(self._load(job.spec)).add(job)
         except EngineError as exc:
             self._emit(job, Failed(exc))
         except Exception:  # a bad request must never take the engine down
@@ -324,10 +320,11 @@ class Engine:
     def pinned_specs(self) -> list[ModelSpec]:
         return [m.spec for m in self.pool.loaded() if m.spec.pinned]
 
-    def _runner(self, loaded: LoadedModel) -> ModelRunner:
+    def _runner(self, loaded: LoadedModel) -> ModelRunner | EmbeddingRunner:
         runner = self._runners.get(loaded.spec.model_id)
         if runner is None or runner.loaded is not loaded:
-            runner = self._runners[loaded.spec.model_id] = ModelRunner(loaded, self.config)
+            kind = EmbeddingRunner if loaded.spec.purpose == "embedding" else ModelRunner
+            runner = self._runners[loaded.spec.model_id] = kind(loaded, self.config)
         return runner
 
     def _drop_runner(self, model_id: str) -> None:
