@@ -30,7 +30,7 @@ from inference.protocol.openai.errors import error_body
 from inference.serving.context import RequestContext
 from inference.serving.errors import api_error
 from inference.serving.generation import Choice, Generation
-from inference.serving.images import ImageSource, load_images
+from inference.serving.images import ImageSource, load_images, template_content
 from inference.serving.reply import (
     ReasoningDelta,
     Reply,
@@ -53,10 +53,8 @@ def content_of(message: ChatMessage) -> str | list[dict]:
     """Text, or with images a content list: text parts and {"type": "image"} placeholders."""
     if not message.image_parts():
         return message.text()
-    return [
-        {"type": "text", "text": part.text} if isinstance(part, TextPart) else {"type": "image"}
-        for part in message.content or []
-    ]
+    parts = message.content or []
+    return template_content([p.text if isinstance(p, TextPart) else None for p in parts])
 
 
 def image_sources(messages: list[ChatMessage]) -> list[ImageSource]:

@@ -33,6 +33,12 @@ class ImageSource:
     media_type: str = ""  # what the client says they are (Anthropic's media_type)
 
 
+def template_content(parts: list[str | None]) -> list[dict]:
+    """A message's content for the chat template: its text parts, and an image placeholder
+    (None in `parts`) where each image goes, the form vision processors' templates expect."""
+    return [{"type": "image"} if p is None else {"type": "text", "text": p} for p in parts]
+
+
 def bad_image(source: ImageSource, message: str) -> APIError:
     return APIError(message, param=source.param, code="invalid_image")
 

@@ -23,7 +23,7 @@ from inference.protocol.anthropic.requests import (
     ToolChoiceTool,
 )
 from inference.protocol.errors import APIError
-from inference.serving.images import ImageSource
+from inference.serving.images import ImageSource, template_content
 from inference.serving.resolve import ResolvedModel
 from inference.serving.thinking import Thinking, plan_thinking
 from inference.serving.tooluse import FunctionTool, ToolUse
@@ -80,11 +80,13 @@ def _user_content(blocks: list) -> str | list[dict]:
     """Text, or with images a content list: text parts and {"type": "image"} placeholders."""
     if not any(isinstance(b, ImageBlockInput) for b in blocks):
         return _joined(blocks)
-    return [
-        {"type": "image"} if isinstance(b, ImageBlockInput) else {"type": "text", "text": b.text}
-        for b in blocks
-        if isinstance(b, ImageBlockInput | TextBlockInput)
-    ]
+    return template_content(
+        [
+            None if isinstance(b, ImageBlockInput) else b.text
+            for b in blocks
+            if isinstance(b, ImageBlockInput | TextBlockInput)
+        ]
+    )
 
 
 def _joined(blocks: list) -> str:

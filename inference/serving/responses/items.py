@@ -13,7 +13,7 @@ from inference.protocol.openai.responses import (
     MessageItem,
     ReasoningInputItem,
 )
-from inference.serving.images import ImageSource
+from inference.serving.images import ImageSource, template_content
 
 
 def new_id(prefix: str) -> str:
@@ -76,12 +76,9 @@ def message_content(item: dict) -> str | list[dict]:
     parts = item.get("content", [])
     if not any(part.get("type") == "input_image" for part in parts):
         return item_text(item)
-    return [
-        {"type": "image"}
-        if part.get("type") == "input_image"
-        else {"type": "text", "text": part["text"]}
-        for part in parts
-    ]
+    return template_content(
+        [None if part.get("type") == "input_image" else part["text"] for part in parts]
+    )
 
 
 def image_sources(history: list[dict], new_items: list[dict]) -> list[ImageSource]:
