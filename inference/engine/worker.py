@@ -159,6 +159,12 @@ class Engine:
                     runner.close()
                 except Exception:
                     log.exception("closing %s failed", runner.loaded.spec.model_id)
+            # MLX's streams belong to the thread that used them; left for interpreter
+            # teardown, they abort the process at exit ("terminate called without an active
+            # exception"). Older MLX has no clear_streams.
+            clear_streams = getattr(mx, "clear_streams", None)
+            if clear_streams is not None:
+                clear_streams()
 
     def _admit(self, block: bool) -> bool:
         while True:
