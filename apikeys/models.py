@@ -58,3 +58,22 @@ class ApiKey(models.Model):
 
     def matches(self, secret: str) -> bool:
         return hmac.compare_digest(self.secret_hash, digest(secret))
+
+
+class ConcurrencySlot(models.Model):
+    """One request running on some server instance, counted against its key's limit by every
+    instance that shares this database (SHARED_LIMITS, apikeys/slots.py). It is a lease: the
+    instance renews it while the request runs, so an instance that dies without releasing its
+    slots frees them when they expire, instead of leaking them forever."""
+
+    key = models.ForeignKey(ApiKey, on_delete=models.CASCADE, related_name="slots")
+    instance = models.CharField(max_length=200)  # INSTANCE_NAME: whose request, for operators
+    request_id = models.CharField(max_length=64)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        # Acquiring counts a key's live leases; expiry sweeps by time.
+        indexes = [models.Index(fields=["key", "expires_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.key_id} on {self.instance} ({self.request_id})"

@@ -1,6 +1,7 @@
 """Settings, all overridable from the environment (or a .env file beside manage.py)."""
 
 import os
+import socket
 from pathlib import Path
 
 import environ
@@ -155,6 +156,16 @@ ADMIN_TOKEN = env.str("ADMIN_TOKEN", default="") or read_or_create_secret(VAR_DI
 REQUIRE_API_KEY = env.bool("REQUIRE_API_KEY", default=not DEBUG)
 # Requests one API key may have running at once, unless the key sets its own (0: no limit).
 API_KEY_MAX_CONCURRENT = env.int("API_KEY_MAX_CONCURRENT", default=16)
+# Replicas behind a load balancer. Several instances on one PostgreSQL count each key's running
+# requests together when SHARED_LIMITS is on: a slot is a leased row (apikeys.ConcurrencySlot)
+# instead of a counter in this process. Off, or on SQLite, each process counts its own.
+SHARED_LIMITS = env.bool("SHARED_LIMITS", default=False)
+# A running request's slot is renewed every third of this; an instance killed mid-request frees
+# its slots this long after its last renewal (the database's clock decides, not the instances').
+SHARED_LIMITS_LEASE_SECONDS = env.float("SHARED_LIMITS_LEASE_SECONDS", default=15)
+# This instance's name: on the dashboard, in /health, on /metrics (the server_instance label of
+# inference_server_instance_info: Prometheus adds its own `instance`) and on its slots.
+INSTANCE_NAME = env.str("INSTANCE_NAME", default="") or f"{socket.gethostname()}-{os.getpid()}"
 # Browsers on these origins may call /v1 (CORS); empty: none.
 CORS_ALLOWED_ORIGINS = env.list("CORS_ALLOWED_ORIGINS", default=[])
 CORS_URLS_REGEX = r"^/v1/.*$"
@@ -187,6 +198,12 @@ IMAGE_MAX_PER_REQUEST = env.int("IMAGE_MAX_PER_REQUEST", default=16)
 # before it counts as wedged and is restarted. A long prompt's prefill chunk on a slow CPU
 # takes tens of seconds, hence the margin.
 ENGINE_STALL_TIMEOUT = env.float("ENGINE_STALL_TIMEOUT", default=300)
+# A distributed group (`mlx.launch ... manage.py serve`, README "One model over several
+# hosts"): the MLX backend to join with ("any": what the launcher set up; "ring", "mpi",
+# "jaccl"), and the seconds rank 0 waits on one turn of the group before it counts a follower
+# as lost (503 engine_unavailable until the group is restarted).
+DISTRIBUTED_BACKEND = env.str("DISTRIBUTED_BACKEND", default="any")
+DISTRIBUTED_TIMEOUT = env.float("DISTRIBUTED_TIMEOUT", default=20)
 # On SIGTERM/SIGINT: seconds running requests get to finish before they end with an error.
 DRAIN_TIMEOUT = env.float("DRAIN_TIMEOUT", default=30)
 # Lets POST /control/engine/fault crash or stall the engine (recovery drills, tests). Never

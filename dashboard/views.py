@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.admin.views.decorators import staff_member_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -22,7 +23,9 @@ from inference.serving.sse import EventStream
 @staff_member_required
 @ensure_csrf_cookie  # the page's buttons post to /control with it
 def index(request: HttpRequest) -> HttpResponse:
-    return render(request, "dashboard/index.html", {"title": "Dashboard"})
+    # Behind a load balancer, which replica this page (and its polling) is talking to.
+    context = {"title": "Dashboard", "instance": settings.INSTANCE_NAME}
+    return render(request, "dashboard/index.html", context)
 
 
 @staff_member_required

@@ -13,6 +13,7 @@ from django.http import HttpRequest
 from django.middleware.csrf import CsrfViewMiddleware
 
 from apikeys.auth import ANONYMOUS, Caller, authenticate, keys_required, limiter
+from apikeys.slots import shared_limiter, shared_limits
 from inference.protocol.errors import APIError
 from inference.serving.context import RequestContext
 
@@ -99,10 +100,17 @@ async def staff_or_token(request: HttpRequest) -> Caller:
     return Caller(None, f"staff:{user.get_username()}", None, None)
 
 
-def hold_slot(ctx: RequestContext) -> None:
-    """One of the caller's concurrent requests, given back when the context closes."""
+async def hold_slot(ctx: RequestContext) -> None:
+    """One of the caller's concurrent requests, given back when the context closes: counted
+    in this process, or across every instance on the shared database (SHARED_LIMITS)."""
     caller = ctx.caller
-    if not limiter.try_acquire(caller):
+    if shared_limits():
+        release = await shared_limiter.acquire(caller, ctx.id)
+    elif limiter.try_acquire(caller):
+        release = partial(limiter.release, caller)
+    else:
+        release = None
+    if release is None:
         raise APIError(
             f"Too many concurrent requests for API key '{caller.name}' "
             f"(limit {caller.max_concurrent}).",
@@ -111,7 +119,7 @@ def hold_slot(ctx: RequestContext) -> None:
             code="concurrency_limit_exceeded",
             headers={"Retry-After": "1"},
         )
-    ctx.on_close(partial(limiter.release, caller))
+    ctx.on_close(release)
 
 
 PUBLIC = Auth("public", anyone)

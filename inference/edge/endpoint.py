@@ -89,7 +89,7 @@ async def _respond(
     try:
         ctx.identify(await spec.auth.check(request))
         if spec.auth.limit_concurrency:
-            hold_slot(ctx)
+            await hold_slot(ctx)
         if spec.body is not None:
             kwargs["body"] = parse_body(request, spec.body)
             if ctx.record is not None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from django.conf import settings
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
 from inference.engine.state import EngineHealth
@@ -86,4 +87,15 @@ class EngineCollector(Collector):
         yield from (running, queued, loaded, memory, evictions, restarts)
 
 
+class InstanceCollector(Collector):
+    """Which replica answered the scrape: inference_server_instance_info{server_instance=...} 1.
+    Its own label name, as Prometheus puts the scrape target in `instance` already."""
+
+    def collect(self) -> Iterator:
+        info = InfoMetricFamily("inference_server_instance", "This server instance's name.")
+        info.add_metric([], {"server_instance": settings.INSTANCE_NAME})
+        yield info
+
+
 registry.register(EngineCollector(current_health))
+registry.register(InstanceCollector())

@@ -8,6 +8,7 @@ snapshot; only warm and unload wait for the engine thread.
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import methodcaller
 from typing import TYPE_CHECKING, TypeVar
 
 from django.conf import settings
@@ -37,6 +38,7 @@ async def _catalog_entry(model_id: str, enabled_only: bool) -> CatalogModel:
 
 
 async def _on_engine(engine: EngineHandle, run: Callable[[Engine], T]) -> T:
+    # `run` is a methodcaller: in a distributed group every rank runs it (engine/lockstep.py).
     try:
         return await engine.call(run)
     except EngineError as exc:
@@ -46,12 +48,12 @@ async def _on_engine(engine: EngineHandle, run: Callable[[Engine], T]) -> T:
 async def warm_model(engine: EngineHandle, model_id: str) -> dict:
     entry = await _catalog_entry(model_id, enabled_only=True)
     spec = entry.spec()
-    return await _on_engine(engine, lambda e: e.warm(spec))
+    return await _on_engine(engine, methodcaller("warm", spec))
 
 
 async def unload_model(engine: EngineHandle, model_id: str) -> dict:
     await _catalog_entry(model_id, enabled_only=False)
-    unloaded = await _on_engine(engine, lambda e: e.unload(model_id))
+    unloaded = await _on_engine(engine, methodcaller("unload", model_id))
     return {"id": model_id, "unloaded": unloaded}
 
 
@@ -79,6 +81,7 @@ def health_document(health: EngineHealth) -> dict:
     """GET /health."""
     return {
         "status": "unavailable" if not_ready(health) else "ok",
+        "instance": settings.INSTANCE_NAME,
         "running_sequences": health.running,
         "queued_sequences": health.queued,
         "loaded_models": health.loaded_ids,
@@ -87,6 +90,8 @@ def health_document(health: EngineHealth) -> dict:
         "draining": drain.draining,
         "blas": blas_name() or "mlx-bundled",
         "cpu_kernels": health.state.kernels,
+        # rank, size, backend when this is rank 0 of an MLX group (engine/lockstep.py)
+        "distributed": health.group,
     }
 
 
