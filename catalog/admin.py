@@ -81,7 +81,16 @@ class CatalogModelAdmin(admin.ModelAdmin):
         ),
         (
             "Weights",
-            {"fields": ("source", "location", "family", "compute_format", "context_length")},
+            {
+                "fields": (
+                    "source",
+                    "location",
+                    "family",
+                    "compute_format",
+                    "context_length",
+                    "parallel",
+                )
+            },
         ),
         (
             "Generation defaults",

@@ -130,6 +130,11 @@ class CatalogModel(models.Model):
         MEAN = "mean", "mean of the tokens"
         CLS = "cls", "first ([CLS]) token"
 
+    class Parallel(models.TextChoices):
+        NONE = "", "no: whole on each rank"
+        TENSOR = "tensor", "tensor parallel"
+        PIPELINE = "pipeline", "pipeline parallel"
+
     public_id = models.CharField(
         "model id", max_length=128, unique=True, validators=[public_id_validator]
     )
@@ -204,6 +209,16 @@ class CatalogModel(models.Model):
     pinned = models.BooleanField(
         default=False, help_text="Never unloaded to make room for other models, nor when idle."
     )
+    parallel = models.CharField(
+        "split over the group",
+        max_length=8,
+        choices=Parallel.choices,
+        blank=True,
+        default=Parallel.NONE,
+        help_text="When the server runs as rank 0 of an MLX distributed group (mlx.launch): "
+        "tensor splits every layer between the ranks, pipeline gives each rank a run of layers; "
+        "otherwise each rank holds the whole model. Ignored outside a group.",
+    )
     default_max_tokens = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)]
     )
@@ -249,6 +264,7 @@ class CatalogModel(models.Model):
             vision=self.vision and self.purpose == self.Purpose.CHAT,
             pooling=self.pooling,
             normalize=self.normalize,
+            parallel=self.parallel,
         )
 
     def capabilities(self) -> list[str]:

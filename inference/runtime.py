@@ -31,7 +31,11 @@ def engine_handle() -> EngineHandle:
             from inference.engine.supervisor import Supervisor
 
             log.info("BLAS: %s (%s)", settings.BLAS.library or "MLX's own", settings.BLAS.reason)
-            _supervisor = Supervisor(engine_config(), settings.ENGINE_STALL_TIMEOUT)
+            _supervisor = Supervisor(
+                engine_config(),
+                settings.ENGINE_STALL_TIMEOUT,
+                group_timeout=settings.DISTRIBUTED_TIMEOUT,
+            )
             _handle = EngineHandle(_supervisor)
         return _handle
 

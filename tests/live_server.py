@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -174,3 +175,56 @@ def demo_server(demo_gguf: Path, var: Path) -> Iterator[LiveServer]:
     setup = ("import_gguf", str(demo_gguf), "--id", DEMO_ID)
     with live_server(var, setup, REQUIRE_API_KEY="true") as server:
         yield server
+
+
+@dataclass
+class Group:
+    """A 2-rank MLX group on loopback (ring backend): rank 0 is `leader`, serving HTTP."""
+
+    leader: LiveServer
+    followers: list[subprocess.Popen]
+    follower_logs: list[Path]
+
+
+def ring_hostfile(path: Path, ranks: int) -> Path:
+    """What mlx.launch writes for `--backend ring` on one host: one address per rank."""
+    path.write_text(json.dumps([[f"127.0.0.1:{free_port()}"] for _ in range(ranks)]))
+    return path
+
+
+@contextmanager
+def group_server(var: Path, *setup: tuple[str, ...], ranks: int = 2, **settings: str):
+    """As live_server, but rank 0 of an MLX ring group whose other ranks run
+    `manage.py serve --follower`: the environment mlx.launch would give each process."""
+    env = server_env(var, **settings)
+    hostfile = ring_hostfile(var / "hosts.json", ranks)
+    processes: list[subprocess.Popen] = []
+    try:
+        manage(env, "migrate", "--noinput", "-v0")
+        for command in setup:
+            manage(env, *command)
+        port = free_port()
+        logs = [var / f"rank{rank}.log" for rank in range(ranks)]
+        for rank in range(ranks):
+            argv = ["serve", "--port", str(port)] if rank == 0 else ["serve", "--follower"]
+            rank_env = {**env, "MLX_RANK": str(rank), "MLX_HOSTFILE": str(hostfile)}
+            with logs[rank].open("w") as out:
+                processes.append(
+                    subprocess.Popen(
+                        [sys.executable, "manage.py", *argv],
+                        cwd=ROOT,
+                        env=rank_env,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+        leader = LiveServer(f"http://127.0.0.1:{port}", processes[0], env, logs[0])
+        leader.wait_ready(timeout=120)
+        yield Group(leader, processes[1:], logs[1:])
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        if "DATABASE_URL" not in settings:
+            drop_database(env["DATABASE_URL"])

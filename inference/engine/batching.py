@@ -78,6 +78,15 @@ class ModelRunner:
         return len(self._waiting) + len(self._copies.waiting)
 
     @property
+    def pacing(self) -> tuple[float, float]:
+        """What the prefill budget comes from; a group's followers take their leader's."""
+        return self._pacer.tokens_per_second, self._pacer.step_seconds
+
+    @pacing.setter
+    def pacing(self, value: tuple[float, float]) -> None:
+        self._pacer.tokens_per_second, self._pacer.step_seconds = value
+
+    @property
     def prefix_cache_bytes(self) -> int:
         return self._prefixes.nbytes if self._prefixes else 0
 
@@ -174,7 +183,7 @@ class ModelRunner:
     def _deliver(self, produced) -> list[tuple[Sequence, list[Event]]]:
         out, keep, finished = [], [], []
         for index, (sequence, token, logprobs) in enumerate(produced):
-            if sequence.job.cancelled.is_set():
+            if sequence.job.dropped:
                 finished.append((index, sequence, False))
                 continue
             last = sequence.completion_tokens + 1 >= sequence.max_tokens

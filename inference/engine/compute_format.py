@@ -106,12 +106,15 @@ _measured: dict[object, FormatChoice] = {}
 
 
 def prepare(
-    requested: str, model: nn.Module, room_bytes: int, key: object = None
+    requested: str, model: nn.Module, room_bytes: int, key: object = None, timed: bool = True
 ) -> tuple[nn.Module, FormatChoice]:
-    """The model in the format to compute in, and why (timing both formats where auto asks)."""
+    """The model in the format to compute in, and why (timing both formats where auto asks,
+    unless `timed` is off: the ranks of a group would time differently, and must agree)."""
     choice = choose(requested, model, room_bytes)
     if choice.format == MEASURE and key in _measured:
         choice = _measured[key]
+    if choice.format == MEASURE and not timed:
+        choice = FormatChoice("stored", "a distributed group keeps the stored format", True)
     if choice.format != MEASURE:
         return apply(model, choice), choice
     model, choice = measure(model)

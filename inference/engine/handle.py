@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
+from operator import methodcaller
 from typing import TYPE_CHECKING, TypeVar
 
 from inference.engine.state import EngineHealth
@@ -157,7 +158,8 @@ class EngineHandle:
     async def count_prompt_tokens(self, request: JobRequest) -> int:
         """How many tokens `request`'s prompt takes, rendered as `start` would render it
         (loading the model if needed); raises EngineError where a job of it would fail."""
-        return await self.call(lambda engine: engine.count_prompt_tokens(request))
+        # A methodcaller: it may load the model, which every rank of a group must do too.
+        return await self.call(methodcaller("count_prompt_tokens", request))
 
     def health(self) -> EngineHealth:
         return self._supervisor.health()

@@ -17,6 +17,7 @@ from mlx.utils import tree_flatten
 
 from inference.engine import compute_format
 from inference.engine.loaders import load_weights, prepares_compute_format
+from inference.engine.sharding import load_sharded
 from inference.engine.token_text import TokenText
 from inference.engine.types import EngineError, ErrorKind, ModelSpec
 
@@ -73,10 +74,16 @@ def context_length_of(spec: ModelSpec, config: dict) -> int:
 
 class ModelPool:
     def __init__(
-        self, budget_bytes: int, on_unload: Callable[[str], None] = lambda model_id: None
+        self,
+        budget_bytes: int,
+        on_unload: Callable[[str], None] = lambda model_id: None,
+        group: Any = None,
     ) -> None:
         self.budget = budget_bytes
         self._on_unload = on_unload  # lets the engine drop what it keeps for the model
+        # A distributed group (engine/lockstep.py): models marked parallel load sharded over
+        # it, and every rank must choose the same compute format without timing anything.
+        self._group = group
         self._models: OrderedDict[str, LoadedModel] = OrderedDict()
         self.evictions = 0  # unloaded to make room or for being idle (not on request)
 
@@ -117,7 +124,11 @@ class ModelPool:
         self._make_room(weights_size(spec), spec.model_id)
         started = time.monotonic()
         try:
-            model, tokenizer, config = load_weights(spec)
+            if self._group is not None and spec.parallel:
+                model, tokenizer, config, choice = load_sharded(spec, self._group, self._room())
+            else:
+                model, tokenizer, config = load_weights(spec)
+                choice = None
         except EngineError as exc:  # a loader's own refusal says why: kept, the model named
             log.warning("loading %s refused: %s", spec.model_id, exc.message)
             raise EngineError(exc.kind, f"model '{spec.model_id}': {exc.message}") from exc
@@ -126,9 +137,15 @@ class ModelPool:
             raise EngineError(
                 ErrorKind.MODEL_UNAVAILABLE, f"model '{spec.model_id}' could not be loaded"
             ) from exc
-        if prepares_compute_format(spec):
+        if choice is not None:
+            pass
+        elif prepares_compute_format(spec):
             model, choice = compute_format.prepare(
-                spec.compute_format, model, self._room(), key=(spec.location, weights_size(spec))
+                spec.compute_format,
+                model,
+                self._room(),
+                key=(spec.location, weights_size(spec)),
+                timed=self._group is None,
             )
         else:
             choice = compute_format.FormatChoice(
@@ -167,18 +184,14 @@ class ModelPool:
     def _used(self) -> int:
         return sum(m.nbytes for m in self._models.values())
 
-    def unload_idle(self, ttl: float) -> list[str]:
-        """Unloads unpinned models nobody used for ttl seconds; returns their ids."""
+    def idle_models(self, ttl: float) -> list[str]:
+        """Unpinned models nobody used for ttl seconds."""
         cutoff = time.monotonic() - ttl
-        idle = [
+        return [
             m.spec.model_id
             for m in self._models.values()
             if not m.spec.pinned and m.active == 0 and m.last_used < cutoff
         ]
-        for model_id in idle:
-            self.unload(model_id)
-            self.evictions += 1
-        return idle
 
     def next_idle_deadline(self, ttl: float) -> float | None:
         """When the next unpinned model turns idle for ttl seconds (monotonic clock)."""

@@ -60,6 +60,8 @@ class EngineHealth:
     last_failure: str | None
     queued: int  # admitted by admission control, not yet decoding
     evictions: int  # by every engine of this process
+    group: dict | None = None  # rank, size, backend of this process's distributed group
+    group_lost: str | None = None  # why the group broke (no restart can mend it)
 
     @property
     def ready(self) -> bool:
@@ -68,6 +70,8 @@ class EngineHealth:
     @property
     def problems(self) -> list[str]:
         """Why this engine should get no traffic now (empty when ready)."""
+        if self.group_lost:
+            return [f"distributed group lost: {self.group_lost}"]
         if self.restarting:
             return ["engine restarting"]
         return [] if self.alive else ["engine not running"]

@@ -6,10 +6,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from operator import methodcaller
 
 from inference.engine.admission import Admission
 from inference.engine.config import EngineConfig
 from inference.engine.state import EngineHealth
+from inference.engine.types import EngineError, ErrorKind
 from inference.engine.worker import RESTARTING, Engine
 
 log = logging.getLogger(__name__)
@@ -22,9 +24,14 @@ class Supervisor:
         stall_timeout: float,
         check_every: float = 0.25,
         on_restart: Callable[[str], None] = lambda reason: None,
+        group_timeout: float = 20.0,
     ) -> None:
         self._config = config
         self._stall_timeout = stall_timeout
+        # A group's leader waiting this long on one turn (its heartbeat comes every second
+        # while idle) has lost a follower.
+        self._group_timeout = group_timeout
+        self.group_lost: str | None = None
         self._check_every = check_every
         self._on_restart = on_restart
         self.engine = Engine(config)
@@ -49,11 +56,13 @@ class Supervisor:
             last_failure=self.last_failure,
             queued=self.admission.queued(state.decoding),
             evictions=self._evictions_before + state.evictions,
+            group=engine.link.describe(),
+            group_lost=self.group_lost,
         )
 
     @property
     def ready(self) -> bool:
-        return not self.restarting and self.engine.alive
+        return not self.restarting and self.engine.alive and not self.group_lost
 
     def stop(self) -> None:
         self._stopped.set()
@@ -62,12 +71,31 @@ class Supervisor:
 
     def _watch(self) -> None:
         while not self._stopped.wait(self._check_every):
-            problem = self.engine.problem(self._stall_timeout)
-            if problem is not None and not self._stopped.is_set():
-                try:
-                    self.restart(problem)
-                except Exception:  # keep watching: the next check tries again
-                    log.exception("restarting the engine failed")
+            grouped = self.engine.link.distributed
+            timeout = self._group_timeout if grouped else self._stall_timeout
+            problem = self.engine.problem(timeout)
+            if problem is None or self._stopped.is_set():
+                continue
+            if grouped:
+                self.lose_group(problem)
+                return
+            try:
+                self.restart(problem)
+            except Exception:  # keep watching: the next check tries again
+                log.exception("restarting the engine failed")
+
+    def lose_group(self, reason: str) -> None:
+        """A group's engine cannot be restarted alone (its followers are gone or out of step):
+        everything waiting ends with 503 engine_unavailable, and so does all that comes."""
+        self.group_lost = self.last_failure = reason
+        error = EngineError(
+            ErrorKind.ENGINE_UNAVAILABLE,
+            f"The distributed group serving the models is down ({reason}); "
+            "the group must be restarted.",
+        )
+        self.engine.abandon(error)
+        failed = self.engine.fail_inflight(error)
+        log.critical("%s: the distributed group is lost, %d request(s) ended", reason, failed)
 
     def restart(self, reason: str) -> None:
         """Fails what the old engine held, starts a new one and reloads the pinned models."""
@@ -83,7 +111,7 @@ class Supervisor:
         self.engine = Engine(self._config)
         for spec in pinned:
             try:
-                self.engine.call(lambda engine, spec=spec: engine.warm(spec)).result()
+                self.engine.call(methodcaller("warm", spec)).result()
             except Exception:
                 log.exception("reloading pinned model %s failed", spec.model_id)
         self.restarts += 1

@@ -25,6 +25,9 @@ class ModelSpec:
     vision: bool = False  # a chat model that reads images (loaded through mlx-vlm)
     pooling: str = "auto"  # embedding models: "auto", "last", "mean" or "cls"
     normalize: bool = True  # embedding models: unit-length vectors
+    # Over a distributed group (engine/lockstep.py): "tensor" (each rank holds a slice of
+    # every layer) or "pipeline" (each rank holds some layers); "" loads it whole on each rank.
+    parallel: str = ""
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ class ErrorKind(Enum):
     PROMPT_TOO_LARGE = "too_many_prompt_tokens"
     ENGINE_RESTARTED = "engine_restarted"
     SHUTTING_DOWN = "shutting_down"
+    ENGINE_UNAVAILABLE = "engine_unavailable"  # the distributed group broke: no restart helps
     INTERNAL = "internal"
 
 
@@ -175,6 +179,11 @@ class GenerationJob:
     # Fair shares: who sent it (the API key's name) and which request it belongs to.
     owner: str = ""
     group: str = ""
+    # Engine thread only: the engine's own id for it (the same on every rank of a group),
+    # and `cancelled` as the engine last read it (read once per turn, so that every rank
+    # drops it at the same step).
+    id: int = 0
+    dropped: bool = False
 
 
 @dataclass(frozen=True)
@@ -196,3 +205,5 @@ class EmbeddingJob:
     truncate: bool = False  # cut longer inputs to the cap instead of failing the request
     cancelled: threading.Event = field(default_factory=threading.Event)
     owner: str = ""
+    id: int = 0  # as GenerationJob's
+    dropped: bool = False

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
+import secrets
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import mlx.core as mx
@@ -18,6 +20,7 @@ from inference.engine import cpu, fastmath
 from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
 from inference.engine.embedding.runner import EmbeddingRunner
+from inference.engine.lockstep import Turn, current_link
 from inference.engine.pool import LoadedModel, ModelPool
 from inference.engine.sequence import Sequence, render_prompt
 from inference.engine.state import EngineState, ModelState
@@ -44,8 +47,9 @@ class Command:
     future: Future = field(default_factory=Future)
 
 
-def _ignore(event: Event) -> None:
-    """The sink of a job that only renders its prompt."""
+def ignore(event: Event) -> None:
+    """The sink of a job nobody listens to: one that only renders its prompt, or a
+    follower's copy of the leader's job."""
 
 
 class InjectedFault(Exception):
@@ -55,24 +59,36 @@ class InjectedFault(Exception):
 RESTARTING = EngineError(
     ErrorKind.ENGINE_RESTARTED, "The inference engine failed and is restarting; retry shortly."
 )
+Job = GenerationJob | EmbeddingJob
 
 
 class Engine:
     """Owns the pool and every MLX call. Other threads only call submit(), call(), stop(),
     abandon() and fail_inflight(), and read `state` and the supervisor's counters."""
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, link: Any = None) -> None:
         self.config = config
+        # Solo, or this process's place in a distributed group (engine/lockstep.py).
+        self.link = link or current_link()
         cpu.configure(config.cpu_kernels, config.cpu_kernel_threads)
-        self.pool = ModelPool(config.pool_budget_bytes, on_unload=self._drop_runner)
+        self.pool = ModelPool(
+            config.pool_budget_bytes,
+            on_unload=self._drop_runner,
+            group=self.link.group if self.link.distributed else None,
+        )
         self._runners: dict[str, ModelRunner | EmbeddingRunner] = {}
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         # Every job not yet collected by its client, so that a supervisor can end them all
         # if this thread dies or wedges.
         self._jobs: weakref.WeakSet[GenerationJob] = weakref.WeakSet()
         self._jobs_lock = threading.Lock()
+        # Jobs taken from the inbox, by the id every rank knows them by.
+        self._taken: weakref.WeakValueDictionary[int, Job] = weakref.WeakValueDictionary()
+        self._ids = itertools.count(1)
         self._abandoned = False
+        self._refusal = RESTARTING  # what a job submitted after abandon() gets
         self._crash_requested = False
+        self.failure: str | None = None  # why the thread stopped, once it has
         # Read by the supervisor: when the loop last turned, whether it sleeps for lack of
         # work, and whether it is loading weights (which may legitimately take minutes).
         self.heartbeat = time.monotonic()
@@ -89,20 +105,29 @@ class Engine:
         with self._jobs_lock:
             if self._abandoned:
                 for job in jobs:
-                    job.sink(Failed(RESTARTING))
+                    job.sink(Failed(self._refusal))
                 return
             self._jobs.update(jobs)
         self._inbox.put(list(jobs))
 
     def call(self, run: Callable[[Engine], Any]) -> Future:
-        """Runs `run(engine)` on the engine thread between steps."""
+        """Runs `run(engine)` on the engine thread between steps. In a group, a `run` that
+        changes the engine (loads, unloads) must pickle (operator.methodcaller), so that
+        every rank runs it; any other runs on the leader only."""
         command = Command(run)
-        self._inbox.put(command)
+        if self._abandoned:
+            command.future.set_exception(self._refusal)
+        else:
+            self._inbox.put(command)
         return command.future
 
     def stop(self) -> None:
         self._inbox.put(_STOP)
         self._thread.join(timeout=10)
+
+    def join(self) -> None:
+        """Waits for the engine thread to end (a group's follower: until its leader stops)."""
+        self._thread.join()
 
     @property
     def alive(self) -> bool:
@@ -111,16 +136,17 @@ class Engine:
     def problem(self, stall_timeout: float) -> str | None:
         """Why this engine cannot serve any more, or None while it is healthy."""
         if not self._thread.is_alive():
-            return "the engine thread died"
+            return self.failure or "the engine thread died"
         stalled = time.monotonic() - self.heartbeat
         if not self.idle and not self.loading and stalled > stall_timeout:
             return f"the engine made no progress for {stalled:.0f} s"
         return None
 
-    def abandon(self) -> None:
+    def abandon(self, refusal: EngineError = RESTARTING) -> None:
         """Stops taking work; a wedged thread that wakes up exits without touching its jobs."""
         with self._jobs_lock:
             self._abandoned = True
+            self._refusal = refusal
         self._inbox.put(_STOP)
 
     def fail_inflight(self, error: EngineError) -> int:
@@ -139,61 +165,131 @@ class Engine:
         try:
             fastmath.warm_up()  # before the first request waits for it
             self._kernels = cpu.kernel_status().describe()
+            self.link.start()
             while not self._abandoned:
                 self.heartbeat = time.monotonic()
                 self._publish()
                 busy = any(r.busy for r in self._runners.values())
                 # Sleep on the inbox only when there is nothing to generate.
-                if not self._admit(block=not busy):
+                turn = self.link.share(self._decide(block=not busy))
+                self.heartbeat = time.monotonic()
+                if turn.stop:
                     break
+                self._apply(turn)
                 if self._crash_requested:
                     raise InjectedFault("engine crash requested through /control/engine/fault")
                 for runner in list(self._runners.values()):
                     self._step(runner)
-        except BaseException:  # the supervisor sees the thread gone and replaces the engine
+        except BaseException as exc:  # the supervisor sees the thread gone and replaces it
+            self.failure = f"the engine thread died: {exc}"
             log.exception("the engine thread stopped on an error")
         finally:
-            # On this thread: MLX generators must be closed where they ran.
-            for runner in list(self._runners.values()):
-                try:
-                    runner.close()
-                except Exception:
-                    log.exception("closing %s failed", runner.loaded.spec.model_id)
-            # MLX's streams belong to the thread that used them; left for interpreter
-            # teardown, they abort the process at exit ("terminate called without an active
-            # exception"). Older MLX has no clear_streams.
-            clear_streams = getattr(mx, "clear_streams", None)
-            if clear_streams is not None:
-                clear_streams()
+            self._close()
 
-    def _admit(self, block: bool) -> bool:
+    def _close(self) -> None:
+        # On this thread: MLX generators must be closed where they ran.
+        for runner in list(self._runners.values()):
+            try:
+                runner.close()
+            except Exception:
+                log.exception("closing %s failed", runner.loaded.spec.model_id)
+        # MLX's streams belong to the thread that used them; left for interpreter teardown,
+        # they abort the process at exit ("terminate called without an active exception").
+        # Older MLX has no clear_streams.
+        clear_streams = getattr(mx, "clear_streams", None)
+        if clear_streams is not None:
+            clear_streams()
+
+    def _decide(self, block: bool) -> Turn:
+        """This turn's work, decided here (alone, or as a group's leader): what the inbox
+        holds, which jobs were cancelled, which models idled out, how prompts are paced.
+        A follower's turn comes from its leader instead (link.share ignores this one)."""
+        if self.link.rank:
+            return Turn()
+        items, stop = self._take(block)
+        return Turn(
+            items=items,
+            cancelled=[i for i, job in list(self._taken.items()) if self._cancelled(job)],
+            evict=self.pool.idle_models(self.config.idle_ttl) if self.config.idle_ttl else [],
+            pacing={m: r.pacing for m, r in self._runners.items() if isinstance(r, ModelRunner)},
+            stop=stop,
+        )
+
+    @staticmethod
+    def _cancelled(job: Job) -> bool:
+        return job.cancelled.is_set() and not job.dropped
+
+    def _take(self, block: bool) -> tuple[list, bool]:
+        """Inbox items (job lists, commands) until it is empty; True once told to stop."""
+        items: list = []
         while True:
             self.idle = block
             try:
                 item = self._inbox.get(block=block, timeout=self._idle_wait() if block else None)
             except queue.Empty:
-                if self.config.idle_ttl:
-                    self.pool.unload_idle(self.config.idle_ttl)
-                return True
+                return items, False
             finally:
                 self.idle = False
                 self.heartbeat = time.monotonic()
             if item is _STOP or self._abandoned:
-                return False
-            if item is None:
-                return True
+                return items, True
+            if item is None:  # a wake-up call
+                return items, False
+            if isinstance(item, list):
+                item = self._number(item)
+            if item:
+                items.append(item)
+            block = False
+
+    def _number(self, jobs: list[Job]) -> list[Job]:
+        """Ids, and a seed for every sampler without one, so that every rank samples alike;
+        a request that cannot travel to a group's followers is refused here."""
+        if self.link.distributed and not self.link.portable(jobs):
+            error = EngineError(
+                ErrorKind.INVALID_REQUEST, "this request cannot be shared with the group"
+            )
+            for job in jobs:
+                self._emit(job, Failed(error))
+            return []
+        for job in jobs:
+            job.id = next(self._ids)
+            if isinstance(job, GenerationJob) and job.params.seed is None:
+                job.params = replace(job.params, seed=secrets.randbits(63))
+        return jobs
+
+    def _idle_wait(self) -> float | None:
+        """How long an idle engine may sleep: until an idle model is due for unloading, or
+        a group's leader is due to show its followers it is alive."""
+        waits = [self.link.heartbeat]
+        if self.config.idle_ttl:
+            deadline = self.pool.next_idle_deadline(self.config.idle_ttl)
+            if deadline is not None:
+                waits.append(max(0.0, deadline - time.monotonic()) + 0.05)
+        waits = [w for w in waits if w is not None]
+        return min(waits) if waits else None
+
+    def _apply(self, turn: Turn) -> None:
+        """The same on every rank: jobs known by id, cancellations, evictions, pacing, then
+        the inbox's items in order."""
+        for item in turn.items:
+            if isinstance(item, list):
+                self._taken.update((job.id, job) for job in item)
+        for job_id in turn.cancelled:
+            job = self._taken.get(job_id)
+            if job is not None:
+                job.dropped = True
+        for model_id in turn.evict:
+            if self.pool.unload(model_id):
+                self.pool.evictions += 1
+        for model_id, pacing in turn.pacing.items():
+            runner = self._runners.get(model_id)
+            if isinstance(runner, ModelRunner):
+                runner.pacing = pacing
+        for item in turn.items:
             if isinstance(item, Command):
                 self._execute(item)
             else:
                 self._start(item)
-            block = False
-
-    def _idle_wait(self) -> float | None:
-        """How long an idle engine may sleep before an idle model is due for unloading."""
-        if not self.config.idle_ttl:
-            return None
-        deadline = self.pool.next_idle_deadline(self.config.idle_ttl)
-        return None if deadline is None else max(0.0, deadline - time.monotonic()) + 0.05
 
     def _execute(self, command: Command) -> None:
         if not command.future.set_running_or_notify_cancel():
@@ -221,7 +317,7 @@ class Engine:
 
     def count_prompt_tokens(self, request: JobRequest) -> int:
         """The prompt's length in tokens, rendered exactly as a job of it would be."""
-        job = GenerationJob(request.spec, request.adapter, request.prompt, request.params, _ignore)
+        job = GenerationJob(request.spec, request.adapter, request.prompt, request.params, ignore)
         loaded = self._load(request.spec)
         try:
             return len(render_prompt(job, loaded))
@@ -292,7 +388,7 @@ class Engine:
 
     def _start_embedding(self, job: EmbeddingJob) -> None:
         """Tokenized and checked here; answered by the model's EmbeddingRunner when done."""
-        if job.cancelled.is_set():
+        if job.dropped:
             return
         try:
             self._runner(self._load(job.spec)).add(job)
@@ -304,7 +400,7 @@ class Engine:
 
     def _sequence(self, job: GenerationJob) -> Sequence | None:
         """The job's sequence, ready to add; None (and the job failed) if it cannot run."""
-        if job.cancelled.is_set():
+        if job.dropped:
             return None
         try:
             return Sequence(job, self._load(job.spec))
@@ -339,7 +435,7 @@ class Engine:
             runner.close()
 
     def _step(self, runner: ModelRunner) -> None:
-        cancelled = [s for s in runner.sequences if s.job.cancelled.is_set()]
+        cancelled = [s for s in runner.sequences if s.job.dropped]
         if cancelled:
             runner.cancel(cancelled)
         if not runner.busy:
@@ -347,6 +443,8 @@ class Engine:
         try:
             results = runner.step()
         except Exception:
+            if self.link.distributed:  # a lost peer, or ranks out of step: nothing to retry
+                raise
             log.exception("a decode step failed for %s", runner.loaded.spec.model_id)
             self._fail_all(runner)
             self._publish()

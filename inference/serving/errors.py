@@ -26,6 +26,8 @@ def api_error(error: EngineError) -> APIError:
         )
     if error.kind in (ErrorKind.ENGINE_RESTARTED, ErrorKind.SHUTTING_DOWN):
         return APIError(error.message, status=503, type="server_error", code=error.kind.value)
+    if error.kind is ErrorKind.ENGINE_UNAVAILABLE:
+        return APIError(error.message, status=503, type="server_error", code=error.kind.value)
     if error.kind is ErrorKind.MODEL_UNAVAILABLE:
         return APIError(error.message, status=503, type="server_error", code="model_unavailable")
     return server_error()

@@ -21,6 +21,12 @@ class Command(BaseCommand):
         parser.add_argument("--preload", action="store_true", help="load when the server starts")
         parser.add_argument("--compute-format", default="auto")
         parser.add_argument("--context-length", type=int)
+        parser.add_argument(
+            "--parallel",
+            choices=[c for c in CatalogModel.Parallel.values if c],
+            default="",
+            help="split it over an MLX distributed group (README: one model over several hosts)",
+        )
         parser.add_argument("--max-tokens", type=int, help="default max_tokens for requests")
         parser.add_argument("--max-output-tokens", type=int, help="largest max_tokens accepted")
         parser.add_argument(
@@ -59,6 +65,7 @@ class Command(BaseCommand):
             pinned=options["pinned"],
             preload=options["preload"],
             compute_format=options["compute_format"],
+            parallel=options["parallel"],
             context_length=options["context_length"],
             default_max_tokens=options["max_tokens"],
             max_output_tokens=options["max_output_tokens"],

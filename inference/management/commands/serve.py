@@ -20,6 +20,13 @@ from inference.serving.drain import drain
 log = logging.getLogger(__name__)
 
 
+def _launched_in_group() -> bool:
+    """Whether a launcher put this process in a group: mlx.launch sets MLX_RANK (ring, jaccl),
+    mpirun OMPI_COMM_WORLD_SIZE; a backend named in the settings asks to join regardless."""
+    names = ("MLX_RANK", "OMPI_COMM_WORLD_SIZE")
+    return any(name in os.environ for name in names) or settings.DISTRIBUTED_BACKEND != "any"
+
+
 class DrainingServer(uvicorn.Server):
     """uvicorn, plus: on the first SIGTERM/SIGINT running generations get DRAIN_TIMEOUT to
     finish before they end with an error event (uvicorn alone would cut them mid-stream),
@@ -54,8 +61,25 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
         parser.add_argument("--log-level", default="info")
+        parser.add_argument(
+            "--follower",
+            action="store_true",
+            help="Run as a follower rank of an MLX distributed group (started by mlx.launch "
+            "beside rank 0's server): no HTTP, no database; it runs the turns rank 0 sends.",
+        )
 
-    def handle(self, *args, host: str, port: int, log_level: str, **options) -> None:
+    def handle(
+        self, *args, host: str, port: int, log_level: str, follower: bool, **options
+    ) -> None:
+        link = self._join_group()
+        if follower:
+            self._follow(link)
+            return
+        if link is not None and link.rank:
+            raise CommandError(
+                f"this is rank {link.rank} of an MLX group: ranks above 0 run "
+                "`manage.py serve --follower`"
+            )
         self._require_migrated()
         self._warn_if_open(host)
         # Preloading runs beside the server starting up; requests meanwhile queue behind it.
@@ -71,6 +95,32 @@ class Command(BaseCommand):
             timeout_graceful_shutdown=int(settings.DRAIN_TIMEOUT) + 5,
         )
         DrainingServer(config).run()
+
+    def _join_group(self):
+        """This process's place in an MLX distributed group, if a launcher started it in one
+        (the engine then runs in lockstep with the other ranks: engine/lockstep.py)."""
+        if not _launched_in_group():
+            return None
+        from inference.engine import lockstep
+
+        link = lockstep.join(settings.DISTRIBUTED_BACKEND)
+        lockstep.set_link(link)
+        return link
+
+    def _follow(self, link) -> None:
+        if link is None or not link.rank:
+            raise CommandError(
+                "--follower runs on ranks above 0 of an MLX group: start it with mlx.launch "
+                "(or MLX_RANK and MLX_HOSTFILE), beside rank 0's `manage.py serve`"
+            )
+        from inference.engine.worker import Engine
+        from inference.runtime import engine_config
+
+        log.info("following rank 0 as rank %d of %d", link.rank, link.size)
+        engine = Engine(engine_config(), link)
+        engine.join()
+        if engine.failure:
+            raise CommandError(f"rank {link.rank} stopped: {engine.failure}")
 
     def _require_migrated(self) -> None:
         """Serving an old schema fails on every request; say so before starting instead."""

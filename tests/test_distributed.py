@@ -1,0 +1,192 @@
+"""One model over two processes: a 2-rank MLX ring group on loopback, rank 0 serving HTTP and
+rank 1 a `manage.py serve --follower`, the model split tensor-parallel between them. Greedy
+answers must be token for token those of the same model in one process; a lost follower must
+turn rank 0 not ready, with 503s, instead of hanging."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.live_server import group_server, live_server
+
+pytestmark = pytest.mark.database_independent  # runs once: each server has its own SQLite
+
+PROMPTS = ["Hello there", "Write a list of colours.", "What is 2 + 2?", "Tell me a story."]
+GREEDY = {"temperature": 0, "max_tokens": 24}
+
+
+def model_setup(tiny_dir: Path, *extra: str) -> tuple[str, ...]:
+    # float32 on both sides: the kernels' formats are not what is being compared here.
+    return ("add_model", "tiny", "--local", str(tiny_dir), "--compute-format", "float32", *extra)
+
+
+@pytest.fixture(scope="module")
+def single(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    with live_server(tmp_path_factory.mktemp("single"), model_setup(tiny_dir)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def group(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    setup = model_setup(tiny_dir, "--parallel", "tensor")
+    var = tmp_path_factory.mktemp("group")
+    with group_server(var, setup, DISTRIBUTED_TIMEOUT="10") as group:
+        yield group
+
+
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=120)
+
+
+def answer(server, prompt: str, **params) -> openai.types.chat.ChatCompletion:
+    messages = [{"role": "user", "content": prompt}]
+    return client(server).chat.completions.create(
+        model="tiny", messages=messages, **{**GREEDY, **params}
+    )
+
+
+def streamed(server, prompt: str, **params) -> str:
+    messages = [{"role": "user", "content": prompt}]
+    chunks = client(server).chat.completions.create(
+        model="tiny", messages=messages, stream=True, **{**GREEDY, **params}
+    )
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+def loaded_bytes(server) -> int:
+    warm = httpx.post(
+        f"{server.url}/control/models/tiny/warm", headers=server.admin_headers, timeout=60
+    )
+    assert warm.status_code == 200, warm.text
+    pool = httpx.get(f"{server.url}/control/pool", headers=server.admin_headers, timeout=30)
+    return pool.json()["models"][0]["bytes"]
+
+
+def test_the_group_reports_itself_and_holds_a_shard(single, group) -> None:
+    health = httpx.get(f"{group.leader.url}/health", timeout=10).json()
+    assert health["distributed"] == {"rank": 0, "size": 2, "backend": "any"}
+    assert httpx.get(f"{single.url}/health", timeout=10).json()["distributed"] is None
+    # The layers' projections are halved; embeddings and the head stay whole on each rank.
+    whole, shard = loaded_bytes(single), loaded_bytes(group.leader)
+    assert shard < whole
+    deadline = time.monotonic() + 10  # the follower logs its load just after the barrier
+    while "loaded tiny" not in group.follower_logs[0].read_text():
+        assert time.monotonic() < deadline, group.follower_logs[0].read_text()
+        time.sleep(0.1)
+
+
+def test_greedy_answers_match_one_process_token_for_token(single, group) -> None:
+    for prompt in PROMPTS:
+        alone, split = answer(single, prompt, logprobs=True, top_logprobs=3), answer(
+            group.leader, prompt, logprobs=True, top_logprobs=3
+        )
+        assert split.choices[0].message.content == alone.choices[0].message.content
+        assert split.usage.completion_tokens == alone.usage.completion_tokens == 24
+        ours = [t.token for t in split.choices[0].logprobs.content]
+        theirs = [t.token for t in alone.choices[0].logprobs.content]
+        assert ours == theirs
+        for a, b in zip(split.choices[0].logprobs.content, alone.choices[0].logprobs.content):
+            assert a.logprob == pytest.approx(b.logprob, abs=1e-3)
+
+
+def test_streamed_answers_match(single, group) -> None:
+    for prompt in PROMPTS[:2]:
+        assert streamed(group.leader, prompt) == answer(single, prompt).choices[0].message.content
+
+
+def test_eight_concurrent_requests_match(single, group) -> None:
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(8)]
+    expected = {p: answer(single, p, max_tokens=40).choices[0].message.content for p in PROMPTS}
+    with ThreadPoolExecutor(8) as pool:
+        got = list(
+            pool.map(
+                lambda i: (streamed if i % 2 else _text)(group.leader, prompts[i], max_tokens=40),
+                range(8),
+            )
+        )
+    assert got == [expected[p] for p in prompts]
+
+
+def _text(server, prompt: str, **params) -> str:
+    return answer(server, prompt, **params).choices[0].message.content
+
+
+def test_a_stop_string_ends_both_alike(single, group) -> None:
+    full = _text(single, PROMPTS[1])
+    stop = full[len(full) // 2 : len(full) // 2 + 3]
+    assert stop.strip(), full
+    alone, split = answer(single, PROMPTS[1], stop=[stop]), answer(
+        group.leader, PROMPTS[1], stop=[stop]
+    )
+    assert split.choices[0].finish_reason == alone.choices[0].finish_reason == "stop"
+    assert split.choices[0].message.content == alone.choices[0].message.content
+    assert stop not in split.choices[0].message.content
+
+
+def test_a_cancelled_stream_leaves_the_group_in_step(single, group) -> None:
+    messages = [{"role": "user", "content": PROMPTS[3]}]
+    with httpx.stream(
+        "POST",
+        f"{group.leader.api}/chat/completions",
+        json={"model": "tiny", "messages": messages, "stream": True, "max_tokens": 2000},
+        timeout=60,
+    ) as response:
+        lines = response.iter_lines()
+        assert sum(1 for line, _ in zip(lines, range(6)) if line.startswith("data:")) >= 3
+    # The group drops the cancelled row on every rank at the same step: what comes next
+    # still matches one process, beside another stream running.
+    running = threading.Thread(target=_text, args=(group.leader, PROMPTS[0]))
+    running.start()
+    assert _text(group.leader, PROMPTS[2]) == _text(single, PROMPTS[2])
+    running.join()
+    deadline = time.monotonic() + 10
+    while httpx.get(f"{group.leader.url}/health", timeout=5).json()["running_sequences"]:
+        assert time.monotonic() < deadline, "the cancelled stream is still running"
+        time.sleep(0.2)
+
+
+def test_a_lost_follower_makes_rank_0_unready_with_503s(group) -> None:
+    """Last in this module: the group does not come back."""
+    assert httpx.get(f"{group.leader.url}/health/ready", timeout=5).status_code == 200
+    killed = time.monotonic()
+    group.followers[0].send_signal(signal.SIGKILL)
+    group.followers[0].wait()
+    while httpx.get(f"{group.leader.url}/health/ready", timeout=5).status_code != 503:
+        assert time.monotonic() - killed < 30, "rank 0 still ready 30 s after its follower died"
+        time.sleep(0.25)
+    with pytest.raises(openai.APIStatusError) as failed:
+        answer(group.leader, PROMPTS[0])
+    assert failed.value.status_code == 503
+    assert failed.value.body["code"] == "engine_unavailable"
+    ready = httpx.get(f"{group.leader.url}/health/ready", timeout=5).json()
+    assert any("distributed group lost" in reason for reason in ready["reasons"]), ready
+    assert group.leader.process.poll() is None  # rank 0 keeps answering
+
+
+def test_a_hung_follower_is_found_within_the_timeout(tiny_dir: Path, tmp_path: Path) -> None:
+    """A follower that stops answering (SIGSTOP: its sockets stay open, nothing errors)
+    leaves rank 0 waiting in a collective: DISTRIBUTED_TIMEOUT bounds the wait."""
+    setup = model_setup(tiny_dir, "--parallel", "tensor")
+    with group_server(tmp_path, setup, DISTRIBUTED_TIMEOUT="5") as hung:
+        assert _text(hung.leader, PROMPTS[0], max_tokens=4)
+        follower = hung.followers[0]
+        follower.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:
+            while httpx.get(f"{hung.leader.url}/health/ready", timeout=5).status_code != 503:
+                assert time.monotonic() - stopped < 30, "rank 0 still ready after 30 s"
+                time.sleep(0.25)
+            assert time.monotonic() - stopped >= 5  # not before the timeout: it was idle
+            with pytest.raises(openai.APIStatusError) as failed:
+                answer(hung.leader, PROMPTS[0])
+            assert failed.value.status_code == 503
+        finally:
+            follower.send_signal(signal.SIGCONT)
