@@ -24,6 +24,8 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
+from inference.engine.inbox import Command, ignore
+
 log = logging.getLogger(__name__)
 
 # Bytes of the first collective of a turn: an empty or small turn (most of them) needs no
@@ -171,8 +173,6 @@ def _job_fields(job: Any) -> tuple[type, dict]:
 
 
 def _from_wire(turn: Turn) -> Turn:
-    from inference.engine.worker import Command, ignore
-
     items: list[Any] = []
     for item in turn.items:
         if isinstance(item, list):

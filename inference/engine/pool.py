@@ -124,11 +124,7 @@ class ModelPool:
         self._make_room(weights_size(spec), spec.model_id)
         started = time.monotonic()
         try:
-            if self._group is not None and spec.parallel:
-                model, tokenizer, config, choice = load_sharded(spec, self._group, self._room())
-            else:
-                model, tokenizer, config = load_weights(spec)
-                choice = None
+            model, tokenizer, config, choice = self._read(spec)
         except EngineError as exc:  # a loader's own refusal says why: kept, the model named
             log.warning("loading %s refused: %s", spec.model_id, exc.message)
             raise EngineError(exc.kind, f"model '{spec.model_id}': {exc.message}") from exc
@@ -137,20 +133,6 @@ class ModelPool:
             raise EngineError(
                 ErrorKind.MODEL_UNAVAILABLE, f"model '{spec.model_id}' could not be loaded"
             ) from exc
-        if choice is not None:
-            pass
-        elif prepares_compute_format(spec):
-            model, choice = compute_format.prepare(
-                spec.compute_format,
-                model,
-                self._room(),
-                key=(spec.location, weights_size(spec)),
-                timed=self._group is None,
-            )
-        else:
-            choice = compute_format.FormatChoice(
-                "stored", "loaded as stored (not an mlx-lm chat model)", False
-            )
         nbytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
         seconds = time.monotonic() - started
         context = context_length_of(spec, config)
@@ -177,6 +159,24 @@ class ModelPool:
             seconds,
         )
         return entry
+
+    def _read(self, spec: ModelSpec) -> tuple[Any, Any, dict, compute_format.FormatChoice]:
+        """The weights, in the format the model will compute in (this rank's shard of a
+        model marked parallel, in a group)."""
+        if self._group is not None and spec.parallel:
+            return load_sharded(spec, self._group, self._room())
+        model, tokenizer, config = load_weights(spec)
+        if not prepares_compute_format(spec):
+            reason = "loaded as stored (not an mlx-lm chat model)"
+            return model, tokenizer, config, compute_format.FormatChoice("stored", reason, False)
+        model, choice = compute_format.prepare(
+            spec.compute_format,
+            model,
+            self._room(),
+            key=(spec.location, weights_size(spec)),
+            timed=self._group is None,
+        )
+        return model, tokenizer, config, choice
 
     def _room(self) -> int:
         return self.budget - self._used()

@@ -11,7 +11,7 @@ import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import mlx.core as mx
@@ -20,6 +20,7 @@ from inference.engine import cpu, fastmath
 from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
 from inference.engine.embedding.runner import EmbeddingRunner
+from inference.engine.inbox import Command, ignore
 from inference.engine.lockstep import Turn, current_link
 from inference.engine.pool import LoadedModel, ModelPool
 from inference.engine.sequence import Sequence, render_prompt
@@ -37,19 +38,6 @@ from inference.engine.types import (
 
 log = logging.getLogger(__name__)
 _STOP = object()
-
-
-@dataclass
-class Command:
-    """Work for the engine thread from elsewhere (warm, unload, status), answered by a future."""
-
-    run: Callable[[Engine], Any]
-    future: Future = field(default_factory=Future)
-
-
-def ignore(event: Event) -> None:
-    """The sink of a job nobody listens to: one that only renders its prompt, or a
-    follower's copy of the leader's job."""
 
 
 class InjectedFault(Exception):
