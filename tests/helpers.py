@@ -46,11 +46,15 @@ TINY_CONFIG = {
 }
 
 
-def build_tiny_model(tokenizer_source: Path, destination: Path, seed: int = 0) -> Path:
-    """A random-weight Llama with SmolLM2's real tokenizer: fast, and tokenizes for real."""
+def build_tiny_model(
+    tokenizer_source: Path, destination: Path, seed: int = 0, **overrides: object
+) -> Path:
+    """A random-weight Llama with SmolLM2's real tokenizer: fast, and tokenizes for real.
+    `overrides` change its config (another mlx-lm `model_type` of the same shape, say)."""
+    import importlib
+
     import mlx.core as mx
     from mlx.utils import tree_flatten
-    from mlx_lm.models.llama import Model, ModelArgs
 
     destination.mkdir(parents=True)
     for name in ("tokenizer.json", "tokenizer_config.json"):
@@ -58,10 +62,11 @@ def build_tiny_model(tokenizer_source: Path, destination: Path, seed: int = 0) -
     vocab_size = len(
         json.loads((tokenizer_source / "tokenizer.json").read_text())["model"]["vocab"]
     )
-    config = {**TINY_CONFIG, "vocab_size": vocab_size}
+    config = {**TINY_CONFIG, "vocab_size": vocab_size, **overrides}
     (destination / "config.json").write_text(json.dumps(config))
     mx.random.seed(seed)
-    model = Model(ModelArgs.from_dict(config))
+    architecture = importlib.import_module(f"mlx_lm.models.{config['model_type']}")
+    model = architecture.Model(architecture.ModelArgs.from_dict(config))
     mx.save_safetensors(
         str(destination / "model.safetensors"), dict(tree_flatten(model.parameters()))
     )

@@ -1,7 +1,8 @@
 """One model over two processes: a 2-rank MLX ring group on loopback, rank 0 serving HTTP and
-rank 1 a `manage.py serve --follower`, the model split tensor-parallel between them. Greedy
-answers must be token for token those of the same model in one process; a lost follower must
-turn rank 0 not ready, with 503s, instead of hanging."""
+rank 1 a `manage.py serve --follower`, the model split tensor-parallel between them (and a
+Qwen2 split as a pipeline, and one held whole on each rank). Greedy answers must be token for
+token those of the same model in one process; a lost follower must turn rank 0 not ready, with
+503s, instead of hanging."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import httpx
 import openai
 import pytest
 
+from tests.helpers import build_tiny_model
 from tests.live_server import group_server, live_server
 
 pytestmark = pytest.mark.database_independent  # runs once: each server has its own SQLite
@@ -23,22 +25,38 @@ PROMPTS = ["Hello there", "Write a list of colours.", "What is 2 + 2?", "Tell me
 GREEDY = {"temperature": 0, "max_tokens": 24}
 
 
-def model_setup(tiny_dir: Path, *extra: str) -> tuple[str, ...]:
+def model_setup(tiny_dir: Path, *extra: str, model_id: str = "tiny") -> tuple[str, ...]:
     # float32 on both sides: the kernels' formats are not what is being compared here.
-    return ("add_model", "tiny", "--local", str(tiny_dir), "--compute-format", "float32", *extra)
+    return ("add_model", model_id, "--local", str(tiny_dir), "--compute-format", "float32", *extra)
 
 
 @pytest.fixture(scope="module")
-def single(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    with live_server(tmp_path_factory.mktemp("single"), model_setup(tiny_dir)) as server:
+def qwen2_dir(smollm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """mlx-lm's llama has no pipeline(); its qwen2 does (2 layers: one per rank)."""
+    target = tmp_path_factory.mktemp("qwen2") / "tiny-qwen2"
+    return build_tiny_model(smollm_dir, target, seed=1, model_type="qwen2")
+
+
+@pytest.fixture(scope="module")
+def single(tiny_dir: Path, qwen2_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    setup = (
+        model_setup(tiny_dir),
+        model_setup(tiny_dir, model_id="tiny-whole"),
+        model_setup(qwen2_dir, model_id="tiny-qwen2"),
+    )
+    with live_server(tmp_path_factory.mktemp("single"), *setup) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
-def group(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    setup = model_setup(tiny_dir, "--parallel", "tensor")
+def group(tiny_dir: Path, qwen2_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    setup = (
+        model_setup(tiny_dir, "--parallel", "tensor"),
+        model_setup(tiny_dir, model_id="tiny-whole"),
+        model_setup(qwen2_dir, "--parallel", "pipeline", model_id="tiny-qwen2"),
+    )
     var = tmp_path_factory.mktemp("group")
-    with group_server(var, setup, DISTRIBUTED_TIMEOUT="10") as group:
+    with group_server(var, *setup, DISTRIBUTED_TIMEOUT="10") as group:
         yield group
 
 
@@ -46,10 +64,10 @@ def client(server) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=120)
 
 
-def answer(server, prompt: str, **params) -> openai.types.chat.ChatCompletion:
+def answer(server, prompt: str, model: str = "tiny", **params) -> openai.types.chat.ChatCompletion:
     messages = [{"role": "user", "content": prompt}]
     return client(server).chat.completions.create(
-        model="tiny", messages=messages, **{**GREEDY, **params}
+        model=model, messages=messages, **{**GREEDY, **params}
     )
 
 
@@ -67,7 +85,7 @@ def loaded_bytes(server) -> int:
     )
     assert warm.status_code == 200, warm.text
     pool = httpx.get(f"{server.url}/control/pool", headers=server.admin_headers, timeout=30)
-    return pool.json()["models"][0]["bytes"]
+    return next(m["bytes"] for m in pool.json()["models"] if m["id"] == "tiny")
 
 
 def test_the_group_reports_itself_and_holds_a_shard(single, group) -> None:
@@ -97,6 +115,13 @@ def test_greedy_answers_match_one_process_token_for_token(single, group) -> None
         ours_lp, theirs_lp = split.choices[0].logprobs.content, alone.choices[0].logprobs.content
         for a, b in zip(ours_lp, theirs_lp, strict=True):
             assert a.logprob == pytest.approx(b.logprob, abs=1e-3)
+
+
+@pytest.mark.parametrize("model", ["tiny-qwen2", "tiny-whole"])
+def test_pipelined_and_whole_models_match_too(single, group, model: str) -> None:
+    for prompt in PROMPTS[:2]:
+        alone, split = answer(single, prompt, model), answer(group.leader, prompt, model)
+        assert split.choices[0].message.content == alone.choices[0].message.content
 
 
 def test_streamed_answers_match(single, group) -> None:
