@@ -98,6 +98,17 @@ def start(model: Path, workdir: Path, ranks: int) -> tuple[list[subprocess.Popen
     return processes, url
 
 
+def stop(processes: list[subprocess.Popen]) -> None:
+    """Rank 0 first, gently: its engine's last turn tells the followers to stop."""
+    processes[0].terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 async def streams(url: str, concurrency: int, tokens: int) -> dict:
     sampling = {**GREEDY, "logit_bias": NO_EOS}
     prompts = [
@@ -159,9 +170,7 @@ def main() -> None:
                     result = asyncio.run(streams(url, c, args.tokens))
                     rows.append((ranks, c, result))
             finally:
-                for process in processes:
-                    process.kill()
-                    process.wait()
+                stop(processes)
     print(
         f"\none all_sum of a turn's header (2 KiB), 2 ranks on loopback: {collective_ms():.3f} ms"
     )
