@@ -90,7 +90,7 @@ def loaded_bytes(server) -> int:
 
 def test_the_group_reports_itself_and_holds_a_shard(single, group) -> None:
     health = httpx.get(f"{group.leader.url}/health", timeout=10).json()
-    assert health["distributed"] == {"rank": 0, "size": 2, "backend": "any"}
+    assert health["distributed"] == {"rank": 0, "size": 2, "backend": "ring"}
     assert httpx.get(f"{single.url}/health", timeout=10).json()["distributed"] is None
     # The layers' projections are halved; embeddings and the head stay whole on each rank.
     whole, shard = loaded_bytes(single), loaded_bytes(group.leader)

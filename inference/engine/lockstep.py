@@ -16,6 +16,7 @@ A process outside a group has a `Solo` link: the turn goes nowhere, the code pat
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import secrets
 from dataclasses import dataclass, field, fields
@@ -136,8 +137,20 @@ def join(backend: str = "any") -> _Linked | None:
     if group.size() < 2:
         return None
     kind = Leader if group.rank() == 0 else Follower
+    backend = backend if backend != "any" else _launched_backend()
     log.info("rank %d of %d in an MLX group (%s backend)", group.rank(), group.size(), backend)
     return kind(group, backend)
+
+
+def _launched_backend() -> str:
+    """Which backend "any" found, from what each launcher sets (for /health; MLX does not say)."""
+    if "MLX_IBV_DEVICES" in os.environ or "MLX_JACCL_COORDINATOR" in os.environ:
+        return "jaccl"
+    if "MLX_HOSTFILE" in os.environ:
+        return "ring"
+    if "OMPI_COMM_WORLD_SIZE" in os.environ:
+        return "mpi"
+    return "any"
 
 
 _LINK: _Linked | None = None

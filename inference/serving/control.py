@@ -141,9 +141,11 @@ async def dashboard_document(health: EngineHealth, recent: list[dict]) -> dict:
             "device": health.state.device,
             "blas": blas_name() or "MLX's bundled BLAS",
             "cpu_kernels": health.state.kernels,
+            "distributed": health.group,
         },
         "engine": {
             "ready": not not_ready(health),
+            "problems": not_ready(health),
             "restarts": health.restarts,
             "last_failure": health.last_failure,
             "running": health.state.decoding,

@@ -93,13 +93,15 @@ async function refresh() {
   }
   const { engine, pool, backend, recent } = state;
   document.getElementById("engine-state").textContent = engine.ready
-    ? `ready${engine.restarts ? ` (${engine.restarts} restarts)` : ""}` : "restarting";
+    ? `ready${engine.restarts ? ` (${engine.restarts} restarts)` : ""}`
+    : engine.problems.join("; ") || "restarting";
   document.getElementById("running").textContent = engine.running;
   document.getElementById("queued").textContent = engine.queued;
   document.getElementById("tokens-per-second").textContent = engine.tokens_per_second;
   document.getElementById("memory").textContent = `${mib(pool.used_bytes)} of ${mib(pool.budget_bytes)}`;
   document.getElementById("backend").textContent =
-    `${backend.device} · BLAS: ${backend.blas} · CPU kernels: ${backend.cpu_kernels || "starting"}`;
+    `${backend.device} · BLAS: ${backend.blas} · CPU kernels: ${backend.cpu_kernels || "starting"}` +
+    (backend.distributed ? ` · rank 0 of ${backend.distributed.size} (${backend.distributed.backend})` : "");
   fill(document.querySelector("#loaded-models tbody"), pool.models.map(loadedRow), "No model loaded.", 8);
   fill(document.querySelector("#catalog tbody"), pool.catalog.map(catalogRow), "The catalog is empty.", 4);
   fill(document.querySelector("#recent-requests tbody"), recent.map(recentRow), "No requests yet.", 9);
