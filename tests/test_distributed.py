@@ -37,23 +37,39 @@ def qwen2_dir(smollm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     return build_tiny_model(smollm_dir, target, seed=1, model_type="qwen2")
 
 
+def embedder_setup(decoder_embedder_dir: Path) -> tuple[str, ...]:
+    return ("add_model", "embedder", "--embedding", "--local", str(decoder_embedder_dir))
+
+
 @pytest.fixture(scope="module")
-def single(tiny_dir: Path, qwen2_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+def single(
+    tiny_dir: Path,
+    qwen2_dir: Path,
+    decoder_embedder_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+):
     setup = (
         model_setup(tiny_dir),
         model_setup(tiny_dir, model_id="tiny-whole"),
         model_setup(qwen2_dir, model_id="tiny-qwen2"),
+        embedder_setup(decoder_embedder_dir),
     )
     with live_server(tmp_path_factory.mktemp("single"), *setup) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
-def group(tiny_dir: Path, qwen2_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+def group(
+    tiny_dir: Path,
+    qwen2_dir: Path,
+    decoder_embedder_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+):
     setup = (
         model_setup(tiny_dir, "--parallel", "tensor"),
         model_setup(tiny_dir, model_id="tiny-whole"),
         model_setup(qwen2_dir, "--parallel", "pipeline", model_id="tiny-qwen2"),
+        embedder_setup(decoder_embedder_dir),
     )
     var = tmp_path_factory.mktemp("group")
     with group_server(var, *setup, DISTRIBUTED_TIMEOUT="10") as group:
@@ -122,6 +138,15 @@ def test_pipelined_and_whole_models_match_too(single, group, model: str) -> None
     for prompt in PROMPTS[:2]:
         alone, split = answer(single, prompt, model), answer(group.leader, prompt, model)
         assert split.choices[0].message.content == alone.choices[0].message.content
+
+
+def test_embeddings_go_through_the_group_too(single, group) -> None:
+    """An embedding model held whole on each rank: its batches run in the same turns."""
+    texts = ["a short one", "a rather longer sentence about the sea and its tides", "x"]
+    alone = client(single).embeddings.create(model="embedder", input=texts)
+    split = client(group.leader).embeddings.create(model="embedder", input=texts)
+    for a, b in zip(alone.data, split.data, strict=True):
+        assert b.embedding == pytest.approx(a.embedding, abs=1e-5)
 
 
 def test_streamed_answers_match(single, group) -> None:
