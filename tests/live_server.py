@@ -193,9 +193,16 @@ def ring_hostfile(path: Path, ranks: int) -> Path:
 
 
 @contextmanager
-def group_server(var: Path, *setup: tuple[str, ...], ranks: int = 2, **settings: str):
+def group_server(
+    var: Path,
+    *setup: tuple[str, ...],
+    ranks: int = 2,
+    follower_settings: dict | None = None,
+    **settings: str,
+):
     """As live_server, but rank 0 of an MLX ring group whose other ranks run
-    `manage.py serve --follower`: the environment mlx.launch would give each process."""
+    `manage.py serve --follower`: the environment mlx.launch would give each process (plus
+    `follower_settings` on the other ranks)."""
     env = server_env(var, **settings)
     hostfile = ring_hostfile(var / "hosts.json", ranks)
     processes: list[subprocess.Popen] = []
@@ -208,6 +215,8 @@ def group_server(var: Path, *setup: tuple[str, ...], ranks: int = 2, **settings:
         for rank in range(ranks):
             argv = ["serve", "--port", str(port)] if rank == 0 else ["serve", "--follower"]
             rank_env = {**env, "MLX_RANK": str(rank), "MLX_HOSTFILE": str(hostfile)}
+            if rank:
+                rank_env |= follower_settings or {}
             with logs[rank].open("w") as out:
                 processes.append(
                     subprocess.Popen(

@@ -247,3 +247,18 @@ def test_a_hung_follower_is_found_within_the_timeout(tiny_dir: Path, tmp_path: P
             assert failed.value.status_code == 503
         finally:
             follower.send_signal(signal.SIGCONT)
+
+
+def test_a_model_one_rank_cannot_load_is_refused_not_hung(tiny_dir: Path, tmp_path: Path) -> None:
+    """The follower has no room for the model (its pool budget is 1 KiB): every rank gives the
+    load up together, the request gets 503 model_unavailable, and the group stays in step."""
+    setup = model_setup(tiny_dir, "--parallel", "tensor")
+    tight = {"POOL_MEMORY_BUDGET": "1024"}
+    with group_server(tmp_path, setup, follower_settings=tight) as group:
+        for _ in range(2):
+            with pytest.raises(openai.APIStatusError) as failed:
+                answer(group.leader, PROMPTS[0], max_tokens=4)
+            assert failed.value.status_code == 503
+            assert failed.value.body["code"] == "model_unavailable"
+            assert "every rank" in failed.value.body["message"]
+        assert httpx.get(f"{group.leader.url}/health/ready", timeout=5).status_code == 200

@@ -63,6 +63,21 @@ def weights_size(spec: ModelSpec) -> int:
     return sum(f.stat().st_size for f in Path(spec.location).glob("*.safetensors"))
 
 
+def everywhere(group: Any, ok: bool) -> bool:
+    """Whether every rank of the group says ok (a collective: every rank must ask)."""
+    votes = mx.distributed.all_sum(mx.array(int(ok)), group=group, stream=mx.cpu)
+    return votes.item() == group.size()
+
+
+def _refusal(spec: ModelSpec, failure: Exception) -> EngineError:
+    """What the request hears when the model cannot be loaded, the model named."""
+    if isinstance(failure, EngineError):  # a loader's own refusal says why: kept
+        log.warning("loading %s refused: %s", spec.model_id, failure.message)
+        return EngineError(failure.kind, f"model '{spec.model_id}': {failure.message}")
+    log.error("loading %s failed", spec.model_id, exc_info=failure)
+    return EngineError(ErrorKind.MODEL_UNAVAILABLE, f"model '{spec.model_id}' could not be loaded")
+
+
 def context_length_of(spec: ModelSpec, config: dict) -> int:
     if spec.context_length:
         return spec.context_length
@@ -116,23 +131,21 @@ class ModelPool:
         return True
 
     def _load(self, spec: ModelSpec) -> LoadedModel:
-        if not spec.from_hub and not (Path(spec.location) / "config.json").is_file():
-            # Never hand a missing local path to mlx-lm: it would try it as a hub repo id.
-            raise EngineError(
-                ErrorKind.MODEL_UNAVAILABLE, f"weights for '{spec.model_id}' are missing on disk"
-            )
-        self._make_room(weights_size(spec), spec.model_id)
         started = time.monotonic()
+        failure: Exception | None = None
         try:
             model, tokenizer, config, choice = self._read(spec)
-        except EngineError as exc:  # a loader's own refusal says why: kept, the model named
-            log.warning("loading %s refused: %s", spec.model_id, exc.message)
-            raise EngineError(exc.kind, f"model '{spec.model_id}': {exc.message}") from exc
         except Exception as exc:
-            log.exception("loading %s failed", spec.model_id)
-            raise EngineError(
-                ErrorKind.MODEL_UNAVAILABLE, f"model '{spec.model_id}' could not be loaded"
-            ) from exc
+            failure = exc
+        # A group's ranks load together or not at all: one rank without the weights (or the
+        # room) must not leave the others waiting in the model's collectives.
+        if self._group is not None and not everywhere(self._group, failure is None):
+            failure = failure or EngineError(
+                ErrorKind.MODEL_UNAVAILABLE,
+                "it could not be loaded on every rank of the group (see the other ranks' logs)",
+            )
+        if failure is not None:
+            raise _refusal(spec, failure) from failure
         nbytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
         seconds = time.monotonic() - started
         context = context_length_of(spec, config)
@@ -162,7 +175,11 @@ class ModelPool:
 
     def _read(self, spec: ModelSpec) -> tuple[Any, Any, dict, compute_format.FormatChoice]:
         """The weights, in the format the model will compute in (this rank's shard of a
-        model marked parallel, in a group)."""
+        model marked parallel, in a group), once there is room for them."""
+        if not spec.from_hub and not (Path(spec.location) / "config.json").is_file():
+            # Never hand a missing local path to mlx-lm: it would try it as a hub repo id.
+            raise EngineError(ErrorKind.MODEL_UNAVAILABLE, "its weights are missing on disk")
+        self._make_room(weights_size(spec), spec.model_id)
         if self._group is not None and spec.parallel:
             return load_sharded(spec, self._group, self._room())
         model, tokenizer, config = load_weights(spec)

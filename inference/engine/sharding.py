@@ -38,8 +38,6 @@ def load_sharded(
     mx.eval(model.parameters())
     if choice.kernels:  # norms, RoPE, attention: the sharded projections stay MLX's
         cpu.accelerate(model)
-    # Every rank has its shard before any serves (a slow disk must not look like a hang).
-    mx.eval(mx.distributed.all_sum(mx.array(1.0), group=group, stream=mx.cpu))
     tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
     return model, tokenizer, config, choice
 
