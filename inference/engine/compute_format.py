@@ -91,10 +91,17 @@ def choose(requested: str, model: nn.Module, room_bytes: int) -> FormatChoice:
     return FormatChoice("float32", "CPU backend with an optimized BLAS, and it fits", kernels)
 
 
-def apply(model: nn.Module, choice: FormatChoice) -> nn.Module:
-    if choice.format != "stored":
+def convert(model: nn.Module, target: str) -> nn.Module:
+    """The model's weights in format `target` ("stored" leaves them), lazily: nothing is
+    computed until evaluated, so a rank of a group converts only the shard it keeps."""
+    if target != "stored":
         model = dequantize_model(model)
-        model.set_dtype(DTYPES[choice.format])
+        model.set_dtype(DTYPES[target])
+    return model
+
+
+def apply(model: nn.Module, choice: FormatChoice) -> nn.Module:
+    model = convert(model, choice.format)
     if choice.kernels:
         cpu.accelerate(model)
     mx.eval(model.parameters())

@@ -179,7 +179,8 @@ class ModelPool:
         if not spec.from_hub and not (Path(spec.location) / "config.json").is_file():
             # Never hand a missing local path to mlx-lm: it would try it as a hub repo id.
             raise EngineError(ErrorKind.MODEL_UNAVAILABLE, "its weights are missing on disk")
-        self._make_room(weights_size(spec), spec.model_id)
+        size = weights_size(spec)  # a glob of the directory: once
+        self._make_room(size, spec.model_id)
         if self._group is not None and spec.parallel:
             return load_sharded(spec, self._group, self._room())
         model, tokenizer, config = load_weights(spec)
@@ -190,7 +191,7 @@ class ModelPool:
             spec.compute_format,
             model,
             self._room(),
-            key=(spec.location, weights_size(spec)),
+            key=(spec.location, size),
             timed=self._group is None,
         )
         return model, tokenizer, config, choice

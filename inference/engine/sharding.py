@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.utils import dequantize_model, load_model, load_tokenizer
+from mlx_lm.utils import load_model, load_tokenizer
 
 from inference.engine import compute_format, cpu
 from inference.engine.compute_format import FormatChoice
@@ -28,9 +28,7 @@ def load_sharded(
     model, config = load_model(path, lazy=True, strict=spec.parallel != "pipeline")
     _check(spec, model, config, group.size())
     choice = _format(spec, model, room_bytes * group.size())
-    if choice.format != "stored":  # still lazy: converted as each rank reads its part
-        model = dequantize_model(model)
-        model.set_dtype(compute_format.DTYPES[choice.format])
+    model = compute_format.convert(model, choice.format)  # before sharding: it knows the layers
     if spec.parallel == "tensor":
         model.shard(group)
     else:
