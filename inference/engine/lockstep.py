@@ -19,7 +19,7 @@ import logging
 import os
 import pickle
 import secrets
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import mlx.core as mx
@@ -137,20 +137,22 @@ def join(backend: str = "any") -> _Linked | None:
     if group.size() < 2:
         return None
     kind = Leader if group.rank() == 0 else Follower
-    backend = backend if backend != "any" else _launched_backend()
+    backend = backend if backend != "any" else launched_backend() or "any"
     log.info("rank %d of %d in an MLX group (%s backend)", group.rank(), group.size(), backend)
     return kind(group, backend)
 
 
-def _launched_backend() -> str:
-    """Which backend "any" found, from what each launcher sets (for /health; MLX does not say)."""
+def launched_backend() -> str | None:
+    """The backend a launcher set this process up for, from what each sets (mlx.launch:
+    MLX_RANK, with MLX_HOSTFILE for ring; mpirun: OMPI_COMM_WORLD_SIZE); None when no
+    launcher started it. MLX itself does not say which backend "any" found."""
     if "MLX_IBV_DEVICES" in os.environ or "MLX_JACCL_COORDINATOR" in os.environ:
         return "jaccl"
-    if "MLX_HOSTFILE" in os.environ:
+    if "MLX_HOSTFILE" in os.environ or "MLX_RANK" in os.environ:
         return "ring"
     if "OMPI_COMM_WORLD_SIZE" in os.environ:
         return "mpi"
-    return "any"
+    return None
 
 
 _LINK: _Linked | None = None
@@ -177,7 +179,7 @@ def _to_wire(turn: Turn) -> Turn:
             items.append([_job_fields(job) for job in item])
         elif _picklable(item.run):
             items.append(item.run)
-    return Turn(items, turn.cancelled, turn.evict, turn.pacing, turn.stop)
+    return replace(turn, items=items)
 
 
 def _job_fields(job: Any) -> tuple[type, dict]:
@@ -192,7 +194,7 @@ def _from_wire(turn: Turn) -> Turn:
             items.append([cls(sink=ignore, **values) for cls, values in item])
         else:
             items.append(Command(item))
-    return Turn(items, turn.cancelled, turn.evict, turn.pacing, turn.stop)
+    return replace(turn, items=items)
 
 
 def _picklable(run: Any) -> bool:

@@ -199,9 +199,13 @@ class Engine:
             items=items,
             cancelled=[i for i, job in list(self._taken.items()) if self._cancelled(job)],
             evict=self.pool.idle_models(self.config.idle_ttl) if self.config.idle_ttl else [],
-            pacing={m: r.pacing for m, r in self._runners.items() if isinstance(r, ModelRunner)},
+            pacing=self._pacing() if self.link.distributed else {},
             stop=stop,
         )
+
+    def _pacing(self) -> dict[str, tuple[float, float]]:
+        """What followers need to budget prompt reading as this rank does (alone: nothing)."""
+        return {m: r.pacing for m, r in self._runners.items() if isinstance(r, ModelRunner)}
 
     @staticmethod
     def _cancelled(job: Job) -> bool:

@@ -20,13 +20,6 @@ from inference.serving.drain import drain
 log = logging.getLogger(__name__)
 
 
-def _launched_in_group() -> bool:
-    """Whether a launcher put this process in a group: mlx.launch sets MLX_RANK (ring, jaccl),
-    mpirun OMPI_COMM_WORLD_SIZE; a backend named in the settings asks to join regardless."""
-    names = ("MLX_RANK", "OMPI_COMM_WORLD_SIZE")
-    return any(name in os.environ for name in names) or settings.DISTRIBUTED_BACKEND != "any"
-
-
 class DrainingServer(uvicorn.Server):
     """uvicorn, plus: on the first SIGTERM/SIGINT running generations get DRAIN_TIMEOUT to
     finish before they end with an error event (uvicorn alone would cut them mid-stream),
@@ -99,10 +92,11 @@ class Command(BaseCommand):
     def _join_group(self):
         """This process's place in an MLX distributed group, if a launcher started it in one
         (the engine then runs in lockstep with the other ranks: engine/lockstep.py)."""
-        if not _launched_in_group():
-            return None
         from inference.engine import lockstep
 
+        # A backend named in the settings asks to join even without a launcher's variables.
+        if lockstep.launched_backend() is None and settings.DISTRIBUTED_BACKEND == "any":
+            return None
         link = lockstep.join(settings.DISTRIBUTED_BACKEND)
         lockstep.set_link(link)
         return link
