@@ -166,16 +166,10 @@ def collective_ms(rounds: int = 300) -> float:
         "print(statistics.median(times[20:]) * 1000)\n"  # the median: a busy core only slows
     )
     with tempfile.TemporaryDirectory() as tmp:
-        hosts = Path(tmp) / "hosts.json"
-        hosts.write_text(json.dumps([[f"127.0.0.1:{free_port()}"] for _ in range(2)]))
+        argv = [sys.executable, "-c", script]
         ranks = [
-            subprocess.Popen(
-                [sys.executable, "-c", script],
-                env={**os.environ, "MLX_RANK": str(r), "MLX_HOSTFILE": str(hosts)},
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            for r in range(2)
+            subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+            for env in ranks_env(dict(os.environ), 2, Path(tmp) / "hosts.json")
         ]
         return float(ranks[0].communicate()[0].strip())
 

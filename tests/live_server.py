@@ -138,33 +138,47 @@ def server_env(var: Path, **settings: str) -> dict:
 
 
 @contextmanager
-def live_server(var: Path, *setup: tuple[str, ...], **settings: str) -> Iterator[LiveServer]:
-    """Migrates a fresh database, runs each `setup` manage.py command, serves until exit."""
+def _prepared(var: Path, setup: tuple, settings: dict) -> Iterator[tuple[dict, list]]:
+    """A server's environment, its fresh database migrated and each `setup` manage.py command
+    run; the processes the caller starts (added to the list) are killed on the way out, and
+    the database dropped."""
     env = server_env(var, **settings)
-    process = None
+    processes: list[subprocess.Popen] = []
     try:
         manage(env, "migrate", "--noinput", "-v0")
         for command in setup:
             manage(env, *command)
-        port = free_port()
-        log = var / "server.log"
-        with log.open("w") as out:
-            process = subprocess.Popen(
-                [sys.executable, "manage.py", "serve", "--port", str(port)],
-                cwd=ROOT,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        server = LiveServer(f"http://127.0.0.1:{port}", process, env, log)
-        server.wait_ready()
-        yield server
+        yield env, processes
     finally:
-        if process is not None and process.poll() is None:
-            process.kill()
-            process.wait()
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
         if "DATABASE_URL" not in settings:
             drop_database(env["DATABASE_URL"])
+
+
+def _spawn(argv: list[str], env: dict, log: Path) -> subprocess.Popen:
+    """`manage.py argv` in the background, its output in `log`."""
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [sys.executable, "manage.py", *argv],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+@contextmanager
+def live_server(var: Path, *setup: tuple[str, ...], **settings: str) -> Iterator[LiveServer]:
+    """Migrates a fresh database, runs each `setup` manage.py command, serves until exit."""
+    with _prepared(var, setup, settings) as (env, processes):
+        port, log = free_port(), var / "server.log"
+        processes.append(_spawn(["serve", "--port", str(port)], env, log))
+        server = LiveServer(f"http://127.0.0.1:{port}", processes[0], env, log)
+        server.wait_ready()
+        yield server
 
 
 @contextmanager
@@ -203,13 +217,8 @@ def group_server(
     """As live_server, but rank 0 of an MLX ring group whose other ranks run
     `manage.py serve --follower`: the environment mlx.launch would give each process (plus
     `follower_settings` on the other ranks)."""
-    env = server_env(var, **settings)
-    hostfile = ring_hostfile(var / "hosts.json", ranks)
-    processes: list[subprocess.Popen] = []
-    try:
-        manage(env, "migrate", "--noinput", "-v0")
-        for command in setup:
-            manage(env, *command)
+    with _prepared(var, setup, settings) as (env, processes):
+        hostfile = ring_hostfile(var / "hosts.json", ranks)
         port = free_port()
         logs = [var / f"rank{rank}.log" for rank in range(ranks)]
         for rank in range(ranks):
@@ -217,23 +226,7 @@ def group_server(
             rank_env = {**env, "MLX_RANK": str(rank), "MLX_HOSTFILE": str(hostfile)}
             if rank:
                 rank_env |= follower_settings or {}
-            with logs[rank].open("w") as out:
-                processes.append(
-                    subprocess.Popen(
-                        [sys.executable, "manage.py", *argv],
-                        cwd=ROOT,
-                        env=rank_env,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                    )
-                )
+            processes.append(_spawn(argv, rank_env, logs[rank]))
         leader = LiveServer(f"http://127.0.0.1:{port}", processes[0], env, logs[0])
         leader.wait_ready(timeout=120)
         yield Group(leader, processes[1:], logs[1:])
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-        if "DATABASE_URL" not in settings:
-            drop_database(env["DATABASE_URL"])
