@@ -15,16 +15,14 @@ find_haproxy() {
   [ -x /usr/sbin/haproxy ] && echo /usr/sbin/haproxy
 }
 
+. "$(dirname "$0")/apt_install.sh"
 BIN=$(find_haproxy) || true
 if [ -z "$BIN" ]; then
   [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 ||
     fail "HAProxy is not installed (Debian/Ubuntu: sudo apt-get install haproxy)"
   echo "installing HAProxy (haproxy) for the test suite" >&2
-  export DEBIAN_FRONTEND=noninteractive
   # The package's own service is not wanted: the test runs haproxy itself, on loopback ports.
-  apt-get install -y -q --no-install-recommends haproxy >&2 ||
-    { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends haproxy >&2; } ||
-    fail "could not install haproxy with apt-get"
+  apt_install haproxy || fail "could not install haproxy with apt-get"
   BIN=$(find_haproxy) || fail "haproxy is installed but its binary was not found"
 fi
 echo "$BIN"

@@ -24,15 +24,13 @@ find_bindir() {
   initdb=$(command -v initdb 2>/dev/null) && dirname "$initdb"
 }
 
+. "$ROOT/scripts/apt_install.sh"
 BIN=$(find_bindir) || true
 if [ -z "$BIN" ]; then
   [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 ||
     fail "PostgreSQL is not installed (Debian/Ubuntu: sudo apt-get install postgresql)"
   echo "installing PostgreSQL (postgresql) for the test suite" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q --no-install-recommends postgresql >&2 ||
-    { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends postgresql >&2; } ||
-    fail "could not install postgresql with apt-get"
+  apt_install postgresql || fail "could not install postgresql with apt-get"
   BIN=$(find_bindir) || fail "postgresql is installed but its initdb was not found"
 fi
 
