@@ -181,22 +181,17 @@ class ModelRunner:
         self._decode.join(rows, cache, [row.prompt[-1] for row in rows])
 
     def _deliver(self, produced) -> list[tuple[Sequence, list[Event]]]:
-        out, keep, finished = [], [], []
+        # Cancelled rows never get here: the engine drops them (cancel) before each step.
+        out, keep = [], []
         for index, (sequence, token, logprobs) in enumerate(produced):
-            if sequence.job.dropped:
-                finished.append((index, sequence, False))
-                continue
             last = sequence.completion_tokens + 1 >= sequence.max_tokens
             events = sequence.on_token(token, logprobs, last)
             out.append((sequence, events))
             if sequence.finished:
-                finished.append((index, sequence, True))
+                self._remember(sequence, self._decode.extract(index))
+                self._release()
             else:
                 keep.append(index)
-        for index, sequence, completed in finished:
-            if completed:
-                self._remember(sequence, self._decode.extract(index))
-            self._release()
         self._decode.keep(keep)
         return out
 

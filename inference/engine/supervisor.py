@@ -62,7 +62,7 @@ class Supervisor:
 
     @property
     def ready(self) -> bool:
-        return not self.restarting and self.engine.alive and not self.group_lost
+        return not self.restarting and self.engine.alive  # a lost group's engine is abandoned
 
     def stop(self) -> None:
         self._stopped.set()
