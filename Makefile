@@ -35,6 +35,7 @@ $(VENV)/.installed: pyproject.toml requirements-multimodal.txt scripts/ensure_op
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
 	$(BIN)/python -m pip install -q -e '.[test]'
 	sh scripts/ensure_chromium.sh
+	sh scripts/ensure_agents.sh >/dev/null
 	touch $@
 
 $(VENV)/.kernels: $(VENV)/.installed $(KERNEL_SOURCES)
