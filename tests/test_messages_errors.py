@@ -35,12 +35,29 @@ ROWS = [
     ("missing messages", MESSAGES, {"messages": DROP}, 400, BAD, "messages", {}),
     ("empty messages", MESSAGES, {"messages": []}, 400, BAD, "messages", {}),
     (
-        "system role in messages",
+        "only a system message",
         MESSAGES,
         {"messages": [{"role": "system", "content": "x"}]},
         400,
         BAD,
-        "messages.0.role",
+        "needs a user message",
+        {},
+    ),
+    (
+        "a tool_use in a system message",
+        MESSAGES,
+        {
+            "messages": [
+                {"role": "user", "content": "Hi"},
+                {
+                    "role": "system",
+                    "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}],
+                },
+            ]
+        },
+        400,
+        BAD,
+        "system messages hold text blocks only",
         {},
     ),
     (
@@ -69,15 +86,6 @@ ROWS = [
         400,
         BAD,
         "document blocks are not supported",
-        {},
-    ),
-    (
-        "image in a tool result",
-        MESSAGES,
-        user({"type": "tool_result", "tool_use_id": "t", "content": [IMAGE]}),
-        400,
-        BAD,
-        "image blocks are not supported",
         {},
     ),
     ("unknown block type", MESSAGES, user({"type": "video", "url": "x"}), 400, BAD, "video", {}),
@@ -194,12 +202,15 @@ ROWS = [
     ),
     *[
         (
-            f"server tool {kind}",
+            f"forced server tool {kind}",
             MESSAGES,
-            {"tools": [{"type": kind, "name": name}]},
+            {
+                "tools": [TOOL, {"type": kind, "name": name}],
+                "tool_choice": {"type": "tool", "name": name},
+            },
             400,
             BAD,
-            f"Server tool '{kind}' is not supported",
+            f"forces the server tool '{name}'",
             {},
         )
         for kind, name in [
@@ -299,12 +310,15 @@ ROWS = [
     ("count: missing messages", COUNT, {"messages": DROP}, 400, BAD, "messages", {}),
     ("count: image block", COUNT, user(IMAGE), 400, BAD, "not supported", {}),
     (
-        "count: server tool",
+        "count: forced server tool",
         COUNT,
-        {"tools": [{"type": "bash_20250124", "name": "bash"}]},
+        {
+            "tools": [{"type": "bash_20250124", "name": "bash"}],
+            "tool_choice": {"type": "tool", "name": "bash"},
+        },
         400,
         BAD,
-        "bash_20250124",
+        "server tool 'bash'",
         {},
     ),
     (

@@ -17,7 +17,9 @@ USER = {"role": "user", "content": "Hi"}
 
 
 def built_in(kind: str) -> tuple:
-    return (f"built-in tool {kind}", {"tools": [{"type": kind}]}, 400, "tools.0.type", None)
+    """Offering a built-in tool is fine (it is left out); forcing one cannot be answered."""
+    body = {"tools": [TOOL, {"type": kind}], "tool_choice": {"type": kind}}
+    return (f"forced built-in tool {kind}", body, 400, "tool_choice", None)
 
 
 # (name, body merged over a valid one, or raw text; status, param, code)
@@ -112,6 +114,21 @@ BAD_REQUESTS = [
     built_in("mcp"),
     built_in("local_shell"),
     ("tool without name", {"tools": [{"type": "function"}]}, 400, "tools.0.name", None),
+    ("tool without type", {"tools": [{"name": "f"}]}, 400, "tools.0.type", None),
+    (
+        "namespace without tools",
+        {"tools": [{"type": "namespace", "name": "ns", "tools": []}]},
+        400,
+        "tools.0.tools",
+        None,
+    ),
+    (
+        "namespace function colliding twice",
+        {"tools": [TOOL, {"type": "namespace", "name": "ns", "tools": [TOOL, TOOL]}]},
+        400,
+        "tools",
+        None,
+    ),
     (
         "bad tool name",
         {"tools": [{"type": "function", "name": "a b"}]},

@@ -217,8 +217,8 @@ def test_errors_through_the_sdk(client, server):
         client.responses.create(model="llama-70b", input=QUESTION)
     assert caught.value.code == "model_not_found"
     with pytest.raises(openai.BadRequestError) as caught:
-        ask(client, tools=[{"type": "web_search"}])
-    assert caught.value.body["param"] == "tools.0.type"
+        ask(client, tools=[{"type": "web_search"}], tool_choice={"type": "web_search"})
+    assert caught.value.body["param"] == "tool_choice"
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(model=DEMO_ID, input=QUESTION, temperature=5)
     assert caught.value.body["param"] == "temperature"

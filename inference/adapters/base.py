@@ -5,7 +5,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from inference.adapters.tools import inline_tool_history, template_supports_tools
+from inference.adapters.tools import (
+    inline_tool_history,
+    parameter_schemas,
+    stable_order,
+    template_supports_tools,
+)
 
 
 class Tokenizer(Protocol):
@@ -96,11 +101,13 @@ class FamilyAdapter:
         # A client's template variables never replace the arguments set here.
         extra = {k: v for k, v in (template_kwargs or {}).items() if k not in _RESERVED}
         if template_supports_tools(effective):
-            messages = [_arguments_as_objects(m) for m in messages]
+            schemas = parameter_schemas(tools)
+            messages = [_arguments_as_objects(m, schemas) for m in messages]
             if tools:
                 extra["tools"] = tools
         elif tools or any(m["role"] == "tool" or m.get("tool_calls") for m in messages):
             messages = inline_tool_history(messages, tools or [])
+        messages = place_system_turns(messages, takes_late_system(tokenizer, template, effective))
         tokens = tokenizer.apply_chat_template(
             self.prepare_messages(messages),
             chat_template=template,
@@ -137,8 +144,10 @@ _RESERVED = frozenset(
 )
 
 
-def _arguments_as_objects(message: dict) -> dict:
-    """Templates expect tool-call arguments as objects; OpenAI sends JSON strings."""
+def _arguments_as_objects(message: dict, schemas: dict[str, dict]) -> dict:
+    """Templates expect tool-call arguments as objects; OpenAI sends JSON strings. Their keys
+    are put in a stable order (the tool schema's, then the rest sorted), so a client that
+    reorders them between turns does not change the prompt, and the prefix cache holds."""
     if not message.get("tool_calls"):
         return message
     calls = []
@@ -147,8 +156,88 @@ def _arguments_as_objects(message: dict) -> dict:
         if isinstance(arguments, str):
             with contextlib.suppress(ValueError):
                 arguments = json.loads(arguments)
+        arguments = stable_order(arguments, schemas.get(call["function"].get("name", "")))
         calls.append({**call, "function": {**call["function"], "arguments": arguments}})
     return {**message, "tool_calls": calls}
+
+
+# Rendered as a late system turn by templates that take one; its absence means they dropped it.
+_PROBE_MARK = "late-system-probe-7f3a"
+_LATE_SYSTEM: dict[str, bool] = {}  # effective template -> whether it renders a late system
+
+
+def takes_late_system(tokenizer: Tokenizer, template: str | None, effective: str) -> bool:
+    """Whether the template renders a system turn between other turns (ChatML, Llama 3 do;
+    Mistral's and Gemma's raise, some drop it): found once per template by rendering a probe."""
+    known = _LATE_SYSTEM.get(effective)
+    if known is None:
+        probe = [
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "content": "a"},
+            {"role": "system", "content": _PROBE_MARK},
+            {"role": "user", "content": "v"},
+        ]
+        try:
+            text = tokenizer.apply_chat_template(
+                probe, chat_template=template, add_generation_prompt=True, tokenize=False
+            )
+            known = _PROBE_MARK in str(text)
+        except Exception:  # the template refused it: any error of its own
+            known = False
+        _LATE_SYSTEM[effective] = known
+    return known
+
+
+def place_system_turns(messages: list[dict], late_ok: bool) -> list[dict]:
+    """System messages after the first (Claude Code's reminders between turns, a client's
+    mid-conversation instructions): kept in place where the template renders them, otherwise
+    folded into the next user turn (the previous one when none follows). Leading system
+    messages become one."""
+    lead = 0
+    while lead < len(messages) and messages[lead]["role"] == "system":
+        lead += 1
+    head = messages[:lead]
+    if len(head) > 1:
+        head = [{"role": "system", "content": "\n\n".join(_text(m) for m in head)}]
+    rest = [dict(m) for m in messages[lead:]]
+    if late_ok or not any(m["role"] == "system" for m in rest):
+        return head + rest
+    out: list[dict] = []
+    pending: list[str] = []
+    for message in rest:
+        if message["role"] == "system":
+            pending.append(_text(message))
+            continue
+        if message["role"] == "user" and pending:
+            message["content"] = _prefixed("\n\n".join(pending), message["content"])
+            pending = []
+        out.append(message)
+    if pending:
+        users = [m for m in out if m["role"] == "user"]
+        if users:
+            users[-1]["content"] = _suffixed(users[-1]["content"], "\n\n".join(pending))
+        else:
+            out.append({"role": "user", "content": "\n\n".join(pending)})
+    return head + out
+
+
+def _text(message: dict) -> str:
+    content = message.get("content") or ""
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content
+
+
+def _prefixed(text: str, content: str | list) -> str | list:
+    if isinstance(content, list):
+        return [{"type": "text", "text": text + "\n\n"}, *content]
+    return f"{text}\n\n{content}"
+
+
+def _suffixed(content: str | list, text: str) -> str | list:
+    if isinstance(content, list):
+        return [*content, {"type": "text", "text": "\n\n" + text}]
+    return f"{content}\n\n{text}"
 
 
 def fold_system_into_first_user(messages: list[dict]) -> list[dict]:

@@ -4,6 +4,7 @@ them back, in every family's syntax, is streaming_calls.py's)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 
 def template_supports_tools(template: str | None) -> bool:
@@ -24,11 +25,19 @@ def tool_system_prompt(tools: list[dict]) -> str:
 def inline_tool_history(messages: list[dict], tools: list[dict]) -> list[dict]:
     """Writes tool calls and results as plain text for templates without tool support."""
     out: list[dict] = []
+    schemas = parameter_schemas(tools)
     for message in messages:
         if message["role"] == "assistant" and message.get("tool_calls"):
             calls = "\n".join(
                 "<tool_call>\n"
-                + json.dumps({"name": c["function"]["name"], "arguments": _as_object(c)})
+                + json.dumps(
+                    {
+                        "name": c["function"]["name"],
+                        "arguments": stable_order(
+                            _as_object(c), schemas.get(c["function"]["name"])
+                        ),
+                    }
+                )
                 + "\n</tool_call>"
                 for c in message["tool_calls"]
             )
@@ -59,3 +68,25 @@ def _as_object(call: dict) -> object:
         except ValueError:
             return arguments
     return arguments
+
+
+def parameter_schemas(tools: list[dict] | None) -> dict[str, dict]:
+    """Each offered function's parameters schema, by name."""
+    functions = (tool.get("function") or {} for tool in tools or [])
+    return {f["name"]: f.get("parameters") or {} for f in functions if "name" in f}
+
+
+def stable_order(value: Any, schema: dict | None) -> Any:
+    """Objects with their keys in the schema's `properties` order, then the others sorted;
+    nested values by their own sub-schemas."""
+    schema = schema if isinstance(schema, dict) else {}
+    if isinstance(value, list):
+        items = schema.get("items")
+        return [stable_order(item, items) for item in value]
+    if not isinstance(value, dict):
+        return value
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    known = [key for key in properties if key in value]
+    rest = sorted(key for key in value if key not in properties)
+    return {key: stable_order(value[key], properties.get(key)) for key in known + rest}

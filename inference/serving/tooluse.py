@@ -83,9 +83,56 @@ def forced_calls_schema(tools: tuple[FunctionTool, ...], parallel: bool) -> dict
 
 
 def arguments_object(arguments: str) -> dict:
-    """A call's arguments as an object (Anthropic's tool_use input); {} if not JSON."""
+    """A call's arguments as an object (Anthropic's tool_use input). A call cut off by
+    max_tokens gives what its partial JSON holds so far, read as the SDKs read a stream's
+    partial_json (an open string is closed, an unfinished key or literal dropped), never a
+    made-up value; {} when not even that parses."""
     try:
         value = json.loads(arguments)
     except ValueError:
-        return {}
+        value = _partial_json(arguments)
     return value if isinstance(value, dict) else {}
+
+
+def _partial_json(text: str) -> object:
+    """The longest prefix of cut-off JSON that closes into a value: tried whole, then before
+    each comma and after each opening bracket, from the last one back."""
+    for end in [len(text), *reversed(_scan(text)[0])]:
+        head = text[:end].rstrip().removesuffix(",")
+        _, stack, in_string, escaped = _scan(head)
+        if escaped:  # a lone backslash would escape the closing quote
+            head = head[:-1]
+        closing = '"' if in_string else ""
+        closing += "".join("}" if b == "{" else "]" for b in reversed(stack))
+        try:
+            return json.loads(head + closing)
+        except ValueError:
+            continue
+    return None
+
+
+def _scan(text: str) -> tuple[list[int], list[str], bool, bool]:
+    """Where a cut keeps only whole members (before a comma, after a bracket), outside
+    strings; the brackets still open at the end; whether it ends inside a string, and right
+    after a backslash there."""
+    cuts: list[int] = []
+    stack: list[str] = []
+    in_string = escaped = False
+    for i, char in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "{[":
+            stack.append(char)
+            cuts.append(i + 1)
+        elif char in "}]" and stack:
+            stack.pop()
+        elif char == ",":
+            cuts.append(i)
+    return cuts, stack, in_string, escaped

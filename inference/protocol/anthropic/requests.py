@@ -3,16 +3,22 @@
 Strings where Anthropic also takes blocks (message content, system, tool results) become one
 text block before validation, so a wrong value gets one clear error rather than one per shape
 of a union. Unknown fields are tolerated: top-level ones are logged at the edge, those inside
-blocks (cache_control, citations) are dropped."""
+blocks (cache_control, citations) are dropped. What agents send is taken as they send it:
+system-role messages between turns (Claude Code's reminders), server tools merely offered
+(left out, logged), images and documents inside tool results (a placeholder)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from inference.protocol.errors import invalid_param
+from inference.protocol.wire import RequestModel
+
+log = logging.getLogger(__name__)
 
 TOOL_NAME = r"^[a-zA-Z0-9_-]{1,128}$"
 MAX_STOP_SEQUENCES = 16
@@ -30,62 +36,67 @@ def _as_blocks(value: Any) -> Any:
     return value
 
 
-class TextBlockInput(BaseModel):
+class TextBlockInput(RequestModel):
     type: Literal["text"]
     text: str
 
 
-class UnsupportedMedia(BaseModel):
-    """Documents anywhere, and images inside tool results: refused with a message that says
-    why."""
+class UnsupportedDocument(RequestModel):
+    """Documents in a message: refused with a message that says why."""
 
-    type: Literal["image", "document"]
+    type: Literal["document"]
 
     @model_validator(mode="before")
     @classmethod
     def _refuse(cls, data: Any) -> Any:
-        kind = data.get("type") if isinstance(data, dict) else "image"
-        where = "in tool results" if kind == "image" else "by this server"
         raise PydanticCustomError(
-            "unsupported_content",
-            "{kind} blocks are not supported {where}; send text.",
-            {"kind": kind, "where": where},
+            "unsupported_content", "document blocks are not supported by this server; send text."
         )
 
 
-class UnsupportedDocument(UnsupportedMedia):
-    type: Literal["document"]
+class OmittedMedia(RequestModel):
+    """An image or document inside a tool result (an agent's Read of a picture or a PDF):
+    the model is told it was there, rather than the whole conversation refused on every turn
+    that follows."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["image", "document"]
+
+    @property
+    def text(self) -> str:
+        return f"[{self.type} omitted: this server shows the model text only]"
 
 
-class Base64ImageSource(BaseModel):
+class Base64ImageSource(RequestModel):
     type: Literal["base64"]
     media_type: Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
     data: str = Field(min_length=1)
 
 
-class URLImageSource(BaseModel):
+class URLImageSource(RequestModel):
     type: Literal["url"]
     url: str = Field(min_length=1)
 
 
-class ImageBlockInput(BaseModel):
+class ImageBlockInput(RequestModel):
     """An image for a vision model (serving/images.py decodes and checks it)."""
 
     type: Literal["image"]
     source: Annotated[Base64ImageSource | URLImageSource, Field(discriminator="type")]
 
 
-ResultPart = Annotated[TextBlockInput | UnsupportedMedia, Field(discriminator="type")]
+ResultPart = Annotated[TextBlockInput | OmittedMedia, Field(discriminator="type")]
 
 
-class InputToolUse(BaseModel):
+class InputToolUse(RequestModel):
     type: Literal["tool_use"]
     id: str = Field(min_length=1)
     name: str = Field(min_length=1)
     input: dict[str, Any]
 
 
-class InputToolResult(BaseModel):
+class InputToolResult(RequestModel):
     type: Literal["tool_result"]
     tool_use_id: str = Field(min_length=1)
     content: Annotated[
@@ -94,10 +105,10 @@ class InputToolResult(BaseModel):
     is_error: bool = False
 
     def text(self) -> str:
-        return "\n\n".join(part.text for part in self.content if isinstance(part, TextBlockInput))
+        return "\n\n".join(part.text for part in self.content)
 
 
-class InputThinking(BaseModel):
+class InputThinking(RequestModel):
     """Earlier thinking sent back by clients: accepted, left out of the prompt."""
 
     type: Literal["thinking"]
@@ -105,7 +116,7 @@ class InputThinking(BaseModel):
     signature: str | None = None
 
 
-class InputRedactedThinking(BaseModel):
+class InputRedactedThinking(RequestModel):
     type: Literal["redacted_thinking"]
     data: str
 
@@ -122,8 +133,9 @@ ContentBlock = Annotated[
 ]
 
 
-class InputMessage(BaseModel):
-    role: Literal["user", "assistant"]
+class InputMessage(RequestModel):
+    # "system": instructions between turns (Claude Code sends its reminders so).
+    role: Literal["user", "assistant", "system"]
     content: Annotated[
         list[ContentBlock],
         BeforeValidator(_as_blocks, json_schema_input_type=str | list[ContentBlock]),
@@ -132,6 +144,12 @@ class InputMessage(BaseModel):
 
     @model_validator(mode="after")
     def _blocks_fit_the_role(self) -> InputMessage:
+        if self.role == "system":
+            if any(block.type != "text" for block in self.content):
+                raise PydanticCustomError(
+                    "misplaced_block", "system messages hold text blocks only."
+                )
+            return self
         wrong = "tool_result" if self.role == "assistant" else "tool_use"
         if any(block.type == wrong for block in self.content):
             owner = "user" if wrong == "tool_result" else "assistant"
@@ -148,25 +166,20 @@ class InputMessage(BaseModel):
         )
 
 
-class AnthropicTool(BaseModel):
-    """A client tool; Anthropic's server tools (web search, bash...) are refused."""
+class AnthropicTool(RequestModel):
+    """A client tool (server tools are left out before this: MessagesInput._server_tools)."""
 
     type: Literal["custom"] | None = None
     name: str = Field(pattern=TOOL_NAME)
     description: str | None = None
     input_schema: dict[str, Any]
+    # Loaded only when a tool search finds it (Claude Code's DeferredToolPlaceholder): not
+    # shown to the model, as Anthropic does, unless the request forces it.
+    defer_loading: bool = False
 
     @model_validator(mode="before")
     @classmethod
-    def _client_tools_only(cls, data: Any) -> Any:
-        kind = data.get("type") if isinstance(data, dict) else None
-        if kind not in (None, "custom"):
-            raise PydanticCustomError(
-                "unsupported_tool",
-                "Server tool '{kind}' is not supported: this server runs only client tools "
-                "(name, description, input_schema), whose calls your code answers.",
-                {"kind": str(kind)},
-            )
+    def _object_schema(cls, data: Any) -> Any:
         schema = data.get("input_schema") if isinstance(data, dict) else None
         if isinstance(schema, dict) and schema.get("type") != "object":
             raise PydanticCustomError(
@@ -175,23 +188,23 @@ class AnthropicTool(BaseModel):
         return data
 
 
-class ToolChoiceAuto(BaseModel):
+class ToolChoiceAuto(RequestModel):
     type: Literal["auto"]
     disable_parallel_tool_use: bool = False
 
 
-class ToolChoiceAny(BaseModel):
+class ToolChoiceAny(RequestModel):
     type: Literal["any"]
     disable_parallel_tool_use: bool = False
 
 
-class ToolChoiceTool(BaseModel):
+class ToolChoiceTool(RequestModel):
     type: Literal["tool"]
     name: str
     disable_parallel_tool_use: bool = False
 
 
-class ToolChoiceNone(BaseModel):
+class ToolChoiceNone(RequestModel):
     type: Literal["none"]
 
 
@@ -200,16 +213,16 @@ ToolChoice = Annotated[
 ]
 
 
-class ThinkingEnabled(BaseModel):
+class ThinkingEnabled(RequestModel):
     type: Literal["enabled"]
     budget_tokens: int
 
 
-class ThinkingDisabled(BaseModel):
+class ThinkingDisabled(RequestModel):
     type: Literal["disabled"]
 
 
-class ThinkingAdaptive(BaseModel):
+class ThinkingAdaptive(RequestModel):
     """The model decides when to think (newer Claude models): its own default here."""
 
     type: Literal["adaptive", "between_tools"]
@@ -220,11 +233,11 @@ Thinking = Annotated[
 ]
 
 
-class Metadata(BaseModel):
+class Metadata(RequestModel):
     user_id: str | None = None
 
 
-class MessagesInput(BaseModel):
+class MessagesInput(RequestModel):
     """What makes the prompt: shared by create and count_tokens."""
 
     model_config = ConfigDict(extra="allow")
@@ -241,6 +254,33 @@ class MessagesInput(BaseModel):
     tools: list[AnthropicTool] | None = Field(default=None, max_length=128)
     tool_choice: ToolChoice | None = None
     thinking: Thinking | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _server_tools(cls, data: Any) -> Any:
+        """Anthropic's server tools (web search, web fetch, code execution...) run on
+        Anthropic's side; a client that merely offers one (Claude Code does) gets its turn
+        without it. A request that forces one cannot be answered: 400."""
+        tools = data.get("tools") if isinstance(data, dict) else None
+        if not isinstance(tools, list):
+            return data
+        server = [t for t in tools if isinstance(t, dict) and t.get("type") not in (None, "custom")]
+        if not server:
+            return data
+        choice = data.get("tool_choice")
+        forced = (
+            choice.get("name")
+            if isinstance(choice, dict) and choice.get("type") == "tool"
+            else None
+        )
+        if forced is not None and forced in {t.get("name") for t in server}:
+            raise invalid_param(
+                "tool_choice",
+                f"tool_choice forces the server tool '{forced}': this server runs no tools "
+                "itself; declare a client tool (name, description, input_schema).",
+            )
+        log.info("leaving out server tools: %s", ", ".join(str(t.get("type")) for t in server))
+        return {**data, "tools": [t for t in tools if t not in server]}
 
     @model_validator(mode="after")
     def _tools_consistent(self) -> MessagesInput:

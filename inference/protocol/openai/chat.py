@@ -26,21 +26,22 @@ from inference.protocol.openai.common import (
     SamplingFields,
     Usage,
 )
+from inference.protocol.wire import RequestModel
 
 FUNCTION_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
 
 
-class TextPart(BaseModel):
+class TextPart(RequestModel):
     type: Literal["text"]
     text: str
 
 
-class ImageURL(BaseModel):
+class ImageURL(RequestModel):
     url: str = Field(min_length=1)  # a data: URL, or http(s) where the server fetches them
     detail: Literal["auto", "low", "high"] = "auto"  # accepted; the model's processor decides
 
 
-class ImagePart(BaseModel):
+class ImagePart(RequestModel):
     type: Literal["image_url"]
     image_url: ImageURL
 
@@ -66,18 +67,18 @@ def _checked_parts(value: Any) -> Any:
     return value
 
 
-class FunctionCall(BaseModel):
+class FunctionCall(RequestModel):
     name: str
     arguments: str
 
 
-class ToolCall(BaseModel):
+class ToolCall(RequestModel):
     id: str
     type: Literal["function"] = "function"
     function: FunctionCall
 
 
-class ChatMessage(BaseModel):
+class ChatMessage(RequestModel):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
@@ -109,43 +110,43 @@ class ChatMessage(BaseModel):
         return [(i, p) for i, p in enumerate(self.content) if isinstance(p, ImagePart)]
 
 
-class FunctionDefinition(BaseModel):
+class FunctionDefinition(RequestModel):
     name: str = Field(pattern=FUNCTION_NAME)
     description: str | None = None
     parameters: JSONObject | None = None
     strict: bool | None = None
 
 
-class ToolDefinition(BaseModel):
+class ToolDefinition(RequestModel):
     type: Literal["function"]
     function: FunctionDefinition
 
 
-class NamedFunction(BaseModel):
+class NamedFunction(RequestModel):
     name: str
 
 
-class NamedToolChoice(BaseModel):
+class NamedToolChoice(RequestModel):
     type: Literal["function"]
     function: NamedFunction
 
 
-class JSONSchemaFormat(BaseModel):
+class JSONSchemaFormat(RequestModel):
     name: str = Field(pattern=FUNCTION_NAME)
     description: str | None = None
     schema_: JSONObject | None = Field(default=None, alias="schema")
     strict: bool | None = None
 
 
-class ResponseFormatText(BaseModel):
+class ResponseFormatText(RequestModel):
     type: Literal["text"]
 
 
-class ResponseFormatJSONObject(BaseModel):
+class ResponseFormatJSONObject(RequestModel):
     type: Literal["json_object"]
 
 
-class ResponseFormatJSONSchema(BaseModel):
+class ResponseFormatJSONSchema(RequestModel):
     type: Literal["json_schema"]
     json_schema: JSONSchemaFormat
 

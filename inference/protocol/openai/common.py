@@ -6,15 +6,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from inference.protocol.wire import RequestModel
+
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
 
 
-class StreamOptions(BaseModel):
+class StreamOptions(RequestModel):
     include_usage: bool = False
 
 
-class SamplingFields(BaseModel):
+class SamplingFields(RequestModel):
     """What both endpoints accept to shape sampling; unknown fields are tolerated and logged."""
 
     model_config = ConfigDict(extra="allow")
@@ -80,6 +82,9 @@ class Usage(BaseModel):
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails | None = None
+    # Not OpenAI's nor Anthropic's: how many messages the catalog's truncate_middle policy left
+    # out to fit the context; absent when none were.
+    truncated_messages: int | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class TopLogprob(BaseModel):

@@ -7,11 +7,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from inference.protocol.errors import invalid_param
+from inference.protocol.wire import RequestModel
 
 TokenIds = list[int]
 
 
-class EmbeddingRequest(BaseModel):
+class EmbeddingRequest(RequestModel):
     model_config = ConfigDict(extra="allow")
 
     model: str = Field(min_length=1)

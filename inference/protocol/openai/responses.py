@@ -3,7 +3,10 @@ responses), mirroring the official SDK's `openai.types.responses` models."""
 
 from __future__ import annotations
 
+import logging
 import re
+from collections import Counter
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -23,22 +26,25 @@ from pydantic_core import PydanticCustomError
 from inference.protocol.errors import invalid_param
 from inference.protocol.openai.chat import FUNCTION_NAME
 from inference.protocol.openai.common import JSONObject, Probability
+from inference.protocol.wire import RequestModel
+
+log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------- input items
 
 
-class InputText(BaseModel):
+class InputText(RequestModel):
     type: Literal["input_text"] = "input_text"
     text: str
 
 
-class OutputText(BaseModel):
+class OutputText(RequestModel):
     type: Literal["output_text"] = "output_text"
     text: str
     annotations: list[Any] = Field(default_factory=list)
 
 
-class InputImage(BaseModel):
+class InputImage(RequestModel):
     """An image in a message, for a vision model: a data: URL (or, where the server fetches
     them, an http(s) URL). file_id images are refused (this server keeps no files)."""
 
@@ -63,7 +69,7 @@ ContentPart = Annotated[
 ]
 
 
-class MessageItem(BaseModel):
+class MessageItem(RequestModel):
     """A message; `type: "message"` may be left out (OpenAI's "easy" input message)."""
 
     model_config = ConfigDict(extra="ignore")  # id, status, phase: accepted, not needed
@@ -83,7 +89,7 @@ class MessageItem(BaseModel):
         )
 
 
-class FunctionCallItem(BaseModel):
+class FunctionCallItem(RequestModel):
     """A call the model made earlier, sent back as context."""
 
     model_config = ConfigDict(extra="ignore")
@@ -92,10 +98,11 @@ class FunctionCallItem(BaseModel):
     id: str | None = None
     call_id: str = Field(min_length=1)
     name: str = Field(min_length=1)
+    namespace: str | None = None  # a call of a namespace tool's function
     arguments: str
 
 
-class FunctionCallOutputItem(BaseModel):
+class FunctionCallOutputItem(RequestModel):
     """What the client's function returned for a call."""
 
     model_config = ConfigDict(extra="ignore")
@@ -111,7 +118,7 @@ class FunctionCallOutputItem(BaseModel):
         return "".join(part.text for part in self.output)
 
 
-class ReasoningInputItem(BaseModel):
+class ReasoningInputItem(RequestModel):
     """Reasoning from an earlier reply: accepted and kept, never shown to the model again."""
 
     model_config = ConfigDict(extra="allow")
@@ -142,7 +149,7 @@ InputItem = Annotated[
 # ---------------------------------------------------------------------- tools and formats
 
 
-class FunctionToolParam(BaseModel):
+class FunctionToolParam(RequestModel):
     """Responses tools are flat: {"type": "function", "name", "description", "parameters"}."""
 
     type: Literal["function"]
@@ -152,20 +159,64 @@ class FunctionToolParam(BaseModel):
     strict: bool | None = None
 
 
-class FunctionToolChoice(BaseModel):
+class NamespaceToolParam(RequestModel):
+    """Function tools grouped under a name (Codex's `multi_agent_v1`): the model is offered each
+    function under its own name (qualified `namespace__name` only when two would collide), and
+    its calls come back with `name` and `namespace` apart, as Codex reads them."""
+
+    type: Literal["namespace"]
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = None
+    tools: list[FunctionToolParam] = Field(min_length=1, max_length=128)
+
+
+ToolParam = Annotated[
+    Annotated[FunctionToolParam, Tag("type=function")]
+    | Annotated[NamespaceToolParam, Tag("type=namespace")],
+    Discriminator(_part_type),
+]
+
+
+@dataclass(frozen=True)
+class OfferedFunction:
+    """A function as the model is offered it: under `offered` (its name, unless qualified), and
+    where it came from."""
+
+    offered: str
+    tool: FunctionToolParam
+    namespace: str | None = None
+
+
+def offered_functions(tools: list[FunctionToolParam | NamespaceToolParam]) -> list[OfferedFunction]:
+    plain = [OfferedFunction(t.name, t) for t in tools if isinstance(t, FunctionToolParam)]
+    grouped = [
+        (group.name, tool)
+        for group in tools
+        if isinstance(group, NamespaceToolParam)
+        for tool in group.tools
+    ]
+    counts = Counter([t.name for t in tools if isinstance(t, FunctionToolParam)])
+    counts.update(tool.name for _, tool in grouped)
+    return plain + [
+        OfferedFunction(tool.name if counts[tool.name] == 1 else f"{ns}__{tool.name}", tool, ns)
+        for ns, tool in grouped
+    ]
+
+
+class FunctionToolChoice(RequestModel):
     type: Literal["function"]
     name: str
 
 
-class TextFormatText(BaseModel):
+class TextFormatText(RequestModel):
     type: Literal["text"]
 
 
-class TextFormatJSONObject(BaseModel):
+class TextFormatJSONObject(RequestModel):
     type: Literal["json_object"]
 
 
-class TextFormatJSONSchema(BaseModel):
+class TextFormatJSONSchema(RequestModel):
     # `schema` on the wire both ways (the attribute name would shadow BaseModel.schema).
     model_config = ConfigDict(validate_by_name=True, serialize_by_alias=True)
 
@@ -184,13 +235,13 @@ TextFormat = Annotated[
 ]
 
 
-class TextConfig(BaseModel):
+class TextConfig(RequestModel):
     model_config = ConfigDict(extra="allow")  # verbosity: accepted, nothing to tune
 
     format: TextFormat = Field(default_factory=lambda: TextFormatText(type="text"))
 
 
-class ReasoningConfig(BaseModel):
+class ReasoningConfig(RequestModel):
     model_config = ConfigDict(extra="allow")  # summary, generate_summary: no summaries here
 
     effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
@@ -222,7 +273,7 @@ BUILT_IN_TOOLS = (
 MAX_METADATA_PAIRS = 16
 
 
-class ResponseRequest(BaseModel):
+class ResponseRequest(RequestModel):
     """POST /v1/responses. Unknown fields (include, truncation, service_tier, top_logprobs,
     prompt_cache_key...) are tolerated and logged, as on the other endpoints."""
 
@@ -234,7 +285,7 @@ class ResponseRequest(BaseModel):
     max_output_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: Probability | None = None
-    tools: list[FunctionToolParam] | None = Field(default=None, max_length=128)
+    tools: list[ToolParam] | None = Field(default=None, max_length=128)
     tool_choice: Literal["none", "auto", "required"] | FunctionToolChoice | None = None
     parallel_tool_calls: bool = True
     text: TextConfig | None = None
@@ -252,7 +303,7 @@ class ResponseRequest(BaseModel):
         """Errors name the param as OpenAI does ("input.0.role"), without pydantic's labels
         for union members ("list[...]", "type=message")."""
         if isinstance(data, dict):
-            _precheck(data)
+            data = _precheck(data)
         try:
             return handler(data)
         except ValidationError as exc:
@@ -291,8 +342,11 @@ class ResponseRequest(BaseModel):
         self._check_tools()
         return self
 
+    def functions(self) -> list[OfferedFunction]:
+        return offered_functions(self.tools or [])
+
     def _check_tools(self) -> None:
-        names = [tool.name for tool in self.tools or []]
+        names = [function.offered for function in self.functions()]
         if len(set(names)) != len(names):
             raise invalid_param("tools", "Tool function names must be unique.")
         choice = self.tool_choice
@@ -322,17 +376,18 @@ REFUSED_FIELDS = {
 }
 
 
-def _precheck(data: dict) -> None:
-    """What pydantic would report badly (which union member failed) or not at all."""
+def _precheck(data: dict) -> dict:
+    """What pydantic would report badly (which union member failed) or not at all; the data
+    without the built-in tools a client merely offers."""
     for field, message in REFUSED_FIELDS.items():
         if data.get(field) is not None:
             raise invalid_param(field, message)
     tools = data.get("tools")
     if isinstance(tools, list):
         for index, tool in enumerate(tools):
-            kind = tool.get("type") if isinstance(tool, dict) else None
-            if kind != "function" and (isinstance(kind, str) or kind is None):
-                raise invalid_param(f"tools.{index}.type", _tool_message(kind))
+            if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
+                raise invalid_param(f"tools.{index}.type", _tool_message(None))
+        data = _without_built_in_tools(data, tools)
     text_format = data.get("text", {}).get("format") if isinstance(data.get("text"), dict) else None
     if isinstance(text_format, dict) and text_format.get("type") not in TEXT_FORMATS:
         raise invalid_param(
@@ -340,22 +395,35 @@ def _precheck(data: dict) -> None:
         )
     choice = data.get("tool_choice")
     if isinstance(choice, dict) and choice.get("type") != "function":
-        raise invalid_param(
-            "tool_choice", "tool_choice can name only a function: {type: 'function', name}."
-        )
+        raise invalid_param("tool_choice", _tool_message(choice.get("type")))
     items = data.get("input")
     if isinstance(items, list):
         for index, item in enumerate(items):
             _precheck_item(item, f"input.{index}")
+    return data
 
 
-def _tool_message(kind: str | None) -> str:
+def _without_built_in_tools(data: dict, tools: list[dict]) -> dict:
+    """Built-in tools (web search, image generation, freeform `custom` tools...) run on
+    OpenAI's side: a client that merely offers one (Codex offers web_search) gets its turn
+    without it; forcing one is refused (tool_choice)."""
+    kept = [tool for tool in tools if tool["type"] in ("function", "namespace")]
+    if len(kept) == len(tools):
+        return data
+    left_out = [tool["type"] for tool in tools if tool["type"] not in ("function", "namespace")]
+    log.info("leaving out built-in tools: %s", ", ".join(left_out))
+    return {**data, "tools": kept}
+
+
+def _tool_message(kind: object) -> str:
     if kind in BUILT_IN_TOOLS:
         return (
-            f"The built-in tool '{kind}' is not supported by this server: it runs no tools "
-            "itself. Declare function tools ({type: 'function', name, parameters}) instead."
+            f"tool_choice forces the built-in tool '{kind}': this server runs no tools itself. "
+            "Declare function tools ({type: 'function', name, parameters}) and force one."
         )
-    return f"Unknown tool type {kind!r}: this server takes function tools only."
+    if kind is None:
+        return "Each tool needs a type: function (or namespace, a group of functions)."
+    return "tool_choice can name only a function: {type: 'function', name}."
 
 
 UNSUPPORTED_PARTS = {"input_file", "input_audio"}
@@ -446,6 +514,9 @@ class ResponseUsage(BaseModel):
     output_tokens: int
     output_tokens_details: OutputTokensDetails
     total_tokens: int
+    # Not OpenAI's nor Anthropic's: how many messages the catalog's truncate_middle policy left
+    # out to fit the context; absent when none were.
+    truncated_messages: int | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
@@ -478,6 +549,8 @@ class FunctionCall(BaseModel):
     status: ItemStatus
     call_id: str
     name: str
+    # The namespace tool the function came from; absent for a plain function tool.
+    namespace: str | None = Field(default=None, exclude_if=lambda value: value is None)
     arguments: str
 
 
@@ -517,7 +590,7 @@ class ResponseObject(BaseModel):
     top_p: float | None = None
     max_output_tokens: int | None = None
     tool_choice: Literal["none", "auto", "required"] | FunctionToolChoice
-    tools: list[FunctionToolParam]
+    tools: list[ToolParam]
     text: TextConfig
     reasoning: ReasoningConfig | None = None
     previous_response_id: str | None = None

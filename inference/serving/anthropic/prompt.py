@@ -38,8 +38,13 @@ class PromptPlan:
 
 
 def tool_use_of(request: MessagesInput) -> ToolUse:
-    tools = tuple(FunctionTool(t.name, t.description, t.input_schema) for t in request.tools or [])
     choice = request.tool_choice
+    forced = choice.name if isinstance(choice, ToolChoiceTool) else None
+    tools = tuple(
+        FunctionTool(t.name, t.description, t.input_schema)
+        for t in request.tools or []
+        if not t.defer_loading or t.name == forced
+    )
     parallel = not getattr(choice, "disable_parallel_tool_use", False)
     if isinstance(choice, ToolChoiceTool):
         return ToolUse(tools, forced=choice.name, parallel=parallel)
@@ -114,7 +119,10 @@ def _tool_call(block: InputToolUse) -> dict:
 def template_turn(role: str, blocks: list) -> list[dict]:
     """One turn as template messages: a user's tool results become tool messages, and its text
     a user message after them; an assistant's tool_use blocks become tool_calls. Earlier
-    thinking is left out, as chat templates do."""
+    thinking is left out, as chat templates do. A system turn between others stays where it
+    is (the adapter folds it into a user turn for templates that take no late system)."""
+    if role == "system":
+        return [{"role": "system", "content": _joined(blocks)}]
     if role == "user":
         results = [_tool_message(b) for b in blocks if isinstance(b, InputToolResult)]
         content = _user_content(blocks)
@@ -139,12 +147,22 @@ def split_prefill(conversation: list[tuple[str, list]]) -> tuple[list[tuple[str,
             "after it.",
             param="messages",
         )
-    if len(conversation) == 1:
+    if not any(role == "user" for role, _ in conversation[:-1]):
         raise APIError(
             "The conversation needs a user message before the assistant's prefill.",
             param="messages",
         )
     return conversation[:-1], _joined(blocks)
+
+
+def leading_system(conversation: list[tuple[str, list]]) -> tuple[list[str], list]:
+    """System turns before the first user or assistant turn (they join the top-level
+    system), and the conversation after them."""
+    texts: list[str] = []
+    while conversation and conversation[0][0] == "system":
+        texts.append(_joined(conversation[0][1]))
+        conversation = conversation[1:]
+    return texts, conversation
 
 
 def template_messages(request: MessagesInput, default_system: str) -> tuple[list[dict], str]:
@@ -155,10 +173,14 @@ def template_messages(request: MessagesInput, default_system: str) -> tuple[list
             f"{settings.MAX_MESSAGES}.",
             param="messages",
         )
-    conversation, prefill = split_prefill(turns(request.messages))
+    early, conversation = leading_system(turns(request.messages))
+    if not any(role == "user" for role, _ in conversation):
+        raise APIError("The conversation needs a user message.", param="messages")
+    conversation, prefill = split_prefill(conversation)
     system = request.system_text()
-    if system is None:
+    if system is None and not early:
         system = default_system
+    system = "\n\n".join(text for text in (system, *early) if text)
     messages = [{"role": "system", "content": system}] if system else []
     for role, blocks in conversation:
         messages.extend(template_turn(role, blocks))

@@ -44,7 +44,7 @@ def stored_input_item(item: MessageItem | FunctionCallItem | FunctionCallOutputI
             "content": [part],
         }
     if isinstance(item, FunctionCallItem):
-        return {
+        stored = {
             "id": item.id or new_id("fc"),
             "type": "function_call",
             "status": "completed",
@@ -52,6 +52,9 @@ def stored_input_item(item: MessageItem | FunctionCallItem | FunctionCallOutputI
             "name": item.name,
             "arguments": item.arguments,
         }
+        if item.namespace:
+            stored["namespace"] = item.namespace
+        return stored
     if isinstance(item, FunctionCallOutputItem):
         return {
             "id": item.id or new_id("fco"),
@@ -99,9 +102,13 @@ def item_text(item: dict) -> str:
     return "".join(part.get("text", "") for part in item.get("content", []))
 
 
-def chat_messages(items: list[dict]) -> list[dict]:
+def chat_messages(
+    items: list[dict], offered: dict[tuple[str, str], str] | None = None
+) -> list[dict]:
     """The conversation the chat template renders: messages, an assistant turn's calls folded
-    into it, results as tool messages; reasoning is not read again (as OpenAI does)."""
+    into it, results as tool messages; reasoning is not read again (as OpenAI does). A call of
+    a namespace tool's function reads under the name the model is offered it by (`offered`:
+    (namespace, name) -> offered name)."""
     messages: list[dict] = []
     names: dict[str, str] = {}
     for item in items:
@@ -110,11 +117,14 @@ def chat_messages(items: list[dict]) -> list[dict]:
             role = "system" if item["role"] == "developer" else item["role"]
             messages.append({"role": role, "content": message_content(item)})
         elif kind == "function_call":
-            names[item["call_id"]] = item["name"]
+            name = item["name"]
+            if item.get("namespace"):
+                name = (offered or {}).get((item["namespace"], name), name)
+            names[item["call_id"]] = name
             call = {
                 "id": item["call_id"],
                 "type": "function",
-                "function": {"name": item["name"], "arguments": item["arguments"]},
+                "function": {"name": name, "arguments": item["arguments"]},
             }
             last = messages[-1] if messages else None
             if last is None or last["role"] != "assistant":

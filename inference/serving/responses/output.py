@@ -41,7 +41,9 @@ class OutputBuilder:
     """Output items in the order the reply wrote them. `events` collects what a stream sends
     next (take them with `drain()`); every event gets the next sequence number."""
 
-    def __init__(self) -> None:
+    def __init__(self, namespaced: dict[str, tuple[str, str]] | None = None) -> None:
+        # Offered name -> (namespace, name) for the functions of namespace tools.
+        self._namespaced = namespaced or {}
         self.output: list[OutputMessage | ReasoningItem | FunctionCall] = []
         self.events: list[StreamEvent] = []
         self._numbers = itertools.count()
@@ -158,8 +160,14 @@ class OutputBuilder:
 
     def _call_start(self, event: ToolCallStart) -> None:
         self._close_block("completed")
+        namespace, name = self._namespaced.get(event.name, (None, event.name))
         call = FunctionCall(
-            id=new_id("fc"), status="in_progress", call_id=event.id, name=event.name, arguments=""
+            id=new_id("fc"),
+            status="in_progress",
+            call_id=event.id,
+            name=name,
+            namespace=namespace,
+            arguments="",
         )
         self._calls[event.index] = call
         self._add_item(call)

@@ -58,7 +58,12 @@ def prompt_messages(
     request: ResponseRequest, conversation: Conversation, entry: CatalogModel
 ) -> list[dict]:
     """instructions first (never carried over from a previous response, as OpenAI does)."""
-    messages = chat_messages(conversation.history + conversation.new_items)
+    offered = {
+        (function.namespace, function.tool.name): function.offered
+        for function in request.functions()
+        if function.namespace
+    }
+    messages = chat_messages(conversation.history + conversation.new_items, offered)
     if request.instructions:
         messages.insert(0, {"role": "system", "content": request.instructions})
     if entry.system_prompt and not any(m["role"] == "system" for m in messages):
@@ -74,7 +79,9 @@ def prompt_messages(
 
 
 def tool_use(request: ResponseRequest) -> ToolUse:
-    tools = tuple(FunctionTool(t.name, t.description, t.parameters) for t in request.tools or [])
+    tools = tuple(
+        FunctionTool(f.offered, f.tool.description, f.tool.parameters) for f in request.functions()
+    )
     choice = request.effective_tool_choice()
     parallel = request.parallel_tool_calls
     if isinstance(choice, FunctionToolChoice):
