@@ -296,3 +296,13 @@ def test_request_too_large(server: LiveServer) -> None:
     body = {"model": ENCODER, "input": ["cat " * 1000] * 5000}
     answer = httpx.post(f"{server.api}/embeddings", json=body, timeout=30)
     assert answer.status_code == 413, answer.text
+
+
+def test_null_means_the_default(server: LiveServer) -> None:
+    """LiteLLM sends every optional field, unset ones as null: `encoding_format: null` is
+    float vectors, as OpenAI reads it."""
+    body = {"model": ENCODER, "input": ["cat"], "encoding_format": None, "dimensions": None}
+    answer = httpx.post(f"{server.api}/embeddings", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    (entry,) = answer.json()["data"]
+    assert isinstance(entry["embedding"], list) and len(entry["embedding"]) > 8

@@ -16,6 +16,7 @@ from inference.edge.dialects import ANTHROPIC
 from inference.protocol.anthropic.requests import MessagesRequest
 from inference.protocol.errors import APIError
 from inference.serving.anthropic.prompt import template_messages
+from inference.serving.tooluse import arguments_object
 from tests.helpers import break_engine_after
 from tests.scripted import ARGUMENTS, REASONING
 
@@ -23,6 +24,7 @@ MESSAGES = "/v1/messages"
 COUNT = "/v1/messages/count_tokens"
 HI = [{"role": "user", "content": "Hi"}]
 STREAM_EVENT = TypeAdapter(RawMessageStreamEvent)
+IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}
 WEATHER = {
     "name": "get_weather",
     "description": "The weather in a city",
@@ -375,3 +377,85 @@ def test_thinking_disabled(client, scripted_entry):
     assert body["stop_reason"] == "end_turn"
     enabled = create(client, **THINKER, thinking={"type": "enabled", "budget_tokens": 1024})
     assert enabled["content"][0]["thinking"] == REASONING
+
+
+def test_what_claude_code_sends_is_answered(client, tiny_entry):
+    """The shapes tests/fixtures/agents/claude_code.json holds: `?beta=true`, a billing header
+    block, cache_control, a system message between turns, adaptive thinking with `display`, a
+    deferred tool, an offered server tool, an image in a tool result, a JSON-string user_id."""
+    body = {
+        "model": "tiny",
+        "max_tokens": 32000,
+        "temperature": 0,
+        "system": [
+            {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.328.850;"},
+            {"type": "text", "text": "You are an agent.", "cache_control": {"type": "ephemeral"}},
+        ],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Read hello.png"}]},
+            {"role": "system", "content": "<system-reminder>Be brief.</system-reminder>"},
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "t1",
+                        "name": "Read",
+                        "input": {"file_path": "/p/hello.png"},
+                    }
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "content": [IMAGE],
+                        "cache_control": {"type": "ephemeral"},
+                    }
+                ],
+            },
+        ],
+        "tools": [
+            {
+                "name": "Read",
+                "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}},
+            },
+            {
+                "name": "Deferred",
+                "input_schema": {"type": "object", "properties": {}},
+                "defer_loading": True,
+            },
+            {"type": "web_search_20250305", "name": "web_search"},
+        ],
+        "thinking": {"type": "adaptive", "display": "omitted"},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        "output_config": {"effort": "high"},
+        "metadata": {"user_id": '{"device_id": "d", "session_id": "s"}'},
+    }
+    response = client.post(f"{MESSAGES}?beta=true", body, content_type="application/json")
+    assert response.status_code == 200, response.content
+    assert Message.model_validate(response.json()).stop_reason in ("end_turn", "max_tokens")
+    request = MessagesRequest.model_validate(body)
+    messages, _ = template_messages(request, "")
+    assert [m["role"] for m in messages] == ["system", "user", "system", "assistant", "tool"]
+    assert messages[4]["content"] == "[image omitted: this server shows the model text only]"
+    assert [tool.name for tool in request.tools] == ["Read", "Deferred"]
+
+
+def test_a_cut_off_tool_use_keeps_its_partial_input(client, tiny_entry):
+    """max_tokens in the middle of a forced call: stop_reason max_tokens, and the block's input
+    is what its streamed partial_json holds so far, never a made-up {} that looks finished."""
+    choice = {"type": "tool", "name": "get_weather"}
+    body = create(client, max_tokens=6, tools=[WEATHER], tool_choice=choice)
+    assert body["stop_reason"] == "max_tokens"
+    (block,) = body["content"]
+    parsed = checked(stream({"max_tokens": 6, "tools": [WEATHER], "tool_choice": choice}))
+    assert parsed[-2]["delta"]["stop_reason"] == "max_tokens"
+    streamed = "".join(deltas(parsed, "input_json_delta", "partial_json"))
+    with pytest.raises(ValueError):
+        json.loads(streamed)  # really cut off
+    assert block["input"] == arguments_object(streamed)
+    if '"city": "' in streamed:
+        assert "city" in block["input"]

@@ -537,3 +537,38 @@ def test_forced_call_does_not_think(client, scripted_entry):
         400,
         "tool_choice",
     )
+
+
+GEO = {"type": "namespace", "name": "geo", "description": "Places", "tools": [WEATHER]}
+
+
+def test_a_namespace_function_is_called_with_its_namespace(client, tiny_entry):
+    """Codex groups functions in namespace tools and reads a call's `namespace` apart from its
+    `name`; a built-in tool it merely offers (web_search) is left out, not refused."""
+    body = create(
+        client,
+        tools=[GEO, {"type": "web_search", "external_web_access": False}],
+        tool_choice={"type": "function", "name": "get_weather"},
+        max_output_tokens=20,
+        include=["reasoning.encrypted_content"],
+        prompt_cache_key="session-1",
+        client_metadata={"origin": "codex_exec"},
+        store=False,
+    ).json()
+    valid_response(body)
+    (call,) = body["output"]
+    assert (call["name"], call["namespace"]) == ("get_weather", "geo")
+    assert json.loads(call["arguments"])["city"] in ("Paris", "Rome")
+    follow_up = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
+        {k: call[k] for k in ("type", "id", "status", "call_id", "name", "namespace", "arguments")},
+        {"type": "function_call_output", "call_id": call["call_id"], "output": "22C"},
+    ]
+    again = create(client, input=follow_up, tools=[GEO], max_output_tokens=4, store=False)
+    assert again.status_code == 200, again.content
+    assert again.json()["status"] in ("completed", "incomplete")
+
+
+def test_plain_function_calls_carry_no_namespace(client, tiny_entry):
+    body = create(client, **FORCED, max_output_tokens=20).json()
+    assert "namespace" not in body["output"][0]
