@@ -32,10 +32,13 @@ $(VENV)/.installed: pyproject.toml requirements-multimodal.txt scripts/ensure_op
 	$(BIN)/python -m pip install -q --no-deps -r requirements-multimodal.txt
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
+$(VENV)/.installed-test: pyproject.toml requirements-clients.txt tests/clients/js/package-lock.json \
+	  scripts/ensure_js_clients.sh $(VENV)/.installed
 	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q --no-deps -r requirements-clients.txt
 	sh scripts/ensure_chromium.sh
 	sh scripts/ensure_agents.sh >/dev/null
+	sh scripts/ensure_js_clients.sh
 	touch $@
 
 $(VENV)/.kernels: $(VENV)/.installed $(KERNEL_SOURCES)
