@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import socket
 import subprocess
@@ -33,6 +32,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # tests.agent_cli: how the agents are found and launched
+
+from tests.agent_cli import claude_env, codex_env, ensure_agents, run_agent  # noqa: E402
+
 MAIN_MODEL = "main-model"
 SIDE_MODEL = "side-model"
 PROMPT = "Read hello.txt, then notes.txt, and tell me what they say."
@@ -193,127 +196,80 @@ def _responses_deltas(item: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def make_handler(recorder: Recorder, project: Path) -> type[BaseHTTPRequestHandler]:
-    class StandIn(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+class StandIn(BaseHTTPRequestHandler):
+    """Records each request, then answers it with the script's next reply."""
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # the records say it all
+    protocol_version = "HTTP/1.1"
+    recorder: Recorder  # set on the subclass make_handler makes
+    project: Path
 
-        def do_GET(self) -> None:
-            self.answer(None)
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # the records say it all
 
-        def do_HEAD(self) -> None:
-            self.answer(None)
+    def do_GET(self) -> None:
+        self.answer(None)
 
-        def do_POST(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            try:
-                body = json.loads(raw) if raw else None
-            except ValueError:
-                body = {"unparsed": raw.decode("utf-8", "replace")}
-            self.answer(body)
+    def do_HEAD(self) -> None:
+        self.answer(None)
 
-        def answer(self, body: Any) -> None:
-            headers = {
-                k.lower(): v for k, v in self.headers.items() if k.lower() not in DROPPED_HEADERS
-            }
-            recorder.add({"method": self.command, "path": self.path, "headers": headers,
-                          "body": body})  # fmt: skip
-            route = self.path.split("?")[0]
-            if self.command == "POST" and route == "/v1/messages/count_tokens":
-                self.send_json(200, {"input_tokens": 1000})
-            elif self.command == "POST" and route == "/v1/messages":
-                self.send_stream(anthropic_events(body, anthropic_reply(body, project)))
-            elif self.command == "POST" and route == "/v1/responses":
-                self.send_stream(responses_events(body, responses_item(body)))
-            elif route == "/v1/models":
-                models = [{"id": m, "object": "model"} for m in (MAIN_MODEL, SIDE_MODEL)]
-                self.send_json(200, {"object": "list", "data": models})
-            else:
-                self.send_json(404, {"error": {"message": f"no {route} here"}})
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = {"unparsed": raw.decode("utf-8", "replace")}
+        self.answer(body)
 
-        def send_json(self, status: int, document: dict[str, Any]) -> None:
-            data = json.dumps(document).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(data)
+    def answer(self, body: Any) -> None:
+        headers = {
+            k.lower(): v for k, v in self.headers.items() if k.lower() not in DROPPED_HEADERS
+        }
+        self.recorder.add({"method": self.command, "path": self.path, "headers": headers,
+                      "body": body})  # fmt: skip
+        route = self.path.split("?")[0]
+        if self.command == "POST" and route == "/v1/messages/count_tokens":
+            self.send_json(200, {"input_tokens": 1000})
+        elif self.command == "POST" and route == "/v1/messages":
+            self.send_stream(anthropic_events(body, anthropic_reply(body, self.project)))
+        elif self.command == "POST" and route == "/v1/responses":
+            self.send_stream(responses_events(body, responses_item(body)))
+        elif route == "/v1/models":
+            models = [{"id": m, "object": "model"} for m in (MAIN_MODEL, SIDE_MODEL)]
+            self.send_json(200, {"object": "list", "data": models})
+        else:
+            self.send_json(404, {"error": {"message": f"no {route} here"}})
 
-        def send_stream(self, events: list[tuple]) -> None:
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("cache-control", "no-cache")
-            self.send_header("connection", "close")  # the stream ends with the connection
-            self.end_headers()
-            for name, data in events:
-                self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
-                self.wfile.flush()
-            self.close_connection = True
+    def send_json(self, status: int, document: dict[str, Any]) -> None:
+        data = json.dumps(document).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
 
-    return StandIn
-
-
-def clean_env(home: Path, **extra: str) -> dict[str, str]:
-    """Only what the agent needs: nothing of the caller's own keys or settings leaks in."""
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(home),
-        "LANG": "C.UTF-8",
-        "TERM": "dumb",
-        "NO_COLOR": "1",
-        "TMPDIR": str(home / "tmp"),
-    }
-    (home / "tmp").mkdir(parents=True, exist_ok=True)
-    return {**env, **extra}
+    def send_stream(self, events: list[tuple]) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")  # the stream ends with the connection
+        self.end_headers()
+        for name, data in events:
+            self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+            self.wfile.flush()
+        self.close_connection = True
 
 
-def claude_env(home: Path, base_url: str, key: str, model: str, small: str) -> dict[str, str]:
-    """Claude Code pointed at a server, with its own traffic (telemetry, updates) off."""
-    return clean_env(
-        home,
-        ANTHROPIC_BASE_URL=base_url,
-        ANTHROPIC_AUTH_TOKEN=key,
-        ANTHROPIC_MODEL=model,
-        ANTHROPIC_SMALL_FAST_MODEL=small,
-        ANTHROPIC_DEFAULT_HAIKU_MODEL=small,
-        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-        DISABLE_AUTOUPDATER="1",
-        DISABLE_TELEMETRY="1",
-        DISABLE_ERROR_REPORTING="1",
-    )
+def make_handler(recorder: Recorder, project: Path) -> type[StandIn]:
+    return type("BoundStandIn", (StandIn,), {"recorder": recorder, "project": project})
 
 
-def codex_home(home: Path, base_url: str, model: str) -> Path:
-    """A CODEX_HOME whose config.toml names the server as the only model provider."""
-    codex = home / ".codex"
-    codex.mkdir(parents=True, exist_ok=True)
-    (codex / "config.toml").write_text(
-        f'model = "{model}"\nmodel_provider = "mlx"\n\n[model_providers.mlx]\n'
-        f'name = "MLX server"\nbase_url = "{base_url}/v1"\nenv_key = "MLX_API_KEY"\n'
-        'wire_api = "responses"\n'
-    )
-    return codex
-
-
-def ensure_agents() -> Path:
-    script = ROOT / "scripts" / "ensure_agents.sh"
-    out = subprocess.run(["sh", str(script)], check=True, capture_output=True, text=True)
-    return Path(out.stdout.strip().splitlines()[-1])
-
-
-def run_agent(command: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
-    started = time.monotonic()
-    done = subprocess.run(
-        command, env=env, cwd=cwd, capture_output=True, text=True, timeout=AGENT_TIMEOUT,
-        stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+def run(command: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
+    done = run_agent(command, env, cwd, AGENT_TIMEOUT)
     return {
         "returncode": done.returncode,
-        "seconds": round(time.monotonic() - started, 1),
+        "seconds": round(done.seconds, 1),
         "stdout": done.stdout,
         "stderr": done.stderr[-4000:],
     }
@@ -350,7 +306,7 @@ def record_session(agent: str, version: str, command: list[str], env: dict[str, 
                    work: Path, recorder: Recorder) -> dict[str, Any]:  # fmt: skip
     """Runs one agent's session and sorts what it sent into main and side requests."""
     project = work / "project"
-    result = run_agent(command, env, project)
+    result = run(command, env, project)
     records = list(recorder.requests)
     main = [r for r in records if is_main(r)]
     side = [{"label": label(r), **r} for r in records if not is_main(r)]
@@ -400,8 +356,7 @@ def agent_command(agent: str, bin_dir: Path, home: Path, base_url: str) -> tuple
         env = claude_env(home, base_url, "sk-record", MAIN_MODEL, SIDE_MODEL)
         version = subprocess.check_output([bin_dir / "claude", "--version"], text=True)
         return [str(bin_dir / "claude"), "-p", PROMPT], env, version.split()[0]
-    codex = codex_home(home, base_url, MAIN_MODEL)
-    env = clean_env(home, CODEX_HOME=str(codex), MLX_API_KEY="sk-record")
+    env = codex_env(home, f"{base_url}/v1", "sk-record", MAIN_MODEL)
     version = subprocess.check_output([bin_dir / "codex", "--version"], text=True)
     command = [str(bin_dir / "codex"), "exec", "--skip-git-repo-check", PROMPT]
     return command, env, version.split()[-1]
