@@ -6,15 +6,17 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from catalog.models import CatalogModel
 from inference.edge import API_KEY, endpoint
+from inference.edge.auth import EITHER_KEY
 from inference.observability.metrics import registry
 from inference.openapi import openapi_document
-from inference.protocol.errors import APIError, model_not_found
+from inference.protocol.anthropic.models import AnthropicModel, AnthropicModelList
+from inference.protocol.errors import APIError
 from inference.protocol.openai.chat import ChatCompletion, ChatCompletionRequest
 from inference.protocol.openai.completions import Completion, CompletionRequest
 from inference.protocol.openai.embeddings import EmbeddingList, EmbeddingRequest
 from inference.protocol.openai.models import ModelCard, ModelList
+from inference.serving import models
 from inference.serving.chat import answer_chat
 from inference.serving.completions import answer_completion
 from inference.serving.context import RequestContext
@@ -47,29 +49,21 @@ async def embeddings(
     return await answer_embeddings(body, ctx)
 
 
-def model_card(entry: CatalogModel) -> ModelCard:
-    return ModelCard(
-        id=entry.public_id,
-        created=int(entry.created.timestamp()),
-        capabilities=entry.capabilities(),
-    )
+def anthropic_client(request: HttpRequest) -> bool:
+    """Anthropic's SDKs (and Claude Code) send anthropic-version on every request."""
+    return "anthropic-version" in request.headers
 
 
-@endpoint("GET", auth=API_KEY, record=True)
-async def list_models(request: HttpRequest, ctx: RequestContext) -> ModelList:
-    entries = CatalogModel.objects.filter(enabled=True)
-    return ModelList(data=[model_card(e) async for e in entries if ctx.caller.may_use(e.public_id)])
+@endpoint("GET", auth=EITHER_KEY, record=True)
+async def list_models(request: HttpRequest, ctx: RequestContext) -> ModelList | AnthropicModelList:
+    return await models.list_models(ctx.caller, anthropic_client(request))
 
 
-@endpoint("GET", auth=API_KEY, record=True)
-async def retrieve_model(request: HttpRequest, ctx: RequestContext, model_id: str) -> ModelCard:
-    if not ctx.caller.may_use(model_id):
-        raise model_not_found(model_id)
-    try:
-        entry = await CatalogModel.objects.aget(public_id=model_id, enabled=True)
-    except CatalogModel.DoesNotExist:
-        raise model_not_found(model_id) from None
-    return model_card(entry)
+@endpoint("GET", auth=EITHER_KEY, record=True)
+async def retrieve_model(
+    request: HttpRequest, ctx: RequestContext, model_id: str
+) -> ModelCard | AnthropicModel:
+    return await models.retrieve_model(model_id, ctx.caller, anthropic_client(request))
 
 
 @endpoint(*ANY_METHOD)

@@ -67,7 +67,16 @@ def test_max_completion_tokens_wins_over_max_tokens(client, tiny_entry):
 def test_context_length_exceeded(client, tiny_entry):
     tiny_entry.context_length = 8
     tiny_entry.save()
-    assert_error(chat(client), 400, "messages", "context_length_exceeded")
+    response = chat(client)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    # OpenAI's object, plus llama.cpp's server's two numbers (tests/test_context_overflow.py).
+    assert (error["param"], error["code"], error["n_ctx"]) == (
+        "messages",
+        "context_length_exceeded",
+        8,
+    )
+    assert error["n_prompt_tokens"] > 8
 
 
 def test_unknown_fields_are_ignored_with_a_warning(client, tiny_entry, caplog):

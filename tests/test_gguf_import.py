@@ -86,9 +86,12 @@ def test_interrupted_import_leaves_nothing(demo_gguf: Path, tmp_path: Path, monk
 @pytest.mark.django_db
 def test_import_command_registers_the_model(demo_gguf: Path, tmp_path: Path, settings):
     settings.MODEL_STORAGE_DIR = tmp_path
-    call_command("import_gguf", str(demo_gguf), "--id", "smol", "--temperature", "0.2")
+    call_command(
+        "import_gguf", str(demo_gguf), "--id", "smol", "--temperature", "0.2", "--alias", "gpt-*"
+    )
     entry = CatalogModel.objects.get(public_id="smol")
     assert entry.default_temperature == 0.2
+    assert entry.aliases == ["gpt-*"]
     assert entry.display_name == "Smollm2 135M 8k Lc100K Mix1 Ep2"
     assert entry.source == CatalogModel.Source.GGUF
     assert entry.family.slug == "chatml"  # read off the chat template
@@ -108,6 +111,7 @@ def test_import_command_registers_the_model(demo_gguf: Path, tmp_path: Path, set
         (["--id", "../escape"], "public_id: Use letters"),
         (["--id", "ok", "--temperature", "5"], "default_temperature: Ensure this value"),
         (["--id", "ok", "--family", "nope"], "unknown family 'nope'"),
+        (["--id", "ok", "--alias", "ok"], "aliases: 'ok' is this model's own id"),
     ],
 )
 def test_import_command_rejects_bad_arguments(demo_gguf, tmp_path, settings, args, message):

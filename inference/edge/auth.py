@@ -54,6 +54,12 @@ async def api_key(request: HttpRequest) -> Caller:
     return await _key_holder(bearer(request), MISSING_KEY)
 
 
+async def either_key(request: HttpRequest) -> Caller:
+    """/v1/models answers both dialects' clients: a bearer token, or Anthropic's x-api-key."""
+    secret = bearer(request) or request.headers.get("x-api-key", "").strip()
+    return await _key_holder(secret, MISSING_KEY)
+
+
 async def anthropic_key(request: HttpRequest) -> Caller:
     """Anthropic's SDKs send x-api-key; Claude Code with ANTHROPIC_AUTH_TOKEN sends a bearer
     token. The anthropic-version header is accepted and not required."""
@@ -125,4 +131,5 @@ async def hold_slot(ctx: RequestContext) -> None:
 PUBLIC = Auth("public", anyone)
 API_KEY = Auth("API key", api_key, limit_concurrency=True)
 ANTHROPIC_KEY = Auth("API key (x-api-key or bearer)", anthropic_key, limit_concurrency=True)
+EITHER_KEY = Auth("API key (bearer or x-api-key)", either_key, limit_concurrency=True)
 STAFF_OR_TOKEN = Auth("staff session or admin token", staff_or_token)

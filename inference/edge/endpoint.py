@@ -120,6 +120,9 @@ def _hand_over(response: HttpResponse, ctx: RequestContext) -> HttpResponse:
     if ctx.record is not None:
         ctx.record.status = response.status_code
         response["X-Request-ID"] = ctx.id
+    if response.status_code < 400:  # what serving said about an answer, not about an error
+        for name, value in ctx.headers.items():
+            response[name] = value
     if isinstance(response, ClosingStreamingResponse):
         response.on_close(ctx.close)
     else:

@@ -7,6 +7,7 @@ when the request is over.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import mlx.core as mx
@@ -14,6 +15,7 @@ from jinja2 import TemplateError
 
 from inference.adapters.base import ChatTemplateMissing
 from inference.engine.detokenize import make_detokenizer
+from inference.engine.overflow import reply_room, truncate_middle
 from inference.engine.pool import LoadedModel
 from inference.engine.sampling import make_processors, make_row_sampler, probe
 from inference.engine.stops import StopStringMatcher
@@ -39,15 +41,7 @@ def render_prompt(job: GenerationJob, loaded: LoadedModel) -> list[int]:
 
         return processed(job.adapter, tokenizer, _vision_model(loaded), prompt)[0]
     if isinstance(prompt, ChatPrompt):
-        try:
-            return job.adapter.render_prompt(
-                tokenizer, prompt.messages, prompt.tools, prompt.template_kwargs, prompt.prefill
-            )
-        except ChatTemplateMissing as exc:
-            raise EngineError(ErrorKind.INVALID_REQUEST, str(exc), "messages") from exc
-        except TemplateError as exc:  # the template refused these messages (or kwargs)
-            message = f"The model's chat template could not render this request: {exc}"
-            raise EngineError(ErrorKind.INVALID_REQUEST, message, "messages") from exc
+        return _render_chat(job, loaded, prompt)
     if isinstance(prompt, TextPrompt):
         return list(tokenizer.encode(prompt.text))
     bad = [t for t in prompt.ids if not 0 <= t < loaded.vocab_size]
@@ -58,6 +52,38 @@ def render_prompt(job: GenerationJob, loaded: LoadedModel) -> list[int]:
             "prompt",
         )
     return list(prompt.ids)
+
+
+def _render_chat(job: GenerationJob, loaded: LoadedModel, prompt: ChatPrompt) -> list[int]:
+    try:
+        return job.adapter.render_prompt(
+            loaded.tokenizer, prompt.messages, prompt.tools, prompt.template_kwargs, prompt.prefill
+        )
+    except ChatTemplateMissing as exc:
+        raise EngineError(ErrorKind.INVALID_REQUEST, str(exc), "messages") from exc
+    except TemplateError as exc:  # the template refused these messages (or kwargs)
+        message = f"The model's chat template could not render this request: {exc}"
+        raise EngineError(ErrorKind.INVALID_REQUEST, message, "messages") from exc
+
+
+def fit_prompt(job: GenerationJob, loaded: LoadedModel) -> tuple[list[int], int]:
+    """The prompt's tokens under the job's overflow policy, and how many messages it left out
+    (engine/overflow.py). Prompts with images are never truncated: their images would have to
+    follow their messages out."""
+    tokens = render_prompt(job, loaded)
+    prompt = job.prompt
+    if not isinstance(prompt, ChatPrompt) or prompt.overflow != "truncate_middle":
+        return tokens, 0
+    if prompt.images:
+        return tokens, 0
+    context = loaded.context_length
+    return truncate_middle(
+        prompt.messages,
+        tokens,
+        lambda messages: _render_chat(job, loaded, replace(prompt, messages=messages)),
+        context,
+        reply_room(context, job.params.max_tokens),
+    )
 
 
 def _vision_model(loaded: LoadedModel) -> Any:
@@ -77,16 +103,30 @@ def render_images(job: GenerationJob, loaded: LoadedModel) -> tuple[list[int], m
     return render_with_images(job.adapter, loaded.tokenizer, model, job.prompt)
 
 
+def context_exceeded(prompt_tokens: int, context_length: int, param: str) -> EngineError:
+    """OpenAI's wording; the numbers travel too, for the other dialects' own."""
+    what = "messages" if param == "messages" else "prompt"
+    return EngineError(
+        ErrorKind.CONTEXT_LENGTH_EXCEEDED,
+        f"This model's maximum context length is {context_length} tokens. However, your {what} "
+        f"resulted in {prompt_tokens} tokens. Please reduce the length of the {what}.",
+        param,
+        prompt_tokens=prompt_tokens,
+        context_length=context_length,
+    )
+
+
 class Sequence:
     def __init__(self, job: GenerationJob, loaded: LoadedModel) -> None:
         self.job = job
         self.loaded = loaded
         # A prompt with images is read from its input embeddings (prefill), never cached.
         self.embeddings: mx.array | None = None
+        self.truncated_messages = 0
         if isinstance(job.prompt, ChatPrompt) and job.prompt.images:
             self.prompt, self.embeddings = render_images(job, loaded)
         else:
-            self.prompt = render_prompt(job, loaded)
+            self.prompt, self.truncated_messages = fit_prompt(job, loaded)
         self._check_length()
         params = job.params
         self._check_logit_bias(loaded.vocab_size)
@@ -121,7 +161,7 @@ class Sequence:
 
     def started(self) -> Started:
         echo = self.loaded.tokenizer.decode(self.prompt) if self.job.echo else None
-        return Started(len(self.prompt), echo, self.cached_tokens)
+        return Started(len(self.prompt), echo, self.cached_tokens, self.truncated_messages)
 
     def _check_length(self) -> None:
         chat = isinstance(self.job.prompt, ChatPrompt)
@@ -129,12 +169,7 @@ class Sequence:
         if not self.prompt:
             raise EngineError(ErrorKind.INVALID_REQUEST, "The prompt is empty.", param)
         if self.room <= 0:
-            raise EngineError(
-                ErrorKind.CONTEXT_LENGTH_EXCEEDED,
-                f"This model's maximum context length is {self.loaded.context_length} tokens; "
-                f"the prompt takes {len(self.prompt)}.",
-                param,
-            )
+            raise context_exceeded(len(self.prompt), self.loaded.context_length, param)
 
     def _check_logit_bias(self, vocab_size: int) -> None:
         bad = [t for t in self.job.params.logit_bias if not 0 <= t < vocab_size]

@@ -42,6 +42,10 @@ class ChatPrompt:
     # Images (decoded PIL images), in the order of the {"type": "image"} placeholders in the
     # messages' content lists; only vision models read them (engine/vision/).
     images: tuple[Any, ...] = ()
+    # What to do with a prompt over the context (engine/overflow.py): "error", or
+    # "truncate_middle" (drop old turns). The catalog's choice; not part of ModelSpec, so
+    # changing it never reloads the model.
+    overflow: str = "error"
 
 
 @dataclass(frozen=True)
@@ -96,12 +100,17 @@ class EngineError(Exception):
         message: str,
         param: str | None = None,
         retry_after: float | None = None,
+        prompt_tokens: int | None = None,
+        context_length: int | None = None,
     ) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.param = param
         self.retry_after = retry_after
+        # CONTEXT_LENGTH_EXCEEDED: the two numbers each dialect's error names.
+        self.prompt_tokens = prompt_tokens
+        self.context_length = context_length
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,7 @@ class Started:
     prompt_tokens: int
     prompt_text: str | None = None  # only when the job asked for an echo
     cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
+    truncated_messages: int = 0  # messages left out to fit the context (overflow.py)
 
 
 @dataclass(frozen=True)

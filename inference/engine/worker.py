@@ -23,7 +23,7 @@ from inference.engine.embedding.runner import EmbeddingRunner
 from inference.engine.inbox import Command, ignore
 from inference.engine.lockstep import Turn, current_link
 from inference.engine.pool import LoadedModel, ModelPool
-from inference.engine.sequence import Sequence, render_prompt
+from inference.engine.sequence import Sequence, fit_prompt
 from inference.engine.state import EngineState, ModelState
 from inference.engine.types import (
     EmbeddingJob,
@@ -308,11 +308,12 @@ class Engine:
         }
 
     def count_prompt_tokens(self, request: JobRequest) -> int:
-        """The prompt's length in tokens, rendered exactly as a job of it would be."""
+        """The prompt's length in tokens, rendered exactly as a job of it would be (after the
+        overflow policy left messages out, if it did)."""
         job = GenerationJob(request.spec, request.adapter, request.prompt, request.params, ignore)
         loaded = self._load(request.spec)
         try:
-            return len(render_prompt(job, loaded))
+            return len(fit_prompt(job, loaded)[0])
         except EngineError:
             raise
         except Exception as exc:  # what would fail a job fails the count the same way

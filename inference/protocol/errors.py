@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pydantic_core import PydanticCustomError
 
 
@@ -16,6 +18,7 @@ class APIError(Exception):
         param: str | None = None,
         code: str | None = None,
         headers: dict[str, str] | None = None,
+        too_long: TooLong | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -24,6 +27,16 @@ class APIError(Exception):
         self.param = param
         self.code = code
         self.headers = headers or {}
+        self.too_long = too_long
+
+
+@dataclass(frozen=True)
+class TooLong:
+    """A prompt over the model's context: each dialect's error names both numbers its own way
+    (agents read them to decide how much history to compact)."""
+
+    prompt_tokens: int
+    context_length: int
 
 
 def model_not_found(model: str) -> APIError:

@@ -152,7 +152,9 @@ async def start_chat(request: ChatCompletionRequest, ctx: RequestContext) -> Cha
     if system_prompt and not any(m["role"] == "system" for m in messages):
         messages.insert(0, {"role": "system", "content": system_prompt})
     kwargs = {**(request.chat_template_kwargs or {}), **plan.template_kwargs}
-    prompt = ChatPrompt(messages, tool_use.template_tools(), kwargs or None, images=images)
+    prompt = resolved.chat_prompt(
+        ChatPrompt(messages, tool_use.template_tools(), kwargs or None, images=images)
+    )
     jobs = [
         JobRequest(resolved.spec, adapter, prompt, choice_params)
         for choice_params in per_choice(params, request.n)

@@ -27,6 +27,9 @@ class RequestContext:
     record: RequestRecord | None = None  # None for endpoints that are not recorded
     caller: Caller = ANONYMOUS
     id: str = field(default_factory=request_id)
+    # Set by serving before the view returns (a stream's headers go out with its first line);
+    # the edge puts them on the response.
+    headers: dict[str, str] = field(default_factory=dict)
     _closers: list[Callable[[], None]] = field(default_factory=list, repr=False)
     _closed: bool = field(default=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

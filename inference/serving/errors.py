@@ -1,12 +1,17 @@
 from inference.engine.types import EngineError, ErrorKind
-from inference.protocol.errors import APIError, server_error
+from inference.protocol.errors import APIError, TooLong, server_error
 
 
 def api_error(error: EngineError) -> APIError:
     if error.kind is ErrorKind.INVALID_REQUEST:
         return APIError(error.message, param=error.param)
     if error.kind is ErrorKind.CONTEXT_LENGTH_EXCEEDED:
-        return APIError(error.message, param=error.param, code="context_length_exceeded")
+        too_long = None
+        if error.prompt_tokens is not None and error.context_length is not None:
+            too_long = TooLong(error.prompt_tokens, error.context_length)
+        return APIError(
+            error.message, param=error.param, code="context_length_exceeded", too_long=too_long
+        )
     if error.kind is ErrorKind.PROMPT_TOO_LARGE:
         return APIError(
             f"{error.message} (MAX_REQUEST_PROMPT_TOKENS).",

@@ -51,6 +51,10 @@ class Choice:
 
 
 TIMEOUT = EngineError(ErrorKind.TIMEOUT, "The request took longer than the server allows.")
+# How many messages the catalog's truncate_middle policy left out of the prompt (the usage
+# says it too, as truncated_messages). Known once the engine admitted the request, so before
+# a stream's first line.
+TRUNCATED_HEADER = "X-Context-Truncated-Messages"
 SHUTTING_DOWN = EngineError(
     ErrorKind.SHUTTING_DOWN, "The server is shutting down; retry the request."
 )
@@ -117,6 +121,8 @@ class Generation:
         except BaseException:
             generation.close()
             raise
+        if truncated := generation.truncated_messages():
+            ctx.headers[TRUNCATED_HEADER] = str(truncated)
         return generation
 
     def close(self) -> None:
@@ -210,15 +216,23 @@ class Generation:
             if isinstance(event, Failed):
                 raise api_error(event.error)
 
+    def _per_distinct_prompt(self) -> list[Started]:
+        """One Started per distinct prompt: n choices share theirs."""
+        return [self.choices[i].started for i in range(0, len(self.choices), self._per_prompt)]
+
+    def truncated_messages(self) -> int:
+        return sum(s.truncated_messages for s in self._per_distinct_prompt())
+
     def usage(self) -> Usage:
-        """Prompt tokens count once per distinct prompt (n choices share theirs)."""
-        counted = range(0, len(self.choices), self._per_prompt)
-        prompt = sum(self.choices[i].started.prompt_tokens for i in counted)
-        cached = sum(self.choices[i].started.cached_tokens for i in counted)
+        """Prompt tokens count once per distinct prompt."""
+        started = self._per_distinct_prompt()
+        prompt = sum(s.prompt_tokens for s in started)
+        cached = sum(s.cached_tokens for s in started)
         completion = sum(c.done.completion_tokens for c in self.choices.values() if c.done)
         return Usage(
             prompt_tokens=prompt,
             completion_tokens=completion,
             total_tokens=prompt + completion,
             prompt_tokens_details=PromptTokensDetails(cached_tokens=cached),
+            truncated_messages=self.truncated_messages() or None,
         )

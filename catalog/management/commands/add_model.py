@@ -27,6 +27,24 @@ class Command(BaseCommand):
             default="",
             help="split it over an MLX distributed group (README: one model over several hosts)",
         )
+        parser.add_argument(
+            "--alias",
+            action="append",
+            default=[],
+            dest="aliases",
+            help="another id clients may send for it, or a glob (claude-*); repeatable",
+        )
+        parser.add_argument(
+            "--default-for-unknown-ids",
+            action="store_true",
+            help="serve requests for ids nothing else matches",
+        )
+        parser.add_argument(
+            "--context-overflow",
+            choices=CatalogModel.ContextOverflow.values,
+            default=CatalogModel.ContextOverflow.ERROR,
+            help="prompts over the context: refuse them, or drop old turns",
+        )
         parser.add_argument("--max-tokens", type=int, help="default max_tokens for requests")
         parser.add_argument("--max-output-tokens", type=int, help="largest max_tokens accepted")
         parser.add_argument(
@@ -67,6 +85,9 @@ class Command(BaseCommand):
             compute_format=options["compute_format"],
             parallel=options["parallel"],
             context_length=options["context_length"],
+            aliases=options["aliases"],
+            default_for_unknown_ids=options["default_for_unknown_ids"],
+            context_overflow=options["context_overflow"],
             default_max_tokens=options["max_tokens"],
             max_output_tokens=options["max_output_tokens"],
             vision=options["vision"],

@@ -87,6 +87,13 @@ class Command(BaseCommand):
         )
         parser.add_argument("--family", help="family slug (default: from the chat template)")
         parser.add_argument("--name", help="display name (default: the GGUF's general.name)")
+        parser.add_argument(
+            "--alias",
+            action="append",
+            default=[],
+            dest="aliases",
+            help="another id clients may send for it, or a glob (claude-*); repeatable",
+        )
         parser.add_argument("--max-tokens", type=int, help="default max_tokens for requests")
         parser.add_argument("--temperature", type=float, help="default temperature")
         parser.add_argument("--top-p", type=float, help="default top_p")
@@ -213,10 +220,12 @@ class Command(BaseCommand):
             source=CatalogModel.Source.GGUF,
             location=str(Path(settings.MODEL_STORAGE_DIR) / source.model_id),
             family=family_by_slug(family),
+            aliases=options["aliases"],
             **{**ollama, **{key: value for key, value in explicit.items() if value is not None}},
         )
         try:  # everything but the weights, which do not exist yet
             entry.clean_fields(exclude=["location"])
+            entry.clean_aliases()
         except ValidationError as exc:
             raise CommandError(f"not imported: {error_messages(exc)}") from None
         return entry

@@ -43,5 +43,16 @@ def error_type(status: int) -> str:
 
 
 def error_body(error: APIError) -> AnthropicErrorResponse:
-    detail = AnthropicErrorDetail(type=error_type(error.status), message=error.message)
+    detail = AnthropicErrorDetail(type=error_type(error.status), message=message_of(error))
     return AnthropicErrorResponse(error=detail)
+
+
+def message_of(error: APIError) -> str:
+    """A prompt over the context is worded as Anthropic words it: Claude Code matches
+    "prompt is too long" (and reads the two numbers) to offer compacting the conversation."""
+    if error.too_long is None:
+        return error.message
+    too_long = error.too_long
+    return (
+        f"prompt is too long: {too_long.prompt_tokens} tokens > {too_long.context_length} maximum"
+    )

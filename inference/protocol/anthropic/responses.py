@@ -36,6 +36,9 @@ class MessageUsage(BaseModel):
     output_tokens: int
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    # Not OpenAI's nor Anthropic's: how many messages the catalog's truncate_middle policy left
+    # out to fit the context; absent when none were.
+    truncated_messages: int | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class MessageResponse(BaseModel):

@@ -1,6 +1,6 @@
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class ModelCard(BaseModel):
@@ -10,6 +10,11 @@ class ModelCard(BaseModel):
     owned_by: str = "organization-owner"
     # What the model is for: "completion" (chat and text), "vision", "embedding".
     capabilities: list[str] = []
+    # The other ids it answers to: exact ids, and globs where * is any text.
+    aliases: list[str] = []
+    # On an entry for an alias (or an id a glob or the default matched): the model that
+    # serves it. Absent on a model's own entry.
+    alias_of: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ModelList(BaseModel):

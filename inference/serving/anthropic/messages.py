@@ -80,6 +80,7 @@ class MessageRun:
             input_tokens=started.prompt_tokens - started.cached_tokens,
             output_tokens=output_tokens,
             cache_read_input_tokens=started.cached_tokens,
+            truncated_messages=started.truncated_messages or None,
         )
 
 
@@ -94,7 +95,7 @@ async def answer_messages(
     resolved = await resolve_model(request.model, ctx.caller)
     plan = plan_prompt(request, resolved, await request_images(request, resolved))
     params = sampling(request, resolved.entry, plan.grammar)
-    job = JobRequest(resolved.spec, resolved.adapter, plan.prompt, params)
+    job = JobRequest(resolved.spec, resolved.adapter, resolved.chat_prompt(plan.prompt), params)
     generation = await Generation.start(ctx, [job], "msg")
     run = MessageRun(request, plan, resolved.adapter, generation)
     if request.stream:
@@ -154,12 +155,15 @@ async def stream_message(run: MessageRun) -> AsyncIterator[str]:
 
 async def count_message_tokens(request: CountTokensRequest, ctx: RequestContext) -> TokenCount:
     """The prompt create would read for the same body, counted on the engine (tools, system
-    and prefill included): its input_tokens plus cache_read_input_tokens."""
+    and prefill included): its input_tokens plus cache_read_input_tokens. Under the model's
+    truncate_middle policy, what is left after old turns are dropped (leaving room for a
+    quarter of the context: count_tokens has no max_tokens)."""
     if drain.draining:
         raise api_error(SHUTTING_DOWN)
     resolved = await resolve_model(request.model, ctx.caller)
     plan = plan_prompt(request, resolved, await request_images(request, resolved))
-    job = JobRequest(resolved.spec, resolved.adapter, plan.prompt, SamplingParams())
+    prompt = resolved.chat_prompt(plan.prompt)
+    job = JobRequest(resolved.spec, resolved.adapter, prompt, SamplingParams())
     if ctx.record is not None:
         ctx.record.model = resolved.spec.model_id
     try:
