@@ -19,7 +19,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='catalogmodel',
             name='context_overflow',
-            field=models.CharField(choices=[('error', 'refuse it (context_length_exceeded / prompt is too long)'), ('truncate_middle', 'drop the oldest turns, keep system and latest')], default='error', help_text='Chat prompts longer than the context: refuse them with an error agents recognise (Claude Code then compacts), or drop whole old turns (a user message with the replies and tool results after it) until the prompt leaves room for min(max_tokens, a quarter of the context) tokens of reply. System messages, tools and the latest turn are always kept; replies say how many messages were dropped.', max_length=16, verbose_name='prompts over the context'),
+            field=models.CharField(choices=[('error', 'refuse it (context_length_exceeded / prompt is too long)'), ('truncate_middle', 'drop the oldest turns, keep system and latest')], default='error', help_text="Chat prompts longer than the context: refuse them with an error agents recognise (Claude Code then compacts), or drop whole old turns (a user message with the replies and tool results after it), then the latest turn's oldest tool exchanges, until the prompt leaves room for min(max_tokens, a quarter of the context) tokens of reply. System messages, tools, the latest user message and the last exchange are always kept; replies say how many messages were dropped.", max_length=16, verbose_name='prompts over the context'),
         ),
         migrations.AddField(
             model_name='catalogmodel',
