@@ -6,10 +6,11 @@ from asgiref.sync import async_to_sync
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.db import IntegrityError, transaction
 from django.urls import path
 from django.utils.html import format_html
 
-from catalog.models import CatalogModel, GGUFImport, ModelFamily
+from catalog.models import CatalogModel, GGUFImport, ModelFamily, PromptMetadataPattern
 from catalog.source_views import sources_view
 from inference import runtime
 from inference.engine.state import ModelState
@@ -43,10 +44,21 @@ class ModelFamilyAdmin(admin.ModelAdmin):
     )
 
 
+@admin.register(PromptMetadataPattern)
+class PromptMetadataPatternAdmin(admin.ModelAdmin):
+    """Per-request lines (Claude Code's billing header) kept out of every prompt, so that
+    agents' turns share their prefix in the cache."""
+
+    list_display = ("name", "pattern", "enabled")
+    list_editable = ("enabled",)
+    search_fields = ("name", "pattern")
+
+
 @admin.register(CatalogModel)
 class CatalogModelAdmin(admin.ModelAdmin):
     list_display = (
         "public_id",
+        "answers_to",
         "display_name",
         "source",
         "purpose",
@@ -58,12 +70,30 @@ class CatalogModelAdmin(admin.ModelAdmin):
         "pinned",
         "last_used",
     )
-    list_filter = ("enabled", "purpose", "vision", "source", "family", "pinned")
+    list_filter = (
+        "enabled",
+        "purpose",
+        "vision",
+        "source",
+        "family",
+        "pinned",
+        "default_for_unknown_ids",
+        "context_overflow",
+    )
     search_fields = ("public_id", "display_name", "location")
     readonly_fields = ("created", "updated", "last_used")
     actions = ("warm", "unload", "enable", "disable")
     fieldsets = (
         (None, {"fields": ("public_id", "display_name", "enabled", "preload", "pinned")}),
+        (
+            "Ids clients send",
+            {
+                "fields": ("aliases", "default_for_unknown_ids"),
+                "description": "Agents ask for the vendor's ids: Claude Code for claude-* "
+                "(and a small fast claude-haiku-*), Codex for gpt-*. Name them here to serve "
+                "them with this model.",
+            },
+        ),
         ("Kind", {"fields": ("purpose", "vision")}),
         (
             "Embeddings",
@@ -103,7 +133,7 @@ class CatalogModelAdmin(admin.ModelAdmin):
                 )
             },
         ),
-        ("Limits", {"fields": ("max_output_tokens",)}),
+        ("Limits", {"fields": ("max_output_tokens", "context_overflow")}),
         ("History", {"fields": ("created", "updated", "last_used")}),
     )
 
@@ -117,6 +147,13 @@ class CatalogModelAdmin(admin.ModelAdmin):
         health = runtime.current_health()
         models = health.models if health else ()
         return next((m for m in models if m.id == entry.public_id), None)
+
+    @admin.display(description="answers to")
+    def answers_to(self, entry: CatalogModel) -> str:
+        names = list(entry.aliases)
+        if entry.default_for_unknown_ids:
+            names.append("(unknown ids)")
+        return ", ".join(names) or "-"
 
     @admin.display(boolean=True)
     def loaded(self, entry: CatalogModel) -> bool:
@@ -146,7 +183,16 @@ class CatalogModelAdmin(admin.ModelAdmin):
 
     @admin.action(description="Enable (clients may use it)")
     def enable(self, request, queryset) -> None:
-        queryset.update(enabled=True)
+        try:
+            with transaction.atomic():
+                queryset.update(enabled=True)
+        except IntegrityError:  # the one-default-per-purpose constraint
+            self.message_user(
+                request,
+                "Not enabled: two enabled models of one purpose would both be the default for "
+                "unknown ids. Untick it on one of them first.",
+                messages.ERROR,
+            )
 
     @admin.action(description="Disable (clients get 404; unload it to free memory)")
     def disable(self, request, queryset) -> None:

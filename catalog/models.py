@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
+from catalog.aliases import alias_conflicts, validate_alias_list
 from catalog.validators import (
     public_id_validator,
     validate_hf_repo,
@@ -135,8 +136,27 @@ class CatalogModel(models.Model):
         TENSOR = "tensor", "tensor parallel"
         PIPELINE = "pipeline", "pipeline parallel"
 
+    class ContextOverflow(models.TextChoices):
+        ERROR = "error", "refuse it (context_length_exceeded / prompt is too long)"
+        TRUNCATE_MIDDLE = "truncate_middle", "drop the oldest turns, keep system and latest"
+
     public_id = models.CharField(
         "model id", max_length=128, unique=True, validators=[public_id_validator]
+    )
+    aliases = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[validate_alias_list],
+        help_text="Other ids clients may send as `model` for this one: exact ids, or globs "
+        'where * is any text, e.g. ["claude-sonnet-4-5-20250929", "claude-haiku-*", '
+        '"gpt-5*"]. The model\'s own id wins, then an exact alias, then the glob with the '
+        "most characters besides *. Replies name the id the client sent.",
+    )
+    default_for_unknown_ids = models.BooleanField(
+        "default for unknown ids",
+        default=False,
+        help_text="Serve requests for ids that name no model and match no alias (of this "
+        "model's purpose). At most one enabled model per purpose. Off: such requests get 404.",
     )
     display_name = models.CharField(max_length=200, blank=True)
     purpose = models.CharField(
@@ -240,6 +260,18 @@ class CatalogModel(models.Model):
     context_length = models.PositiveIntegerField(
         null=True, blank=True, help_text="Leave empty to use the model's config."
     )
+    context_overflow = models.CharField(
+        "prompts over the context",
+        max_length=16,
+        choices=ContextOverflow.choices,
+        default=ContextOverflow.ERROR,
+        help_text="Chat prompts longer than the context: refuse them with an error agents "
+        "recognise (Claude Code then compacts), or drop whole old turns (a user message with "
+        "the replies and tool results after it), then the latest turn's oldest tool "
+        "exchanges, until the prompt leaves room for min(max_tokens, a quarter of the "
+        "context) tokens of reply. System messages, tools, the latest user message and the "
+        "last exchange are always kept; replies say how many messages were dropped.",
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
     last_used = models.DateTimeField(null=True, blank=True, editable=False)
@@ -247,6 +279,15 @@ class CatalogModel(models.Model):
     class Meta:
         ordering = ["public_id"]
         verbose_name = "catalog model"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["purpose"],
+                condition=models.Q(default_for_unknown_ids=True, enabled=True),
+                name="one_default_model_per_purpose",
+                violation_error_message="Another enabled model of this purpose is already the "
+                "default for unknown ids.",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.public_id
@@ -284,6 +325,16 @@ class CatalogModel(models.Model):
             validate(self.location)
         except ValidationError as exc:
             raise ValidationError({"location": exc.messages}) from exc
+        self.clean_aliases()
+
+    def clean_aliases(self) -> None:
+        """No id or exact alias names two models; no two globs tie (catalog/aliases.py)."""
+        if not isinstance(self.aliases, list):  # the field's own validator reports it
+            return
+        others = CatalogModel.objects.exclude(pk=self.pk).only("public_id", "aliases")
+        problems = alias_conflicts(self, others)
+        if problems:
+            raise ValidationError({"aliases": problems})
 
 
 class GGUFImport(models.Model):
@@ -371,3 +422,33 @@ class GGUFImport(models.Model):
             raise ValidationError("Give either a path on the server or a file to upload.")
         if self.source_path and not Path(self.source_path).is_file():
             raise ValidationError({"source_path": "There is no such file on the server."})
+
+
+def validate_pattern(value: str) -> None:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValidationError(f"Not a regular expression: {exc}") from None
+
+
+class PromptMetadataPattern(models.Model):
+    """A line clients put in their system prompts that changes from request to request and
+    tells the model nothing (Claude Code's billing header): left out of every prompt, so the
+    prefix cache matches from the first token. Applies from the next request, no restart."""
+
+    name = models.CharField(max_length=100)
+    pattern = models.CharField(
+        max_length=500,
+        validators=[validate_pattern],
+        help_text="A Python regular expression; each line of a system message it matches "
+        "(re.search) is left out of the prompt. A message left empty is dropped.",
+    )
+    enabled = models.BooleanField(default=True)
+    notes = models.TextField(blank=True, help_text="Who sends it, and why it may go.")
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "prompt metadata pattern"
+
+    def __str__(self) -> str:
+        return self.name

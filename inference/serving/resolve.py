@@ -1,16 +1,22 @@
-"""From the `model` a client sent to what the engine loads. Only enabled catalog rows resolve."""
+"""From the `model` a client sent to what the engine loads. Only enabled catalog rows resolve:
+the model whose id it is, else the one with that exact alias, else the one whose glob alias
+matches it with the most literal characters (catalog/aliases.py), else the model ticked as the
+default for unknown ids of the endpoint's purpose. Replies name the id the client sent."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 from apikeys.auth import Caller
+from catalog.aliases import best_match
 from catalog.families import detect_family
 from catalog.last_used import touch_last_used
 from catalog.models import CatalogModel, ModelFamily
 from inference.adapters import FamilyAdapter, FamilyProfile, get_adapter
-from inference.engine.types import ModelSpec
+from inference.engine.types import ChatPrompt, ModelSpec
 from inference.protocol.errors import APIError, model_not_found
+from inference.serving.metadata import metadata_patterns, without_metadata
 
 
 @dataclass(frozen=True)
@@ -18,28 +24,45 @@ class ResolvedModel:
     entry: CatalogModel
     spec: ModelSpec
     adapter: FamilyAdapter
+    metadata: tuple[re.Pattern, ...] = ()  # system lines kept out of prompts (metadata.py)
+
+    def chat_prompt(self, prompt: ChatPrompt) -> ChatPrompt:
+        """The prompt every dialect hands the engine: per-request metadata left out, under
+        this model's policy for prompts over its context."""
+        messages = without_metadata(prompt.messages, self.metadata)
+        return replace(prompt, messages=messages, overflow=self.entry.context_overflow)
 
 
 async def resolve_model(model_id: str, caller: Caller, purpose: str = "chat") -> ResolvedModel:
     """The enabled catalog entry `model_id` names, for an endpoint that needs a model made for
     `purpose` ("chat": every generation endpoint; "embedding": /v1/embeddings)."""
-    # The id is only ever a key into the catalog: never a path or a repo to fetch. A model
-    # the caller's key may not use is reported exactly like one that does not exist.
-    if not caller.may_use(model_id):
+    entry = await find_model(model_id, caller, purpose)
+    if entry is None:
         raise model_not_found(model_id)
-    try:
-        entry = await CatalogModel.objects.select_related("family").aget(
-            public_id=model_id, enabled=True
-        )
-    except CatalogModel.DoesNotExist:
-        raise model_not_found(model_id) from None
     check_purpose(entry, purpose)
     await touch_last_used(entry)
     # Read on every request: family edits in admin apply at once, no restart.
     families = [f async for f in ModelFamily.objects.all()]
     family = detect_family(entry, families)
     profile = family.profile() if family else FamilyProfile()
-    return ResolvedModel(entry, entry.spec(), get_adapter(profile))
+    metadata = await metadata_patterns() if purpose == "chat" else ()
+    return ResolvedModel(entry, entry.spec(), get_adapter(profile), metadata)
+
+
+async def find_model(model_id: str, caller: Caller, purpose: str = "chat") -> CatalogModel | None:
+    """The enabled catalog row `model_id` names, or None. The id is only ever a key into the
+    catalog: never a path or a repo to fetch. A key's model list holds public ids, and applies
+    to the model an alias or the default leads to: a model the key may not use is reported
+    exactly like one that does not exist."""
+    enabled = CatalogModel.objects.select_related("family").filter(enabled=True)
+    entry = await enabled.filter(public_id=model_id).afirst()
+    if entry is None:
+        entry = best_match(model_id, [e async for e in enabled.exclude(aliases=[])])
+    if entry is None:
+        entry = await enabled.filter(default_for_unknown_ids=True, purpose=purpose).afirst()
+    if entry is None or not caller.may_use(entry.public_id):
+        return None
+    return entry
 
 
 def check_purpose(entry: CatalogModel, purpose: str) -> None:

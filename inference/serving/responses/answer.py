@@ -98,6 +98,7 @@ class ResponseRun:
             output_tokens=usage.completion_tokens,
             output_tokens_details=OutputTokensDetails(reasoning_tokens=self.reasoning_tokens),
             total_tokens=usage.total_tokens,
+            truncated_messages=usage.truncated_messages,
         )
 
     async def keep(self, response: ResponseObject) -> None:
@@ -152,11 +153,15 @@ async def start_response(request: ResponseRequest, ctx: RequestContext) -> Respo
     conversation = await gather_conversation(request, ctx.caller)
     images = await conversation_images(conversation, resolved)
     plan = plan_generation(request, conversation, resolved, images)
-    job = JobRequest(resolved.spec, resolved.adapter, plan.prompt, plan.params)
+    prompt = resolved.chat_prompt(plan.prompt)
+    job = JobRequest(resolved.spec, resolved.adapter, prompt, plan.params)
     generation = await Generation.start(ctx, [job], "resp")
     parser = ReplyParser(resolved.adapter, plan.tool_use, plan.thinking.thinking)
     shell = response_shell(request, plan.params, new_id("resp"))
-    return ResponseRun(request, ctx, generation, parser, shell, conversation.new_items)
+    namespaced = {f.offered: (f.namespace, f.tool.name) for f in request.functions() if f.namespace}
+    return ResponseRun(
+        request, ctx, generation, parser, shell, conversation.new_items, OutputBuilder(namespaced)
+    )
 
 
 async def complete_response(run: ResponseRun) -> ResponseObject:
