@@ -129,3 +129,14 @@ def best_match(model_id: str, entries: Iterable[Entry]) -> Entry | None:
                 if best is None or rank > best[0]:
                     best = (rank, entry)
     return best[1] if best else None
+
+
+def add_alias_argument(parser) -> None:
+    """`--alias X`, repeatable: add_model's and import_gguf's, alike."""
+    parser.add_argument(
+        "--alias",
+        action="append",
+        default=[],
+        dest="aliases",
+        help="another id clients may send for it, or a glob (claude-*); repeatable",
+    )

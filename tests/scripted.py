@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 THINK_THEN_CALL = (
     "<think>",
@@ -70,33 +71,45 @@ THINKING_OFF_TAIL = "</think>\n\n"
 END = "<|im_end|>"
 
 
+def scripted_tokenizer(source: Path, destination: Path, pieces, config: dict) -> Any:
+    """SmolLM2's tokenizer saved in `destination` (made here) with each of `pieces` added as
+    one token, and `config` (the chat template...) over its tokenizer_config.json."""
+    from tokenizers import AddedToken, Tokenizer
+
+    destination.mkdir(parents=True)
+    tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
+    tokenizer.add_tokens([AddedToken(p, normalized=False) for p in pieces])
+    tokenizer.save(str(destination / "tokenizer.json"))
+    settings = json.loads((source / "tokenizer_config.json").read_text())
+    settings.update(config)
+    settings.pop("added_tokens_decoder", None)  # tokenizer.json has them all now
+    (destination / "tokenizer_config.json").write_text(json.dumps(settings))
+    return tokenizer
+
+
+def last_id(tokenizer: Any, text: str) -> int:
+    return tokenizer.encode(text, add_special_tokens=False).ids[-1]
+
+
+def ids(tokenizer: Any, script: tuple[str, ...]) -> list[int]:
+    return [tokenizer.token_to_id(p) for p in script]
+
+
 def build_scripted_model(tokenizer_source: Path, destination: Path) -> Path:
     import mlx.core as mx
     from mlx.utils import tree_flatten
     from mlx_lm.models.llama import Model, ModelArgs
-    from tokenizers import AddedToken, Tokenizer
 
     from tests.helpers import TINY_CONFIG
 
-    destination.mkdir(parents=True)
-    tokenizer = Tokenizer.from_file(str(tokenizer_source / "tokenizer.json"))
     pieces = [*THINK_THEN_CALL, *PLAIN, "</think>"]
-    tokenizer.add_tokens([AddedToken(p, normalized=False) for p in pieces])
-    tokenizer.save(str(destination / "tokenizer.json"))
-    config = json.loads((tokenizer_source / "tokenizer_config.json").read_text())
-    config["chat_template"] = TEMPLATE
-    config.pop("added_tokens_decoder", None)  # tokenizer.json has them all now
-    (destination / "tokenizer_config.json").write_text(json.dumps(config))
-
-    def last_id(text: str) -> int:
-        return tokenizer.encode(text, add_special_tokens=False).ids[-1]
-
-    def ids(script: tuple[str, ...]) -> list[int]:
-        return [tokenizer.token_to_id(p) for p in script]
-
+    tokenizer = scripted_tokenizer(
+        tokenizer_source, destination, pieces, {"chat_template": TEMPLATE}
+    )
+    end = tokenizer.token_to_id(END)
     chains = [
-        [last_id(THINKING_ON_TAIL), *ids(THINK_THEN_CALL), tokenizer.token_to_id(END)],
-        [last_id(THINKING_OFF_TAIL), *ids(PLAIN), tokenizer.token_to_id(END)],
+        [last_id(tokenizer, THINKING_ON_TAIL), *ids(tokenizer, THINK_THEN_CALL), end],
+        [last_id(tokenizer, THINKING_OFF_TAIL), *ids(tokenizer, PLAIN), end],
     ]
     vocab_size = tokenizer.get_vocab_size()
     model_config = {**TINY_CONFIG, "vocab_size": vocab_size, "tie_word_embeddings": False}

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.scripted import _bigram_weights
+from tests.scripted import _bigram_weights, ids, last_id, scripted_tokenizer
 
 CONTEXT = 65536
 CALL_TAIL = "<|im_start|>assistant\n"
@@ -86,35 +86,21 @@ def build_agent_model(
 ) -> Path:
     """The model in `destination`: `call` first (when given), then `answer` once a tool result
     holding `expect` is in the conversation (MISSED after results without it)."""
-    from tokenizers import AddedToken, Tokenizer
-
-    destination.mkdir(parents=True)
-    tokenizer = Tokenizer.from_file(str(tokenizer_source / "tokenizer.json"))
     call_script = call.pieces() if call else ()
     answer_script = answer_pieces(answer)
     markers = ("<|tool_results_read|>", "<|tool_results_missed|>", MISSED)
     pieces = dict.fromkeys([*call_script, *answer_script, *markers])
-    tokenizer.add_tokens([AddedToken(p, normalized=False) for p in pieces])
-    tokenizer.save(str(destination / "tokenizer.json"))
-    config = json.loads((tokenizer_source / "tokenizer_config.json").read_text())
-    config["chat_template"] = TEMPLATE.replace("EXPECTED", json.dumps(expect))
-    config["model_max_length"] = CONTEXT
-    config.pop("added_tokens_decoder", None)  # tokenizer.json has them all now
-    (destination / "tokenizer_config.json").write_text(json.dumps(config))
-
-    def last_id(text: str) -> int:
-        return tokenizer.encode(text, add_special_tokens=False).ids[-1]
-
-    def ids(script: tuple[str, ...]) -> list[int]:
-        return [tokenizer.token_to_id(p) for p in script]
+    template = TEMPLATE.replace("EXPECTED", json.dumps(expect))
+    config = {"chat_template": template, "model_max_length": CONTEXT}
+    tokenizer = scripted_tokenizer(tokenizer_source, destination, pieces, config)
 
     end = tokenizer.token_to_id(END)
     # Without a call, the opening prompt leads into the answer's chain.
-    opening = [*ids(call_script), end] if call else ids(answer_script)[:1]
+    opening = [*ids(tokenizer, call_script), end] if call else ids(tokenizer, answer_script)[:1]
     chains = [
-        [last_id(ANSWER_TAIL), *ids(answer_script), end],
-        [last_id(MISSED_TAIL), tokenizer.token_to_id(MISSED), end],
-        [last_id(CALL_TAIL), *opening],
+        [last_id(tokenizer, ANSWER_TAIL), *ids(tokenizer, answer_script), end],
+        [last_id(tokenizer, MISSED_TAIL), tokenizer.token_to_id(MISSED), end],
+        [last_id(tokenizer, CALL_TAIL), *opening],
     ]
     _save_model(destination, chains, tokenizer.get_vocab_size())
     return destination

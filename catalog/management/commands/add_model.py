@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from catalog.aliases import add_alias_argument
 from catalog.management.options import error_messages, family_by_slug
 from catalog.models import CatalogModel
 
@@ -27,13 +28,7 @@ class Command(BaseCommand):
             default="",
             help="split it over an MLX distributed group (README: one model over several hosts)",
         )
-        parser.add_argument(
-            "--alias",
-            action="append",
-            default=[],
-            dest="aliases",
-            help="another id clients may send for it, or a glob (claude-*); repeatable",
-        )
+        add_alias_argument(parser)
         parser.add_argument(
             "--default-for-unknown-ids",
             action="store_true",

@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.timezone import now
 from tqdm import tqdm
 
+from catalog.aliases import add_alias_argument
 from catalog.gguf_sources import (
     Found,
     OllamaModel,
@@ -87,13 +88,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--family", help="family slug (default: from the chat template)")
         parser.add_argument("--name", help="display name (default: the GGUF's general.name)")
-        parser.add_argument(
-            "--alias",
-            action="append",
-            default=[],
-            dest="aliases",
-            help="another id clients may send for it, or a glob (claude-*); repeatable",
-        )
+        add_alias_argument(parser)
         parser.add_argument("--max-tokens", type=int, help="default max_tokens for requests")
         parser.add_argument("--temperature", type=float, help="default temperature")
         parser.add_argument("--top-p", type=float, help="default top_p")
