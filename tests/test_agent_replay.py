@@ -18,6 +18,10 @@ import pytest
 from tests.helpers import ROOT, build_tiny_model
 from tests.live_server import LiveServer, live_server
 
+# Runs once (SQLite pass): the prompt and the prefix cache; the catalog row is only read, so
+# PostgreSQL would only repeat it.
+pytestmark = pytest.mark.database_independent
+
 FIXTURES = ROOT / "tests/fixtures/agents"
 MODEL = "agent-replay"
 # Headers that describe the recorded connection, not the request.

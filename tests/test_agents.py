@@ -24,6 +24,10 @@ from tests.agent_cli import AgentRun, claude_env, codex_env, ensure_agents, run_
 from tests.live_server import LiveServer, live_server
 from tests.scripted_agent import CONTEXT, MISSED, ScriptedCall, build_agent_model
 
+# Runs once (SQLite pass): what the agents send and read; the catalog row is only read, so
+# PostgreSQL would only repeat it.
+pytestmark = pytest.mark.database_independent
+
 HELLO = "hello from the fixture"  # hello.txt's text: the tool result must carry it back
 GREETING = "Hello from the scripted agent."
 READ_ANSWER = "The file says hello."
