@@ -96,12 +96,6 @@ def ids(tokenizer: Any, script: tuple[str, ...]) -> list[int]:
 
 
 def build_scripted_model(tokenizer_source: Path, destination: Path) -> Path:
-    import mlx.core as mx
-    from mlx.utils import tree_flatten
-    from mlx_lm.models.llama import Model, ModelArgs
-
-    from tests.helpers import TINY_CONFIG
-
     pieces = [*THINK_THEN_CALL, *PLAIN, "</think>"]
     tokenizer = scripted_tokenizer(
         tokenizer_source, destination, pieces, {"chat_template": TEMPLATE}
@@ -111,8 +105,27 @@ def build_scripted_model(tokenizer_source: Path, destination: Path) -> Path:
         [last_id(tokenizer, THINKING_ON_TAIL), *ids(tokenizer, THINK_THEN_CALL), end],
         [last_id(tokenizer, THINKING_OFF_TAIL), *ids(tokenizer, PLAIN), end],
     ]
-    vocab_size = tokenizer.get_vocab_size()
-    model_config = {**TINY_CONFIG, "vocab_size": vocab_size, "tie_word_embeddings": False}
+    save_chained_model(destination, chains, tokenizer.get_vocab_size())
+    return destination
+
+
+def save_chained_model(
+    destination: Path, chains: list[list[int]], vocab_size: int, **overrides: Any
+) -> None:
+    """A tiny Llama (TINY_CONFIG with `overrides`) in `destination` whose layers add nothing
+    to the residual stream, so each token of a chain is followed by the next."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm.models.llama import Model, ModelArgs
+
+    from tests.helpers import TINY_CONFIG
+
+    model_config = {
+        **TINY_CONFIG,
+        "vocab_size": vocab_size,
+        "tie_word_embeddings": False,
+        **overrides,
+    }
     (destination / "config.json").write_text(json.dumps(model_config))
     model = Model(ModelArgs.from_dict(model_config))
     weights = dict(tree_flatten(model.parameters()))
@@ -121,7 +134,6 @@ def build_scripted_model(tokenizer_source: Path, destination: Path) -> Path:
         if name.endswith(("o_proj.weight", "down_proj.weight")):
             weights[name] = mx.zeros_like(weights[name])  # layers add nothing to the stream
     mx.save_safetensors(str(destination / "model.safetensors"), weights)
-    return destination
 
 
 def _bigram_weights(chains: list[list[int]], vocab_size: int, hidden: int) -> dict:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.scripted import _bigram_weights, ids, last_id, scripted_tokenizer
+from tests.scripted import ids, last_id, save_chained_model, scripted_tokenizer
 
 CONTEXT = 65536
 CALL_TAIL = "<|im_start|>assistant\n"
@@ -102,32 +102,14 @@ def build_agent_model(
         [last_id(tokenizer, MISSED_TAIL), tokenizer.token_to_id(MISSED), end],
         [last_id(tokenizer, CALL_TAIL), *opening],
     ]
-    _save_model(destination, chains, tokenizer.get_vocab_size())
+    # One layer: prefill then only computes its keys and values (they do not depend on
+    # attention), and attention runs for the last chunk only: a 20k-token prompt in a second
+    # or two on 2 CPU cores, where 2 layers took ~50 s (every chunk's attention).
+    save_chained_model(
+        destination,
+        chains,
+        tokenizer.get_vocab_size(),
+        max_position_embeddings=CONTEXT,
+        num_hidden_layers=1,
+    )
     return destination
-
-
-def _save_model(destination: Path, chains: list[list[int]], vocab_size: int) -> None:
-    import mlx.core as mx
-    from mlx.utils import tree_flatten
-    from mlx_lm.models.llama import Model, ModelArgs
-
-    from tests.helpers import TINY_CONFIG
-
-    model_config = {
-        **TINY_CONFIG,
-        "vocab_size": vocab_size,
-        "tie_word_embeddings": False,
-        "max_position_embeddings": CONTEXT,
-        # One layer: prefill then only computes its keys and values (they do not depend on
-        # attention), and attention runs for the last chunk only: a 20k-token prompt in a
-        # second or two on 2 CPU cores, where 2 layers took ~50 s (every chunk's attention).
-        "num_hidden_layers": 1,
-    }
-    (destination / "config.json").write_text(json.dumps(model_config))
-    model = Model(ModelArgs.from_dict(model_config))
-    weights = dict(tree_flatten(model.parameters()))
-    weights.update(_bigram_weights(chains, vocab_size, model_config["hidden_size"]))
-    for name in list(weights):
-        if name.endswith(("o_proj.weight", "down_proj.weight")):
-            weights[name] = mx.zeros_like(weights[name])  # layers add nothing to the stream
-    mx.save_safetensors(str(destination / "model.safetensors"), weights)
