@@ -8,8 +8,6 @@ llama-tokenize's, BOS and EOS included, and the text must decode back. Then real
 vocabularies from llama.cpp's test files, on its test strings.
 """
 
-# The sample texts are multilingual on purpose.
-# ruff: noqa: RUF001
 from __future__ import annotations
 
 import io

@@ -148,29 +148,27 @@ def test_tool_choice_none_streams_everything():
 
 
 def test_forced_and_required_calls():
+    """A forced or required reply is calls from its first character, in the family's syntax
+    (its grammar writes them so): no marker needed, nothing taken for text."""
     forced = ToolUse(OFFERED.tools, forced="get_weather")
-    assert calls_of(parse_reply(adapter(), '{"city": "Paris"}', forced)) == [WEATHER]
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    assert calls_of(parse_reply(adapter(), call, forced)) == [WEATHER]
     parser = ReplyParser(adapter(), forced)
     # The engine can send empty pieces (a token held back mid-character): one start all the same.
-    events = [
-        *parser.feed(""),
-        *parser.feed('{"city": '),
-        *parser.feed(""),
-        *parser.feed('"Paris"}'),
-    ]
+    events = [*parser.feed(""), *parser.feed(call[:30]), *parser.feed(""), *parser.feed(call[30:])]
     events += parser.finish()
     assert len([e for e in events if isinstance(e, ToolCallStart)]) == 1
     assert calls_of(parser.reply()) == [WEATHER]
-    empty = parse_reply(adapter(), "", forced)
+    # Cut off before the name (max_tokens): the forced function is called with what there is.
+    empty = parse_reply(adapter(), "<tool_call>", forced)
     assert [(c.name, c.arguments) for c in empty.tool_calls] == [("get_weather", "{}")]
     required = ToolUse(OFFERED.tools, "required")
-    text = (
-        '[{"name": "get_weather", "parameters": {"city": "Paris"}}, '
-        '{"name": "now", "parameters": {}}]'
-    )
+    text = call + '\n<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>'
     assert calls_of(parse_reply(adapter(), text, required)) == [WEATHER, NOW]
     single = ToolUse(OFFERED.tools, "required", parallel=False)
     assert calls_of(parse_reply(adapter(), text, single)) == [WEATHER]
+    llama = '{"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": "now", "parameters": {}}'
+    assert calls_of(parse_reply(adapter("llama3"), llama, required)) == [WEATHER, NOW]
 
 
 @pytest.mark.parametrize("piece", [1, 3, 1000])

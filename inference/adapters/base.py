@@ -5,6 +5,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from inference.adapters.reasoning import ReasoningSplitter, ReplyReader, Thinking
+from inference.adapters.toolcalls import ToolSyntax, syntax_class
 from inference.adapters.tools import (
     inline_tool_history,
     parameter_schemas,
@@ -48,6 +50,8 @@ class FamilyProfile:
     reasoning_end: str = ""
     reasoning_in_prompt: bool = False
     thinking_switch: str = ""
+    # How the family writes tool calls (a name in toolcalls.registry); empty: the adapter's.
+    tool_syntax: str = ""
 
     @property
     def reasons(self) -> bool:
@@ -75,11 +79,20 @@ class FamilyAdapter:
     def stop_strings(self) -> tuple[str, ...]:
         return self.profile.stop_strings
 
-    # Text after which a reply is tool calls (streaming_calls.py reads them); Hermes's tag is
-    # what we prompt for when a template has no tool support of its own.
-    tool_call_markers: ClassVar[tuple[str, ...]] = ("<tool_call>",)
-    # A reply that opens with this (after whitespace) is a tool call from its first character.
-    tool_call_opens_with: ClassVar[str | None] = None
+    # How the family writes tool calls when its row names no syntax; Hermes's is also what we
+    # prompt for when a template has no tool support of its own.
+    default_tool_syntax: ClassVar[str] = "hermes"
+
+    def tool_syntax(self, schemas: dict[str, dict] | None = None) -> ToolSyntax:
+        """A fresh reader (and grammar writer) of this family's tool calls; `schemas` (each
+        offered function's parameters, by name) types arguments written as text."""
+        return syntax_class(self.profile.tool_syntax or self.default_tool_syntax)(schemas)
+
+    def reply_reader(self, thinking: Thinking | None) -> ReplyReader | None:
+        """What splits reasoning from the rest of a reply (None: nothing to split)."""
+        if thinking is None:
+            return None
+        return ReasoningSplitter(thinking.start, thinking.end, thinking.opened)
 
     def prepare_messages(self, messages: list[dict]) -> list[dict]:
         return messages

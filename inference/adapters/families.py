@@ -10,8 +10,7 @@ class Llama3Adapter(FamilyAdapter):
     label = "Llama 3 (<|eot_id|> ends a turn)"
     builtin_stop_tokens: ClassVar[tuple[str, ...]] = ("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
     # Llama 3 answers a tool call with bare JSON: a reply that opens with "{" is held back.
-    tool_call_markers = ("<|python_tag|>", "<tool_call>")
-    tool_call_opens_with = "{"
+    default_tool_syntax = "llama3_json"
 
 
 class ChatMLAdapter(FamilyAdapter):
@@ -23,7 +22,7 @@ class ChatMLAdapter(FamilyAdapter):
 class MistralAdapter(FamilyAdapter):
     name = "mistral"
     label = "Mistral ([INST] turns)"
-    tool_call_markers = ("[TOOL_CALLS]", "<tool_call>")
+    default_tool_syntax = "mistral"
 
 
 class GemmaAdapter(FamilyAdapter):

@@ -7,9 +7,29 @@ of one is held until the next piece tells."""
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
-Part = tuple[Literal["reasoning", "content"], str]
+# "calls": text that is tool calls for certain (a family whose framing says so, as harmony's
+# recipient does), handed to its tool-call syntax without looking for a marker.
+Part = tuple[Literal["reasoning", "content", "calls"], str]
+
+
+@dataclass(frozen=True)
+class Thinking:
+    """How a reply's reasoning is marked in the text the model writes."""
+
+    start: str
+    end: str
+    opened: bool  # the prompt already opened the thinking: the reply starts inside it
+
+
+class ReplyReader(Protocol):
+    """Splits a reply's text, as it streams, into reasoning, content and calls."""
+
+    def feed(self, text: str) -> list[Part]: ...
+
+    def finish(self) -> list[Part]: ...
 
 
 def partial_suffix(text: str, marker: str) -> int:

@@ -132,8 +132,10 @@ async def start_chat(request: ChatCompletionRequest, ctx: RequestContext) -> Cha
         image_sources(request.messages), resolved.spec.model_id, resolved.spec.vision
     )
     tool_use = chat_tool_use(request)
-    grammar = tool_use.grammar() or response_format_grammar(request.response_format)
     adapter = resolved.adapter
+    grammar = tool_use.grammar(adapter.tool_syntax()) or response_format_grammar(
+        request.response_format
+    )
     plan = plan_thinking(
         adapter,
         thinking_asked(request, adapter.profile.thinking_switch),

@@ -10,13 +10,12 @@ ToolArgumentsDelta pieces whose concatenation is exactly ToolCallEnd.arguments."
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 
 from inference.adapters import FamilyAdapter
-from inference.adapters.reasoning import ReasoningSplitter, partial_suffix
-from inference.adapters.streaming_calls import CallEvent, CallScanner
+from inference.adapters.reasoning import partial_suffix
+from inference.adapters.toolcalls import CallEvent
 from inference.serving.thinking import Thinking
 from inference.serving.tooluse import ToolUse
 
@@ -75,29 +74,27 @@ def call_id() -> str:
 
 
 class _ToolSplitter:
-    """Text until a tool call starts (a family's marker, or a reply opening the way its calls
-    do), then calls; text that only looked like a call is released as text at the end."""
+    """Text until a tool call starts (the syntax's marker, or a reply opening the way its calls
+    do), then calls, read by the family's syntax; text that only looked like a call is released
+    as text at the end. A forced or required reply is calls from its first character (its
+    grammar writes them in the family's syntax)."""
 
     def __init__(self, adapter: FamilyAdapter, tool_use: ToolUse) -> None:
         self._mode = tool_use.mode
-        self._forced = tool_use.forced
-        self._markers = tuple(m for m in adapter.tool_call_markers if m)
-        self._opens_with = adapter.tool_call_opens_with
-        self._scanner = CallScanner()
+        self._forced = tool_use.forced if self._mode == "forced" else None
+        self._syntax = adapter.tool_syntax(tool_use.schemas())
+        self._markers = tuple(m for m in self._syntax.markers if m)
+        self._opens_with = self._syntax.opens_with
         self._held = ""  # text that may be the start of a marker
         self._raw_calls = ""  # everything since the marker, for a false alarm
-        self._in_calls = self._mode == "required"
+        self._in_calls = self._mode in ("required", "forced")
         self._opening_decided = False
-        self._forced_open = False  # a forced call's start was sent
 
     def feed(self, text: str) -> tuple[str, list[CallEvent]]:
         if self._mode == "none":
             return text, []
-        if self._mode == "forced":
-            return "", self._forced_arguments(text)
         if self._in_calls:
-            self._raw_calls += text
-            return "", self._scanner.feed(text)
+            return "", self.feed_calls(text)
         self._held += text
         if not self._opening_decided and self._opens_with:
             head = self._held.lstrip()
@@ -108,52 +105,37 @@ class _ToolSplitter:
                 return self._enter_calls("", self._held)
         return self._find_marker()
 
+    def feed_calls(self, text: str) -> list[CallEvent]:
+        """Text known to be calls (a forced reply, a family's framing that says so)."""
+        self._in_calls = True
+        self._raw_calls += text
+        return self._syntax.feed(text)
+
     def _find_marker(self) -> tuple[str, list[CallEvent]]:
         hits = [(i, m) for m in self._markers if (i := self._held.find(m)) >= 0]
         if hits:
-            found, marker = min(hits)
-            return self._enter_calls(self._held[:found], self._held[found + len(marker) :])
+            found, _ = min(hits)
+            return self._enter_calls(self._held[:found], self._held[found:])
         keep = max((partial_suffix(self._held, m) for m in self._markers), default=0)
         cut = len(self._held) - keep
         released, self._held = self._held[:cut], self._held[cut:]
         return released, []
 
     def _enter_calls(self, before: str, rest: str) -> tuple[str, list[CallEvent]]:
-        self._raw_calls = self._held[len(before) :]
         self._held = ""
-        self._in_calls = True
-        return before, self._scanner.feed(rest)
-
-    def _forced_arguments(self, text: str) -> list[CallEvent]:
-        """A forced call's whole reply is its arguments (the grammar makes it so)."""
-        name = self._forced or ""
-        events = [] if self._forced_open else [CallEvent("start", 0, name)]
-        self._forced_open = True
-        self._raw_calls += text
-        if text:
-            events.append(CallEvent("arguments", 0, name, text))
-        return events
+        return before, self.feed_calls(rest)
 
     def finish(self) -> tuple[str, list[CallEvent]]:
-        if self._mode == "forced":
-            events = self._forced_arguments("" if self._raw_calls else "{}")
-            valid = isinstance(_json_object(self._raw_calls), dict)
-            end = CallEvent("end", 0, self._forced or "", self._raw_calls, valid)
-            return "", [*events, end]
         if not self._in_calls:
             held, self._held = self._held, ""
             return held, []
-        events = self._scanner.finish()
-        if not self._scanner.started_any:
+        events = self._syntax.finish()
+        if not self._syntax.started_any:
+            if self._forced:  # cut off before its name (max_tokens): the forced call, empty
+                start = CallEvent("start", 0, self._forced)
+                return "", [start, CallEvent("end", 0, self._forced, "{}", valid=False)]
             return self._raw_calls, []  # it looked like a call but never named one
         return "", events
-
-
-def _json_object(text: str) -> object:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
 
 
 class ReplyParser:
@@ -163,9 +145,7 @@ class ReplyParser:
         tool_use: ToolUse | None = None,
         thinking: Thinking | None = None,
     ) -> None:
-        self._thinking = (
-            ReasoningSplitter(thinking.start, thinking.end, thinking.opened) if thinking else None
-        )
+        self._reader = adapter.reply_reader(thinking)
         self._tools = _ToolSplitter(adapter, tool_use or ToolUse())
         self._parallel = tool_use.parallel if tool_use else True
         self._ids: dict[int, str] = {}
@@ -174,11 +154,11 @@ class ReplyParser:
         self._calls: list[ParsedToolCall] = []
 
     def feed(self, text: str) -> list[ReplyEvent]:
-        parts = self._thinking.feed(text) if self._thinking else [("content", text)]
+        parts = self._reader.feed(text) if self._reader else [("content", text)]
         return self._events(parts, final=False)
 
     def finish(self) -> list[ReplyEvent]:
-        events = self._events(self._thinking.finish() if self._thinking else [], final=False)
+        events = self._events(self._reader.finish() if self._reader else [], final=False)
         return events + self._events([], final=True)
 
     def reply(self) -> Reply:
@@ -194,6 +174,8 @@ class ReplyParser:
             if kind == "reasoning":
                 self._reasoning.append(piece)
                 events.append(ReasoningDelta(piece))
+            elif kind == "calls":
+                events.extend(self._split("", self._tools.feed_calls(piece)))
             else:
                 events.extend(self._split(*self._tools.feed(piece)))
         if final:

@@ -63,6 +63,15 @@ def json_grammar(schema: dict, param: str) -> str:
     return grammar
 
 
+def checked_grammar(lark: str, param: str) -> str:
+    """A lark grammar (a forced tool call in a family's syntax) as llguidance takes it."""
+    grammar = llguidance.grammar_from("lark", lark)
+    error = llguidance.LLMatcher.validate_grammar(grammar)
+    if error:
+        raise APIError(f"Invalid tool schema: {error}", param=param)
+    return grammar
+
+
 def response_format_grammar(response_format: object) -> str | None:
     """Chat's response_format as a grammar (None: free text)."""
     if isinstance(response_format, ResponseFormatJSONObject):

@@ -6,15 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inference.adapters import FamilyAdapter
+from inference.adapters.reasoning import Thinking
 
-
-@dataclass(frozen=True)
-class Thinking:
-    """How a reply's reasoning is marked in the text the model writes."""
-
-    start: str
-    end: str
-    opened: bool  # the prompt already opened the thinking: the reply starts inside it
+__all__ = ["Thinking", "ThinkingPlan", "plan_thinking"]
 
 
 @dataclass(frozen=True)

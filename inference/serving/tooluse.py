@@ -8,7 +8,8 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
-from inference.serving.structured import json_grammar
+from inference.adapters.toolcalls import Function, ToolSyntax
+from inference.serving.structured import checked_grammar, closed_objects, json_grammar
 
 EMPTY_PARAMETERS = {"type": "object", "properties": {}}
 
@@ -53,33 +54,24 @@ class ToolUse:
             return None
         return [tool.template_dict() for tool in self.tools] or None
 
-    def grammar(self, param: str = "tools") -> str | None:
-        """The constraint a forced or required call decodes under; None when free."""
+    def schemas(self) -> dict[str, dict]:
+        """Each offered function's parameters schema, by name (how a syntax types arguments)."""
+        return {tool.name: tool.schema for tool in self.tools}
+
+    def grammar(self, syntax: ToolSyntax, param: str = "tools") -> str | None:
+        """The constraint a forced or required call decodes under, in the family's own syntax
+        (a model forced to call writes what it was trained to write); None when free."""
         if self.mode == "forced":
-            tool = next(t for t in self.tools if t.name == self.forced)
-            return json_grammar(tool.schema, param)
-        if self.mode == "required":
-            return json_grammar(forced_calls_schema(self.tools, self.parallel), param)
-        return None
-
-
-def forced_calls_schema(tools: tuple[FunctionTool, ...], parallel: bool) -> dict:
-    """tool_choice "required": a JSON list of {name, parameters} (vLLM's convention)."""
-    call = {
-        "anyOf": [
-            {
-                "type": "object",
-                "properties": {"name": {"const": tool.name}, "parameters": tool.schema},
-                "required": ["name", "parameters"],
-                "additionalProperties": False,
-            }
-            for tool in tools
-        ]
-    }
-    schema: dict = {"type": "array", "items": call, "minItems": 1}
-    if not parallel:
-        schema["maxItems"] = 1
-    return schema
+            tools = [t for t in self.tools if t.name == self.forced]
+            parallel = False
+        elif self.mode == "required":
+            tools, parallel = list(self.tools), self.parallel
+        else:
+            return None
+        for tool in tools:
+            json_grammar(tool.schema, param)  # an invalid schema is the client's 400
+        functions = [Function(tool.name, closed_objects(tool.schema)) for tool in tools]
+        return checked_grammar(syntax.grammar(functions, parallel), param)
 
 
 def arguments_object(arguments: str) -> dict:

@@ -190,7 +190,7 @@ def template_messages(request: MessagesInput, default_system: str) -> tuple[list
 def plan_prompt(request: MessagesInput, resolved: ResolvedModel, images: tuple = ()) -> PromptPlan:
     """`images`: the request's images, decoded (serving/images.py), in image_sources' order."""
     tool_use = tool_use_of(request)
-    grammar = tool_use.grammar()
+    grammar = tool_use.grammar(resolved.adapter.tool_syntax())
     thinking = plan_thinking(
         resolved.adapter, request.thinking_enabled(), constrained=grammar is not None
     )

@@ -126,7 +126,7 @@ def plan_generation(
     images: tuple = (),
 ) -> Plan:
     use = tool_use(request)
-    grammar = use.grammar("tools") or text_grammar(request)
+    grammar = use.grammar(resolved.adapter.tool_syntax(), "tools") or text_grammar(request)
     enabled = request.reasoning.enabled() if request.reasoning else None
     thinking = plan_thinking(resolved.adapter, enabled, constrained=grammar is not None)
     messages = prompt_messages(request, conversation, resolved.entry)

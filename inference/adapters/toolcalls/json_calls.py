@@ -1,32 +1,23 @@
-"""Tool calls read out of a model's text while it streams, in the syntaxes families write:
+"""Syntaxes whose calls are JSON objects naming a function and holding its arguments:
 
-- tagged (Hermes, Qwen): `<tool_call>{"name": "f", "arguments": {...}}</tool_call>`, repeated;
-- bare JSON (Llama 3): `{"name": "f", "parameters": {...}}`, calls split by `;`;
-- Mistral: `[TOOL_CALLS][{"name": "f", "arguments": {...}}]` or `[TOOL_CALLS]f[ARGS]{...}`;
-- a forced `required` call: `[{"name": "f", "parameters": {...}}]`.
+- tagged (Hermes, Qwen 2.5, SmolLM3): `<tool_call>{"name": "f", "arguments": {...}}</tool_call>`;
+- bare JSON (Llama 3.x): `{"name": "f", "parameters": {...}}`, calls split by `;`;
+- Mistral: `[TOOL_CALLS][{"name": "f", "arguments": {...}}]` or `[TOOL_CALLS]f[ARGS]{...}`.
 
-All are JSON objects naming a function and holding its arguments object, so one scanner serves
-them: it follows the JSON character by character, reports the name as soon as its string closes,
-and hands on the arguments' own text as it arrives, so clients see arguments stream."""
+One scanner serves them all: it follows the JSON character by character, reports the name as
+soon as its string closes, and hands on the arguments' own text as it arrives, so clients see
+arguments stream. Each syntax is a class only for its markers and the grammar of its calls."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Literal
+
+from inference.adapters.toolcalls.base import CallEvent, Function, ToolSyntax, json_rule, lit
 
 ARGUMENT_KEYS = ("arguments", "parameters")
 MISTRAL_ARGS = "[ARGS]"
 MISTRAL_CALLS = "[TOOL_CALLS]"
-
-
-@dataclass(frozen=True)
-class CallEvent:
-    kind: Literal["start", "arguments", "end"]
-    index: int
-    name: str = ""
-    text: str = ""  # arguments piece ("arguments"), the whole arguments ("end")
-    valid: bool = True  # "end": the arguments are a JSON object
 
 
 class _Call:
@@ -193,3 +184,55 @@ def _decode_json(text: str) -> object:
         return json.loads(text)
     except ValueError:
         return None
+
+
+class JSONCallSyntax(ToolSyntax):
+    """The JSON scanner behind a family's markers."""
+
+    def __init__(self, schemas: dict[str, dict] | None = None) -> None:
+        super().__init__(schemas)
+        self._scanner = CallScanner()
+
+    @property
+    def started_any(self) -> bool:
+        return self._scanner.started_any
+
+    def feed(self, text: str) -> list[CallEvent]:
+        return self._scanner.feed(text)
+
+    def finish(self) -> list[CallEvent]:
+        return self._scanner.finish()
+
+
+class HermesSyntax(JSONCallSyntax):
+    name = "hermes"
+    label = 'Hermes JSON: <tool_call>{"name": …, "arguments": {…}}</tool_call>'
+    markers = ("<tool_call>",)
+
+    def call_rule(self, function: Function) -> str:
+        head = f'<tool_call>\n{{"name": {json.dumps(function.name)}, "arguments": '
+        return f"{lit(head)} {json_rule(function.schema)} {lit('}' + chr(10) + '</tool_call>')}"
+
+
+class Llama3Syntax(JSONCallSyntax):
+    name = "llama3_json"
+    label = 'Llama 3 JSON: {"name": …, "parameters": {…}}'
+    # Llama fine-tunes that learned Hermes write its tag.
+    markers = ("<|python_tag|>", "<tool_call>")
+    opens_with = "{"
+    call_separator = "; "
+
+    def call_rule(self, function: Function) -> str:
+        head = f'{{"name": {json.dumps(function.name)}, "parameters": '
+        return f"{lit(head)} {json_rule(function.schema)} {lit('}')}"
+
+
+class MistralSyntax(JSONCallSyntax):
+    name = "mistral"
+    label = "Mistral: [TOOL_CALLS]name[ARGS]{…} (and the older JSON list)"
+    markers = ("[TOOL_CALLS]", "<tool_call>")
+    call_separator = ""
+
+    def call_rule(self, function: Function) -> str:
+        head = f"{MISTRAL_CALLS}{function.name}{MISTRAL_ARGS}"
+        return f"{lit(head)} {json_rule(function.schema)}"
