@@ -24,6 +24,27 @@ PARIS = ("get_weather", {"city": "Paris", "days": 3})
             [PARIS],
         ),
         ("mistral", '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 3}', None, [PARIS]),
+        (
+            "granite",
+            'On it.<|tool_call|>[{"name": "get_weather", "arguments": '
+            '{"city": "Paris", "days": 3}}, {"name": "now", "arguments": {}}]',
+            "On it.",
+            [PARIS, ("now", {})],
+        ),
+        (
+            "nemotron",
+            '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}]'
+            "</TOOLCALL>",
+            None,
+            [PARIS],
+        ),
+        (
+            "command_r",
+            '<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "get_weather", '
+            '"parameters": {"city": "Paris", "days": 3}}\n]<|END_ACTION|>',
+            None,
+            [PARIS],
+        ),
     ],
 )
 def test_read_at_every_split(syntax, text, content, calls):
@@ -40,6 +61,16 @@ def test_read_at_every_split(syntax, text, content, calls):
         ),
         ("llama3_json", '{"name": "get_weather", "parameters": {"city": "Paris"}}'),
         ("mistral", '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}'),
+        ("granite", '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]'),
+        (
+            "nemotron",
+            '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</TOOLCALL>',
+        ),
+        (
+            "command_r",
+            '<|START_ACTION|>[{"tool_name": "get_weather", "parameters": {"city": "Paris"}}]'
+            "<|END_ACTION|>",
+        ),
     ],
 )
 def test_forced_grammar_writes_the_syntax(hf_tokenizer, syntax, text):

@@ -41,7 +41,8 @@ class _Call:
 
 
 class CallScanner:
-    def __init__(self) -> None:
+    def __init__(self, name_keys: tuple[str, ...] = ("name",)) -> None:
+        self._name_keys = name_keys  # Command R names the function "tool_name"
         self._call: _Call | None = None
         self._outside = ""  # text between objects: separators, closing tags, Mistral names
         self._count = 0
@@ -90,7 +91,7 @@ class CallScanner:
                 return  # its keys are the arguments' own
             if call.depth == 1 and call.expect == "key":
                 call.capture, call.buffer = "key", ""
-            elif call.depth == 1 and call.expect == "value" and call.key == "name":
+            elif call.depth == 1 and call.expect == "value" and call.key in self._name_keys:
                 call.capture, call.buffer = "name", ""
             self._value_starts(call, char)
         elif char in "{[":
@@ -189,9 +190,11 @@ def _decode_json(text: str) -> object:
 class JSONCallSyntax(ToolSyntax):
     """The JSON scanner behind a family's markers."""
 
+    name_keys: tuple[str, ...] = ("name",)
+
     def __init__(self, schemas: dict[str, dict] | None = None) -> None:
         super().__init__(schemas)
-        self._scanner = CallScanner()
+        self._scanner = CallScanner(self.name_keys)
 
     @property
     def started_any(self) -> bool:
