@@ -150,10 +150,10 @@ def _bigram_weights(chains: list[list[int]], vocab_size: int, hidden: int) -> di
     unembed = np.zeros((vocab_size, hidden), dtype=np.float32)
     for row, token in enumerate(current):
         embed[token] = basis[row]
-    successors = {
-        token: successor for chain in chains for token, successor in itertools.pairwise(chain)
-    }
-    assert len(successors) == sum(len(chain) - 1 for chain in chains), "a token used twice"
+    # Chains may share a tail (two ways into one script), never a token with two successors.
+    pairs = {pair for chain in chains for pair in itertools.pairwise(chain)}
+    successors = dict(pairs)
+    assert len(successors) == len(pairs), "a token followed by two different tokens"
     for token, successor in successors.items():
         unembed[successor] += 4.0 * embed[token]
     return {
