@@ -222,6 +222,7 @@ def test_template_messages_of_a_tool_round_trip(client, tiny_entry):
                     "function": {"name": "w", "arguments": '{"c": "P"}'},
                 }
             ],
+            "reasoning_content": "hm",
         },
         {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"},
         {"role": "user", "content": "Thanks"},

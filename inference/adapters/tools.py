@@ -42,7 +42,7 @@ def inline_tool_history(messages: list[dict], tools: list[dict]) -> list[dict]:
                 for c in message["tool_calls"]
             )
             text = f"{message.get('content') or ''}\n{calls}".strip()
-            out.append({"role": "assistant", "content": text})
+            out.append(_with_reasoning({"role": "assistant", "content": text}, message))
         elif message["role"] == "tool":
             out.append(
                 {
@@ -51,12 +51,20 @@ def inline_tool_history(messages: list[dict], tools: list[dict]) -> list[dict]:
                 }
             )
         else:
-            out.append({"role": message["role"], "content": message.get("content") or ""})
+            plain = {"role": message["role"], "content": message.get("content") or ""}
+            out.append(_with_reasoning(plain, message))
     prompt = tool_system_prompt(tools)
     if out and out[0]["role"] == "system":
         out[0] = {"role": "system", "content": f"{out[0]['content']}\n\n{prompt}"}
     else:
         out.insert(0, {"role": "system", "content": prompt})
+    return out
+
+
+def _with_reasoning(out: dict, message: dict) -> dict:
+    # Kept for the template to show or drop, as it does with native tool history.
+    if message.get("reasoning_content"):
+        out["reasoning_content"] = message["reasoning_content"]
     return out
 
 

@@ -73,6 +73,10 @@ def message_dict(message: ChatMessage) -> dict:
         out["tool_calls"] = [call.model_dump() for call in message.tool_calls]
     if message.tool_call_id:
         out["tool_call_id"] = message.tool_call_id
+    # Templates decide whether earlier thinking shows (most drop it before the last user turn).
+    reasoning = message.reasoning_content or message.reasoning
+    if message.role == "assistant" and reasoning:
+        out["reasoning_content"] = reasoning
     return out
 
 

@@ -109,7 +109,8 @@ class InputToolResult(RequestModel):
 
 
 class InputThinking(RequestModel):
-    """Earlier thinking sent back by clients: accepted, left out of the prompt."""
+    """Earlier thinking sent back by clients: the template gets it as the assistant turn's
+    reasoning_content (redacted thinking stays out: there is no text to show)."""
 
     type: Literal["thinking"]
     thinking: str

@@ -86,6 +86,10 @@ class ChatMessage(RequestModel):
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+    # An assistant turn's thinking sent back, under either name clients use (see
+    # AssistantMessage): reasoning templates read it as reasoning_content.
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> ChatMessage:

@@ -14,6 +14,7 @@ from inference.protocol.anthropic.requests import (
     Base64ImageSource,
     ImageBlockInput,
     InputMessage,
+    InputThinking,
     InputToolResult,
     InputToolUse,
     MessagesInput,
@@ -118,9 +119,10 @@ def _tool_call(block: InputToolUse) -> dict:
 
 def template_turn(role: str, blocks: list) -> list[dict]:
     """One turn as template messages: a user's tool results become tool messages, and its text
-    a user message after them; an assistant's tool_use blocks become tool_calls. Earlier
-    thinking is left out, as chat templates do. A system turn between others stays where it
-    is (the adapter folds it into a user turn for templates that take no late system)."""
+    a user message after them; an assistant's tool_use blocks become tool_calls and its thinking
+    blocks `reasoning_content`, which reasoning templates read (each decides whether to show it;
+    most drop it before the last user turn). A system turn between others stays where it is
+    (the adapter folds it into a user turn for templates that take no late system)."""
     if role == "system":
         return [{"role": "system", "content": _joined(blocks)}]
     if role == "user":
@@ -133,6 +135,9 @@ def template_turn(role: str, blocks: list) -> list[dict]:
     calls = [_tool_call(b) for b in blocks if isinstance(b, InputToolUse)]
     if calls:
         message["tool_calls"] = calls
+    thinking = "\n\n".join(b.thinking for b in blocks if isinstance(b, InputThinking))
+    if thinking:
+        message["reasoning_content"] = thinking
     return [message]
 
 

@@ -106,25 +106,26 @@ def chat_messages(
     items: list[dict], offered: dict[tuple[str, str], str] | None = None
 ) -> list[dict]:
     """The conversation the chat template renders: messages, an assistant turn's calls folded
-    into it, results as tool messages; reasoning is not read again (as OpenAI does). A call of
-    a namespace tool's function reads under the name the model is offered it by (`offered`:
-    (namespace, name) -> offered name)."""
+    into it, results as tool messages. A reasoning item's text goes to the assistant turn after
+    it as `reasoning_content`, where reasoning templates read it (each decides whether to show
+    it; most drop it before the last user turn). A call of a namespace tool's function reads
+    under the name the model is offered it by (`offered`: (namespace, name) -> offered name)."""
     messages: list[dict] = []
     names: dict[str, str] = {}
+    reasoning: list[str] = []
     for item in items:
         kind = item["type"]
-        if kind == "message":
+        if kind == "reasoning":
+            reasoning.append(reasoning_text(item))
+        elif kind == "message":
             role = "system" if item["role"] == "developer" else item["role"]
             messages.append({"role": role, "content": message_content(item)})
         elif kind == "function_call":
-            name = item["name"]
-            if item.get("namespace"):
-                name = (offered or {}).get((item["namespace"], name), name)
-            names[item["call_id"]] = name
+            names[item["call_id"]] = _call_name(item, offered)
             call = {
                 "id": item["call_id"],
                 "type": "function",
-                "function": {"name": name, "arguments": item["arguments"]},
+                "function": {"name": names[item["call_id"]], "arguments": item["arguments"]},
             }
             last = messages[-1] if messages else None
             if last is None or last["role"] != "assistant":
@@ -136,7 +137,32 @@ def chat_messages(
             if item["call_id"] in names:
                 message["name"] = names[item["call_id"]]
             messages.append(message)
+        if kind != "reasoning" and reasoning:
+            _give_reasoning(messages, "".join(reasoning))
+            reasoning = []
     return messages
+
+
+def _give_reasoning(messages: list[dict], text: str) -> None:
+    """Reasoning belongs to the assistant turn that follows it; one turn's several pieces (a
+    message, then more reasoning before its calls) are kept in order."""
+    if not text or not messages or messages[-1]["role"] != "assistant":
+        return
+    prior = messages[-1].get("reasoning_content")
+    messages[-1]["reasoning_content"] = f"{prior}\n\n{text}" if prior else text
+
+
+def _call_name(item: dict, offered: dict[tuple[str, str], str] | None) -> str:
+    if item.get("namespace"):
+        return (offered or {}).get((item["namespace"], item["name"]), item["name"])
+    return item["name"]
+
+
+def reasoning_text(item: dict) -> str:
+    """A reasoning item's text: its reasoning_text parts, what the model wrote. A summary alone
+    (OpenAI's items, with the reasoning encrypted) is not the model's text: left out."""
+    parts = item.get("content") or []
+    return "".join(part.get("text", "") for part in parts if isinstance(part, dict))
 
 
 def check_call_outputs(history: list[dict], new: list[dict]) -> None:
