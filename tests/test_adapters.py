@@ -23,6 +23,7 @@ def test_every_adapter_is_a_choice():
         "chatml",
         "mistral",
         "gemma",
+        "harmony",
     }
 
 

@@ -1,9 +1,17 @@
 from inference.adapters.base import FamilyAdapter, FamilyProfile
 from inference.adapters.families import ChatMLAdapter, GemmaAdapter, Llama3Adapter, MistralAdapter
+from inference.adapters.harmony import HarmonyAdapter
 
 ADAPTERS: dict[str, type[FamilyAdapter]] = {
     cls.name: cls
-    for cls in (FamilyAdapter, Llama3Adapter, ChatMLAdapter, MistralAdapter, GemmaAdapter)
+    for cls in (
+        FamilyAdapter,
+        Llama3Adapter,
+        ChatMLAdapter,
+        MistralAdapter,
+        GemmaAdapter,
+        HarmonyAdapter,
+    )
 }
 
 

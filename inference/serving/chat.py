@@ -144,6 +144,7 @@ async def start_chat(request: ChatCompletionRequest, ctx: RequestContext) -> Cha
         adapter,
         thinking_asked(request, adapter.profile.thinking_switch),
         constrained=grammar is not None,
+        effort=request.reasoning_effort,
     )
     params = sampling_params(
         request,

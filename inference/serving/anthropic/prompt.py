@@ -197,7 +197,10 @@ def plan_prompt(request: MessagesInput, resolved: ResolvedModel, images: tuple =
     tool_use = tool_use_of(request)
     grammar = tool_use.grammar(resolved.adapter.tool_syntax())
     thinking = plan_thinking(
-        resolved.adapter, request.thinking_enabled(), constrained=grammar is not None
+        resolved.adapter,
+        request.thinking_enabled(),
+        constrained=grammar is not None,
+        budget=getattr(request.thinking, "budget_tokens", None),
     )
     messages, prefill = template_messages(request, resolved.entry.system_prompt)
     prompt = ChatPrompt(

@@ -128,7 +128,10 @@ def plan_generation(
     use = tool_use(request)
     grammar = use.grammar(resolved.adapter.tool_syntax(), "tools") or text_grammar(request)
     enabled = request.reasoning.enabled() if request.reasoning else None
-    thinking = plan_thinking(resolved.adapter, enabled, constrained=grammar is not None)
+    effort = request.reasoning.effort if request.reasoning else None
+    thinking = plan_thinking(
+        resolved.adapter, enabled, constrained=grammar is not None, effort=effort
+    )
     messages = prompt_messages(request, conversation, resolved.entry)
     prompt = ChatPrompt(
         messages, use.template_tools(), thinking.template_kwargs or None, images=images
