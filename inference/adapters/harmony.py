@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from inference.adapters.base import FamilyAdapter
+from inference.adapters.base import FamilyAdapter, Tokenizer
 from inference.adapters.reasoning import Part, ReplyReader, Thinking
 from inference.adapters.toolcalls.harmony import (
     CALL,
@@ -128,11 +128,31 @@ class HarmonyAdapter(FamilyAdapter):
     def reply_reader(self, thinking: Thinking | None) -> ReplyReader | None:
         return HarmonyReader()
 
+    def render_prompt(
+        self,
+        tokenizer: Tokenizer,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+        prefill: str = "",
+    ) -> list[int]:
+        # The template writes every function's description, and fails on a tool without one
+        # (Anthropic's tools often have none).
+        described = [_with_description(tool) for tool in tools] if tools else tools
+        return super().render_prompt(tokenizer, messages, described, template_kwargs, prefill)
+
     def prepare_messages(self, messages: list[dict]) -> list[dict]:
         """Thinking passed back as `thinking` (which the template renders before a call), text
         for content lists (the template adds strings), one call per assistant message."""
         prepared = [_harmony_message(m) for m in messages]
         return _one_call_each(prepared)
+
+
+def _with_description(tool: dict) -> dict:
+    function = tool.get("function")
+    if not isinstance(function, dict) or "description" in function:
+        return tool
+    return {**tool, "function": {**function, "description": ""}}
 
 
 def _harmony_message(message: dict) -> dict:

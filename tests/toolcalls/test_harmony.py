@@ -399,3 +399,13 @@ def test_reasoning_effort_left_out_for_other_families():
         )
     )
     assert plan_thinking(qwen, True, effort="high").template_kwargs == {"enable_thinking": True}
+
+
+def test_the_real_template_takes_a_tool_without_description(llama_cpp_tree, harmony_tokenizer):
+    """Anthropic's tools often have no description; the template writes one for every tool."""
+    template = (llama_cpp_tree / "models/templates/openai-gpt-oss-120b.jinja").read_text()
+    adapter = HarmonyAdapter(FamilyProfile(adapter="harmony", chat_template=template))
+    tools = [{"type": "function", "function": {"name": "now", "parameters": {"type": "object"}}}]
+    messages = [{"role": "user", "content": "Time?"}]
+    text = harmony_tokenizer.decode(adapter.render_prompt(harmony_tokenizer, messages, tools))
+    assert "// \ntype now = " in text
