@@ -92,6 +92,7 @@ DSML = ('invoke name="get_weather">', 'parameter name="city" string="true">Paris
 DSML += ('parameter name="days" string="false">2<',)
 KIMI = ("functions.get_weather:0<|tool_call_argument_begin|>", '{"city": "Paris", "days": 2}')
 MISTRAL = ('[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 2}',)
+DEEPSEEK = ('<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris", "days": 2}',)
 LLAMA = ('{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}',)
 
 FAMILIES: dict[str, Family] = {
@@ -107,10 +108,12 @@ FAMILIES: dict[str, Family] = {
         ("<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>",),
         True,
     ),
-    "deepseek-ai-DeepSeek-V3.1": Family("default", HERMES, False),
+    "deepseek-ai-DeepSeek-V3.1": Family("default", DEEPSEEK, False),
     "deepseek-ai-DeepSeek-V3.2": Family("default", DSML, True),
     "deepseek-ai-DeepSeek-V4": Family("default", DSML, True),
-    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": Family("default", HERMES, False),
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": Family(
+        "default", ("<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n",), False
+    ),
     "moonshotai-Kimi-K2": Family("default", KIMI, False),
     "Kimi-K3": Family(
         "default",
@@ -158,8 +161,9 @@ KEEPS_EARLIER_REASONING = {
 
 # Where llama.cpp's rendering is not ours, and why (each asserted in test_where_llama_cpp_differs).
 LLAMA_DIFFERS = {
-    # Templates that render tool_calls but describe no tools: we write the whole tool history in
-    # the Hermes convention we prompt for; llama.cpp keeps the native calls and offers no tools.
+    # Templates that render tool_calls but describe no tools: both keep the native calls;
+    # we also describe the offered tools in the system turn (with a call in the family's
+    # syntax), llama.cpp offers none, so the model cannot know what it may call.
     "deepseek-ai-DeepSeek-V3.1",
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
     # No tool calls in the template at all: llama.cpp drops the call (an empty turn).
@@ -263,7 +267,9 @@ def test_matches_llama_cpp(ours, llama_cpp, name, ending):
 def test_where_llama_cpp_differs(ours, llama_cpp, tokenizer, templates):
     for name in ("deepseek-ai-DeepSeek-V3.1", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"):
         assert "<｜tool▁call▁begin｜>" in llama_cpp[name, "user"]["prompt"]
-        assert "<｜tool▁call▁begin｜>" not in ours[name, "user"]
+        assert "<｜tool▁call▁begin｜>" in ours[name, "user"]
+        assert "Time in a zone" in ours[name, "user"]
+        assert "Time in a zone" not in llama_cpp[name, "user"]["prompt"]
     smollm3 = llama_cpp["HuggingFaceTB-SmolLM3-3B", "user"]["prompt"]
     assert "get_weather" not in smollm3.split("Weather in Paris?")[1]
     assert "alternate" in llama_cpp["google-gemma-2-2b-it", "user"]["error"]

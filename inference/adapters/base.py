@@ -12,6 +12,9 @@ from inference.adapters.tools import (
     parameter_schemas,
     stable_order,
     template_supports_tools,
+    template_writes_calls,
+    tool_system_prompt,
+    with_tool_prompt,
 )
 
 
@@ -113,11 +116,14 @@ class FamilyAdapter:
             )
         # A client's template variables never replace the arguments set here.
         extra = {k: v for k, v in (template_kwargs or {}).items() if k not in _RESERVED}
-        if template_supports_tools(effective):
+        if template_supports_tools(effective) or template_writes_calls(effective):
             schemas = parameter_schemas(tools)
             messages = [_arguments_as_objects(m, schemas) for m in messages]
-            if tools:
+            if tools and template_supports_tools(effective):
                 extra["tools"] = tools
+            elif tools:  # history native, the tools described in the family's own syntax
+                example = self.tool_syntax().example
+                messages = with_tool_prompt(messages, tool_system_prompt(tools, example))
         elif tools or any(m["role"] == "tool" or m.get("tool_calls") for m in messages):
             messages = inline_tool_history(messages, tools or [])
         messages = place_system_turns(messages, takes_late_system(tokenizer, template, effective))

@@ -11,15 +11,36 @@ def template_supports_tools(template: str | None) -> bool:
     return bool(template) and "tools" in template
 
 
-def tool_system_prompt(tools: list[dict]) -> str:
-    """For templates that know nothing of tools: describe them in the Hermes convention."""
+def template_writes_calls(template: str | None) -> bool:
+    """Templates that render assistant tool calls and results natively, even where they do
+    not describe the offered tools (DeepSeek V3.1, R1 distills)."""
+    return bool(template) and "tool_calls" in template
+
+
+HERMES_EXAMPLE = (
+    '<tool_call>\n{"name": "function_name", "arguments": {"arg": "value"}}\n</tool_call>'
+)
+
+
+def tool_system_prompt(tools: list[dict], example: str = HERMES_EXAMPLE) -> str:
+    """For templates that do not describe tools themselves: the functions, and one call
+    written as the family writes calls (`example`; Hermes where the template knows none)."""
     signatures = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
     return (
         "You may call functions to help with the user's request. The functions are:\n"
         f"<tools>\n{signatures}\n</tools>\n"
-        "To call one, answer with a JSON object naming it and its arguments inside tags:\n"
-        '<tool_call>\n{"name": "function_name", "arguments": {"arg": "value"}}\n</tool_call>'
+        f"To call one, answer with the call written exactly like this:\n{example}"
     )
+
+
+def with_tool_prompt(messages: list[dict], prompt: str) -> list[dict]:
+    """`prompt` appended to the system message (one is added first when there is none)."""
+    out = list(messages)
+    if out and out[0]["role"] == "system":
+        out[0] = {**out[0], "content": f"{out[0].get('content') or ''}\n\n{prompt}"}
+    else:
+        out.insert(0, {"role": "system", "content": prompt})
+    return out
 
 
 def inline_tool_history(messages: list[dict], tools: list[dict]) -> list[dict]:
@@ -53,12 +74,7 @@ def inline_tool_history(messages: list[dict], tools: list[dict]) -> list[dict]:
         else:
             plain = {"role": message["role"], "content": message.get("content") or ""}
             out.append(_with_reasoning(plain, message))
-    prompt = tool_system_prompt(tools)
-    if out and out[0]["role"] == "system":
-        out[0] = {"role": "system", "content": f"{out[0]['content']}\n\n{prompt}"}
-    else:
-        out.insert(0, {"role": "system", "content": prompt})
-    return out
+    return with_tool_prompt(out, tool_system_prompt(tools))
 
 
 def _with_reasoning(out: dict, message: dict) -> dict:

@@ -107,6 +107,8 @@ class _ToolSplitter:
 
     def feed_calls(self, text: str) -> list[CallEvent]:
         """Text known to be calls (a forced reply, a family's framing that says so)."""
+        if self._mode == "none":
+            return []  # calls nobody offered (a family's framing made them): not reported
         self._in_calls = True
         self._raw_calls += text
         return self._syntax.feed(text)

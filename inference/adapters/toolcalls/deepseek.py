@@ -265,6 +265,11 @@ class DeepSeekSyntax(MarkedCalls):
     call_separator = ""
     calls_prefix = CALLS_BEGIN
     calls_suffix = CALLS_END
+    # V3.1's template renders calls but never describes tools: the prompt shows this one.
+    example = (
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function_name<｜tool▁sep｜>"
+        '{"arg": "value"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
+    )
 
     def __init__(self, schemas: Mapping[str, dict] | None = None) -> None:
         super().__init__(schemas)

@@ -27,6 +27,16 @@ _SYNTAXES: dict[str, tuple[str, str, str]] = {
     "glm": ("glm", "GLMSyntax", "GLM 4.5+: <tool_call>name<arg_key>…<arg_value>…"),
     "minimax": ("minimax", "MiniMaxSyntax", 'MiniMax M2: <invoke name="…"><parameter name="…">'),
     "deepseek": ("deepseek", "DeepSeekSyntax", "DeepSeek V3.1+: <｜tool▁calls▁begin｜>…"),
+    "deepseek_dsml": (
+        "deepseek",
+        "DeepSeekDSMLSyntax",
+        'DeepSeek V3.2: <｜DSML｜function_calls><｜DSML｜invoke name="…">',
+    ),
+    "deepseek_v4": (
+        "deepseek",
+        "DeepSeekV4Syntax",
+        'DeepSeek V4: <｜DSML｜tool_calls><｜DSML｜invoke name="…">',
+    ),
     "kimi": ("kimi", "KimiSyntax", "Kimi K2: <|tool_calls_section_begin|>functions.name:0…"),
     "pythonic": ("pythonic", "PythonicSyntax", "Pythonic: [get_weather(city='Paris')]"),
     "gemma4": ("gemma4", "Gemma4Syntax", "Gemma 4: <|tool_call>call:name{…}<tool_call|>"),
