@@ -16,6 +16,7 @@ from pathlib import Path
 from tests.scripted import END, WEATHER_TOOL, ids, save_chained_model, scripted_tokenizer
 
 ARGUMENTS = {"city": "Paris", "days": 3}
+CONTEXT = 8192
 REASONING = "The user wants the weather."
 
 
@@ -131,7 +132,8 @@ def build_family_model(smollm_dir: Path, template: str, script: FamilyScript, to
     chains += [[off, *script_ids[script.reasoning :]] for off in set(offs) - {on}]
     for chain in chains:
         assert len(set(chain)) == len(chain), f"{script.template}: a token repeats in {chain}"
-    save_chained_model(to, chains, tokenizer.get_vocab_size())
+    # Devstral's template alone writes ~1,400 tokens of system prompt.
+    save_chained_model(to, chains, tokenizer.get_vocab_size(), max_position_embeddings=CONTEXT)
     return to
 
 

@@ -49,6 +49,12 @@ class LoadedModel:
         return TokenText(self.tokenizer)
 
     @cached_property
+    def marker_tokens(self) -> dict[str, int]:
+        from inference.engine.grammar_tokens import added_token_ids
+
+        return added_token_ids(self.tokenizer)
+
+    @cached_property
     def ll_tokenizer(self) -> Any:
         # Built on first constrained request only: it takes about half a second.
         from inference.engine.constraints import make_ll_tokenizer

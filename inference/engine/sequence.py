@@ -141,8 +141,10 @@ class Sequence:
         self.processors = make_processors(params)
         if params.grammar:
             from inference.engine.constraints import GrammarConstraint
+            from inference.engine.grammar_tokens import with_marker_tokens
 
-            constraint = GrammarConstraint(loaded.ll_tokenizer, params.grammar, len(self.prompt))
+            grammar = with_marker_tokens(params.grammar, loaded.marker_tokens)
+            constraint = GrammarConstraint(loaded.ll_tokenizer, grammar, len(self.prompt))
             self.processors.append(constraint)
         self._stop_ids = job.adapter.stop_token_ids(loaded.tokenizer)
         self._stops = StopStringMatcher((*job.adapter.stop_strings(), *params.stop))

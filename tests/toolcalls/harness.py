@@ -69,8 +69,12 @@ def grammar_accepts(tokenizer, syntax: str, text: str, functions=None, parallel=
     import llguidance
     import llguidance.hf
 
+    from inference.engine.grammar_tokens import added_token_ids, with_marker_tokens
+
     functions = functions or [Function("get_weather", closed_objects(WEATHER_SCHEMA))]
     lark = syntax_class(syntax)().grammar(functions, parallel)
+    # As the engine compiles it: markers the vocabulary has as tokens are those tokens.
+    lark = with_marker_tokens(lark, added_token_ids(tokenizer))
     matcher = llguidance.LLMatcher(
         llguidance.hf.from_tokenizer(tokenizer), checked_grammar(lark, "tools")
     )

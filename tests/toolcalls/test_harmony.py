@@ -226,14 +226,17 @@ def test_forced_grammar_writes_the_special_tokens(harmony_tokenizer):
 
 
 def test_forced_grammar_matches_markers_by_token_not_text(harmony_tokenizer):
-    """`<|channel|>` spelled out in ordinary tokens is not the special token the grammar asks."""
+    """`<|channel|>` spelled out in ordinary tokens is not the special token the grammar asks
+    once the engine has made the grammar's marker text the model's own tokens."""
     import llguidance
     import llguidance.hf
 
     from inference.adapters.toolcalls import syntax_class
+    from inference.engine.grammar_tokens import added_token_ids, with_marker_tokens
     from inference.serving.structured import checked_grammar
 
     lark = syntax_class("harmony")().grammar([Function("get_weather", WEATHER_SCHEMA)], False)
+    lark = with_marker_tokens(lark, added_token_ids(harmony_tokenizer))  # as the engine does
     matcher = llguidance.LLMatcher(
         llguidance.hf.from_tokenizer(harmony_tokenizer), checked_grammar(lark, "tools")
     )

@@ -196,10 +196,12 @@ class HarmonySyntax(ToolSyntax):
 
     def call_rule(self, function: Function) -> str:
         # The header as gpt-oss writes it after the prompt's `<|start|>assistant`; `<|call|>`
-        # ends the call and, as a stop token, the generation.
-        head = lit(f"commentary to={FUNCTIONS}{function.name} ")
-        arguments = json_rule(function.schema)
-        return f'<|channel|> {head} <|constrain|> "json" <|message|> {arguments} <|call|>'
+        # ends the call and, as a stop token, the generation. Markers are written as text:
+        # the engine makes each one the model's own token (engine/grammar_tokens.py).
+        head = lit(
+            f"<|channel|>commentary to={FUNCTIONS}{function.name} <|constrain|>json<|message|>"
+        )
+        return f"{head} {json_rule(function.schema)} {lit('<|call|>')}"
 
     def grammar(self, functions: Sequence[Function], parallel: bool) -> str:
         # `<|call|>` stops generation: a reply holds one call, whatever `parallel` says.
