@@ -167,7 +167,8 @@ def test_forced_and_required_calls():
     assert calls_of(parse_reply(adapter(), text, required)) == [WEATHER, NOW]
     single = ToolUse(OFFERED.tools, "required", parallel=False)
     assert calls_of(parse_reply(adapter(), text, single)) == [WEATHER]
-    llama = '{"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": "now", "parameters": {}}'
+    llama = '{"name": "get_weather", "parameters": {"city": "Paris"}}; '
+    llama += '{"name": "now", "parameters": {}}'
     assert calls_of(parse_reply(adapter("llama3"), llama, required)) == [WEATHER, NOW]
 
 
