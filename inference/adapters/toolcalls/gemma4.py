@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from inference.adapters.toolcalls.arguments import typed_value
 from inference.adapters.toolcalls.base import Function, json_rule, lit
-from inference.adapters.toolcalls.deepseek import (
+from inference.adapters.toolcalls.marked import (
     MarkedCalls,
     ordered_arguments,
     text_until,

@@ -13,7 +13,7 @@ import html
 from collections.abc import Mapping
 
 from inference.adapters.toolcalls.base import Function, json_rule, lit
-from inference.adapters.toolcalls.deepseek import (
+from inference.adapters.toolcalls.marked import (
     JSONValue,
     MarkedCalls,
     TaggedArguments,

@@ -22,7 +22,7 @@ from inference.adapters.toolcalls.base import (
     json_rule,
     lit,
 )
-from inference.adapters.toolcalls.deepseek import ordered_arguments, schema_order
+from inference.adapters.toolcalls.marked import ordered_arguments, schema_order
 
 MARKERS = ("<|python_start|>", "<|tool_call_start|>")
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "b": "\b", "f": "\f", "v": "\v"}
