@@ -10,6 +10,7 @@ from django.db import IntegrityError, transaction
 from django.urls import path
 from django.utils.html import format_html
 
+from catalog.families import choose_family, model_detection
 from catalog.models import CatalogModel, GGUFImport, ModelFamily, PromptMetadataPattern
 from catalog.source_views import sources_view
 from inference import runtime
@@ -20,13 +21,29 @@ from inference.serving.control import unload_model, warm_model
 
 @admin.register(ModelFamily)
 class ModelFamilyAdmin(admin.ModelAdmin):
-    list_display = ("name", "slug", "adapter", "priority", "extra_stop_tokens", "reasoning_start")
+    list_display = (
+        "name",
+        "slug",
+        "adapter",
+        "tool_syntax",
+        "priority",
+        "extra_stop_tokens",
+        "reasoning_start",
+    )
     list_editable = ("priority",)
     search_fields = ("name", "slug")
     prepopulated_fields = {"slug": ("name",)}
     fieldsets = (
-        (None, {"fields": ("name", "slug", "adapter", "priority")}),
-        ("Detection", {"fields": ("name_patterns", "model_types")}),
+        (None, {"fields": ("name", "slug", "adapter", "tool_syntax", "priority")}),
+        (
+            "Detection",
+            {
+                "fields": ("name_patterns", "model_types"),
+                "description": "A model whose catalog entry names no family is first known by "
+                "its own chat template (inference/adapters/detect.py); these are the fallback "
+                "for models whose template tells nothing, and for hub repos not yet fetched.",
+            },
+        ),
         ("Prompt and stops", {"fields": ("chat_template", "extra_stop_tokens", "stop_strings")}),
         (
             "Reasoning",
@@ -81,7 +98,7 @@ class CatalogModelAdmin(admin.ModelAdmin):
         "context_overflow",
     )
     search_fields = ("public_id", "display_name", "location")
-    readonly_fields = ("created", "updated", "last_used")
+    readonly_fields = ("created", "updated", "last_used", "family_detected")
     actions = ("warm", "unload", "enable", "disable")
     fieldsets = (
         (None, {"fields": ("public_id", "display_name", "enabled", "preload", "pinned")}),
@@ -116,6 +133,7 @@ class CatalogModelAdmin(admin.ModelAdmin):
                     "source",
                     "location",
                     "family",
+                    "family_detected",
                     "compute_format",
                     "context_length",
                     "parallel",
@@ -147,6 +165,19 @@ class CatalogModelAdmin(admin.ModelAdmin):
         health = runtime.current_health()
         models = health.models if health else ()
         return next((m for m in models if m.id == entry.public_id), None)
+
+    @admin.display(description="family in use")
+    def family_detected(self, entry: CatalogModel) -> str:
+        """The family requests get and why; with one chosen here, what the model itself shows."""
+        if entry.pk is None:
+            return "-"
+        choice = choose_family(entry, list(ModelFamily.objects.all()))
+        name = choice.family.name if choice.family else "none"
+        text = f"{name} — {choice.reason}"
+        found = model_detection(entry) if entry.family_id is not None else None
+        if found is not None:
+            text += f" (the model itself shows {found.slug}: {found.reason})"
+        return text
 
     @admin.display(description="answers to")
     def answers_to(self, entry: CatalogModel) -> str:

@@ -16,6 +16,7 @@ from catalog.validators import (
     validate_string_list,
 )
 from inference.adapters import FamilyProfile, adapter_choices
+from inference.adapters.toolcalls import syntax_choices
 from inference.engine.formats import COMPUTE_FORMATS
 from inference.engine.types import ModelSpec
 
@@ -78,6 +79,13 @@ class ModelFamily(models.Model):
         help_text="The chat-template variable that turns thinking on and off, e.g. "
         "enable_thinking (Qwen3). Empty: thinking cannot be switched off.",
     )
+    tool_syntax = models.CharField(
+        max_length=32,
+        choices=syntax_choices,
+        blank=True,
+        help_text="How the family writes tool calls (what its chat template shows for a call). "
+        "Empty: the adapter's own (Hermes <tool_call> for most).",
+    )
 
     class Meta:
         ordering = ["priority", "slug"]
@@ -102,13 +110,22 @@ class ModelFamily(models.Model):
             reasoning_end=self.reasoning_end,
             reasoning_in_prompt=self.reasoning_in_prompt,
             thinking_switch=self.thinking_switch,
+            tool_syntax=self.tool_syntax,
         )
 
     def matches_name(self, *names: str) -> bool:
-        return any(
-            re.search(pattern, name, re.IGNORECASE)
-            for pattern in self.name_patterns
-            for name in names
+        return self.matching_pattern(*names) is not None
+
+    def matching_pattern(self, *names: str) -> str | None:
+        """The first of the name patterns that one of `names` matches."""
+        return next(
+            (
+                pattern
+                for pattern in self.name_patterns
+                for name in names
+                if re.search(pattern, name, re.IGNORECASE)
+            ),
+            None,
         )
 
 
@@ -214,7 +231,8 @@ class CatalogModel(models.Model):
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
-        help_text="Leave empty to detect from the name and config.json.",
+        help_text="Leave empty to detect it from the model's chat template, else its name and "
+        "config.json.",
     )
     enabled = models.BooleanField(default=True)
     preload = models.BooleanField("preload on start", default=False)

@@ -58,12 +58,12 @@ def test_gemma_folds_system_into_first_user():
 @pytest.mark.django_db
 def test_seeded_families():
     families = {f.slug: f for f in ModelFamily.objects.all()}
-    assert set(families) == {
+    assert set(families) >= {  # and the families of 2026 (tests/test_family_detection.py)
         *("llama", "chatml", "mistral", "gemma", "default"),
         *("qwen3", "deepseek-r1", "think"),  # reasoning families
     }
     reasoning = {slug: f.profile() for slug, f in families.items() if f.profile().reasons}
-    assert set(reasoning) == {"qwen3", "deepseek-r1", "think"}
+    assert set(reasoning) >= {"qwen3", "deepseek-r1", "think"}
     assert reasoning["qwen3"].thinking_switch == "enable_thinking"
     assert reasoning["deepseek-r1"].reasoning_in_prompt
     assert "<|eot_id|>" in families["llama"].extra_stop_tokens
