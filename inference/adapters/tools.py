@@ -17,19 +17,19 @@ def template_writes_calls(template: str | None) -> bool:
     return bool(template) and "tool_calls" in template
 
 
-HERMES_EXAMPLE = (
-    '<tool_call>\n{"name": "function_name", "arguments": {"arg": "value"}}\n</tool_call>'
-)
-
-
-def tool_system_prompt(tools: list[dict], example: str = HERMES_EXAMPLE) -> str:
-    """For templates that do not describe tools themselves: the functions, and one call
-    written as the family writes calls (`example`; Hermes where the template knows none)."""
+def tool_system_prompt(tools: list[dict], example: str | None = None) -> str:
+    """For templates that do not describe tools themselves: the functions, and how to call
+    one: the Hermes convention, or `example`, a call as the family writes calls."""
     signatures = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
-    return (
+    head = (
         "You may call functions to help with the user's request. The functions are:\n"
         f"<tools>\n{signatures}\n</tools>\n"
-        f"To call one, answer with the call written exactly like this:\n{example}"
+    )
+    if example is not None:
+        return f"{head}To call one, write the call exactly in this form:\n{example}"
+    return (
+        f"{head}To call one, answer with a JSON object naming it and its arguments inside tags:\n"
+        '<tool_call>\n{"name": "function_name", "arguments": {"arg": "value"}}\n</tool_call>'
     )
 
 

@@ -88,7 +88,8 @@ def chat_tool_use(request: ChatCompletionRequest) -> ToolUse:
     choice = request.effective_tool_choice()
     if isinstance(choice, NamedToolChoice):
         return ToolUse(tools, forced=choice.function.name, parallel=request.parallel_tool_calls)
-    return ToolUse(tools, choice, parallel=request.parallel_tool_calls)  # type: ignore[arg-type]
+    asked = "parallel_tool_calls" in request.model_fields_set
+    return ToolUse(tools, choice, parallel=request.parallel_tool_calls, parallel_asked=asked)  # type: ignore[arg-type]
 
 
 def thinking_asked(request: ChatCompletionRequest, switch: str) -> bool | None:

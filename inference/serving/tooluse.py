@@ -39,6 +39,10 @@ class ToolUse:
     choice: Literal["none", "auto", "required"] = "auto"
     forced: str | None = None  # the one function the reply must call
     parallel: bool = True
+    # A required reply's grammar lets the model write several calls only when the client asked
+    # for parallel calls in so many words (as llama.cpp's server defaults to one): a model that
+    # was never trained on the family's format repeats its call until max_tokens otherwise.
+    parallel_asked: bool = False
 
     @property
     def mode(self) -> str:
@@ -65,7 +69,7 @@ class ToolUse:
             tools = [t for t in self.tools if t.name == self.forced]
             parallel = False
         elif self.mode == "required":
-            tools, parallel = list(self.tools), self.parallel
+            tools, parallel = list(self.tools), self.parallel and self.parallel_asked
         else:
             return None
         for tool in tools:

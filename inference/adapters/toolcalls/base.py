@@ -43,10 +43,9 @@ class ToolSyntax(ABC):
     markers: ClassVar[tuple[str, ...]]
     # A reply that opens with this (after whitespace) is a tool call from its first character.
     opens_with: ClassVar[str | None] = None
-    # One call as the family writes it, for prompts of templates that do not describe tools.
-    example: ClassVar[str] = (
-        '<tool_call>\n{"name": "function_name", "arguments": {"arg": "value"}}\n</tool_call>'
-    )
+    # One call as the family writes it, for prompts of templates that render calls but do
+    # not describe tools (None: the Hermes convention's words).
+    example: ClassVar[str | None] = None
 
     def __init__(self, schemas: Mapping[str, dict] | None = None) -> None:
         self.schemas: dict[str, dict] = dict(schemas or {})

@@ -86,7 +86,8 @@ def tool_use(request: ResponseRequest) -> ToolUse:
     parallel = request.parallel_tool_calls
     if isinstance(choice, FunctionToolChoice):
         return ToolUse(tools, "required", forced=choice.name, parallel=parallel)
-    return ToolUse(tools, choice, parallel=parallel)  # type: ignore[arg-type]
+    asked = "parallel_tool_calls" in request.model_fields_set
+    return ToolUse(tools, choice, parallel=parallel, parallel_asked=asked)  # type: ignore[arg-type]
 
 
 def text_grammar(request: ResponseRequest) -> str | None:
