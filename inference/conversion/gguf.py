@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from inference.adapters.detect import detect
 from inference.conversion.gguf_architectures import (
     ARCHITECTURES,
     Architecture,
@@ -313,4 +314,9 @@ def import_report(source: Path, weights: str, plans: dict, errors: dict) -> dict
 
 
 def family_from_template(template: str) -> str | None:
+    """The family the embedded chat template points to (adapters/detect.py: Qwen3.5 from its
+    `<function=`, not just ChatML), else its turn markers (Ollama's Go templates too)."""
+    found = detect(template, ())
+    if found is not None:
+        return found.slug
     return next((slug for marker, slug in FAMILY_MARKERS.items() if marker in template), None)
