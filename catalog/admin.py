@@ -53,6 +53,7 @@ class ModelFamilyAdmin(admin.ModelAdmin):
                     "reasoning_end",
                     "reasoning_in_prompt",
                     "thinking_switch",
+                    "thinking_by_default",
                 ),
                 "description": "For models that think before they answer: their thinking is "
                 "split out of the reply (reasoning_content, thinking blocks, reasoning items).",

@@ -87,6 +87,12 @@ class ModelFamily(models.Model):
         "Empty: the adapter's own (Hermes <tool_call> for most).",
     )
 
+    thinking_by_default = models.BooleanField(
+        default=True,
+        help_text="Whether it thinks when a request does not say. Off (DeepSeek V3.1, V3.2): "
+        "the switch is set off unless a request asks for thinking.",
+    )
+
     class Meta:
         ordering = ["priority", "slug"]
         verbose_name_plural = "model families"
@@ -111,6 +117,7 @@ class ModelFamily(models.Model):
             reasoning_in_prompt=self.reasoning_in_prompt,
             thinking_switch=self.thinking_switch,
             tool_syntax=self.tool_syntax,
+            thinking_by_default=self.thinking_by_default,
         )
 
     def matches_name(self, *names: str) -> bool:

@@ -327,3 +327,35 @@ def test_llama4_as_its_template_prompts():
     assert family.tool_syntax == "llama3_json"
     assert '"parameters": ' in chat_template
     assert all(stop in chat_template for stop in family.extra_stop_tokens)
+
+
+def test_a_family_that_thinks_only_when_asked():
+    """DeepSeek V3.1: its switch is set off when a request says nothing (a tokenizer wrapper
+    may guess otherwise), and asked for, the prompt opens the thinking: the reply starts in it."""
+    from inference.adapters import FamilyProfile, get_adapter
+    from inference.serving.thinking import plan_thinking
+
+    profile = FamilyProfile(
+        reasoning_start="<think>",
+        reasoning_end="</think>",
+        reasoning_in_prompt=True,
+        thinking_switch="thinking",
+        thinking_by_default=False,
+    )
+    adapter = get_adapter(profile)
+    quiet = plan_thinking(adapter, None)
+    assert quiet.template_kwargs == {"thinking": False} and not quiet.thinking.opened
+    asked = plan_thinking(adapter, True)
+    assert asked.template_kwargs == {"thinking": True} and asked.thinking.opened
+    qwen = get_adapter(
+        FamilyProfile(
+            reasoning_start="<think>",
+            reasoning_end="</think>",
+            reasoning_in_prompt=True,
+            thinking_switch="enable_thinking",
+        )
+    )
+    assert (
+        plan_thinking(qwen, None).template_kwargs == {}
+        and plan_thinking(qwen, None).thinking.opened
+    )

@@ -146,6 +146,9 @@ FAMILIES = [
         "name_patterns": [r"deepseek[-_ ]?v3\.1"],
         "model_types": [],
         "extra_stop_tokens": [],
+        # Thinks only when asked; then its generation prompt opens <think>.
+        "reasoning_in_prompt": True,
+        "thinking_by_default": False,
         "thinking_switch": "thinking",
         **THINK,
     },
@@ -153,11 +156,14 @@ FAMILIES = [
         "slug": "deepseek-v3-2",
         "name": "DeepSeek V3.2 / V4 (DSML calls)",
         "adapter": "default",
-        "tool_syntax": "deepseek",
+        "tool_syntax": "deepseek_dsml",
         "priority": 6,
         "name_patterns": [r"deepseek[-_ ]?v(3\.2|4)"],
         "model_types": ["deepseek_v32"],
         "extra_stop_tokens": [],
+        # Thinks only when asked; then its generation prompt opens <think>.
+        "reasoning_in_prompt": True,
+        "thinking_by_default": False,
         "thinking_switch": "thinking",
         **THINK,
     },
@@ -362,6 +368,7 @@ EARLIER = {"llama", "chatml", "mistral", "gemma", "default", "qwen3", "deepseek-
 # What a field not named in a row goes back to, so that an updated row loses stale values.
 BLANK = {
     "tool_syntax": "",
+    "thinking_by_default": True,
     "reasoning_start": "",
     "reasoning_end": "",
     "reasoning_in_prompt": False,
@@ -387,6 +394,14 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AddField(
+            model_name="modelfamily",
+            name="thinking_by_default",
+            field=models.BooleanField(
+                default=True,
+                help_text="Whether it thinks when a request does not say. Off (DeepSeek V3.1, V3.2): the switch is set off unless a request asks for thinking.",
+            ),
+        ),
         migrations.AddField(
             model_name="modelfamily",
             name="tool_syntax",

@@ -53,6 +53,9 @@ class FamilyProfile:
     reasoning_end: str = ""
     reasoning_in_prompt: bool = False
     thinking_switch: str = ""
+    # Whether the family thinks when a request does not say (DeepSeek V3.1 thinks only when
+    # asked: its template opens the thinking in the prompt then).
+    thinking_by_default: bool = True
     # How the family writes tool calls (a name in toolcalls.registry); empty: the adapter's.
     tool_syntax: str = ""
 

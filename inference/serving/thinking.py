@@ -41,6 +41,8 @@ def plan_thinking(
         return ThinkingPlan(kwargs, None)
     if constrained:
         enabled = False
+    if enabled is None and not profile.thinking_by_default and profile.thinking_switch:
+        enabled = False  # said outright: a tokenizer wrapper may guess otherwise (mlx-lm does)
     if profile.thinking_switch and enabled is not None:
         kwargs[profile.thinking_switch] = enabled
     # Switched off, the template closes (or never opens) the thinking: the reply starts outside.
