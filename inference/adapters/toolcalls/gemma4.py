@@ -116,12 +116,8 @@ class Gemma4Syntax(MarkedCalls):
 
     def __init__(self, schemas: Mapping[str, dict] | None = None) -> None:
         super().__init__(schemas)
-        self._state = "between"
         self._opened = False
         self._key = ""
-
-    def _step(self) -> bool:
-        return getattr(self, f"_{self._state}")()
 
     def _between(self) -> bool:
         found = self._skip_to(CALL_BEGIN) is not None

@@ -52,12 +52,8 @@ class KimiSyntax(MarkedCalls):
 
     def __init__(self, schemas: Mapping[str, dict] | None = None) -> None:
         super().__init__(schemas)
-        self._state = "between"
         self._json = JSONValue()
         self._writer = TaggedArguments(None)
-
-    def _step(self) -> bool:
-        return getattr(self, f"_{self._state}")()
 
     def _between(self) -> bool:
         marker = self._skip_to(CALL_BEGIN, K3_CALL)

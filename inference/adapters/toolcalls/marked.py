@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-from abc import abstractmethod
 from collections.abc import Mapping
 
 from inference.adapters.reasoning import partial_suffix
@@ -72,6 +71,7 @@ class MarkedCalls(ToolSyntax):
         self._name: str | None = None  # the call in progress
         self._sent = ""  # its arguments handed on so far
         self._events: list[CallEvent] = []
+        self._state = "between"
 
     @property
     def started_any(self) -> bool:
@@ -90,9 +90,10 @@ class MarkedCalls(ToolSyntax):
             self._cut_off()
         return self._events
 
-    @abstractmethod
     def _step(self) -> bool:
-        """Read what the buffer holds in the current state; False when it needs more text."""
+        """Read what the buffer holds in the current state (the subclass's `_<state>` method,
+        from "between" calls on); False when it needs more text."""
+        return getattr(self, f"_{self._state}")()
 
     def _cut_off(self) -> None:
         """The reply ended inside a call (max_tokens): end it with what it has."""
