@@ -93,12 +93,6 @@ class DeepSeekSyntax(MarkedCalls):
         self._buf, self._state = self._buf[start:], "arguments"
         return True
 
-    def _arguments(self) -> bool:
-        if self._json_args():
-            self._state = "between"
-            return True
-        return False
-
     def _invoke(self) -> bool:
         head = self._until(">")
         if head is None:
@@ -127,19 +121,10 @@ class DeepSeekSyntax(MarkedCalls):
         return True
 
     def _value(self) -> bool:
-        text, ended = self._stream_to(PARAMETER_END)
-        self._args(self._writer.piece(text))
-        if ended:
-            self._args(self._writer.end_value())
-            self._state = "params"
-        return ended
+        return self._tagged_value(PARAMETER_END, "params")
 
     def _cut_off(self) -> None:
-        if self._state in ("value", "params", "param_head"):  # a DSML call: close its object
-            if self._state == "value":
-                self._args(self._writer.end_value())
-            self._args(self._writer.close())
-        self._end(valid=False)
+        self._cut_off_tagged("value", ("value", "params", "param_head"))  # DSML's
 
     def call_rule(self, function: Function) -> str:
         head = lit(f"{CALL_BEGIN}{function.name}{SEP}")

@@ -69,12 +69,6 @@ class KimiSyntax(MarkedCalls):
         self._json, self._state = JSONValue(), "arguments"
         return True
 
-    def _arguments(self) -> bool:
-        if self._json_args():
-            self._state = "between"
-            return True
-        return False
-
     def _k3_call(self) -> bool:
         head = self._until(SEP)
         if head is None:
@@ -105,12 +99,7 @@ class KimiSyntax(MarkedCalls):
         return True
 
     def _k3_value(self) -> bool:
-        text, ended = self._stream_to(K3_ARGUMENT_END)
-        self._args(self._writer.piece(text))
-        if ended:
-            self._args(self._writer.end_value())
-            self._state = "k3_params"
-        return ended
+        return self._tagged_value(K3_ARGUMENT_END, "k3_params")
 
     def _k3_json_head(self) -> bool:
         """A call written as one JSON object: the arguments, as they are."""
@@ -120,11 +109,7 @@ class KimiSyntax(MarkedCalls):
         return True
 
     def _cut_off(self) -> None:
-        if self._state in ("k3_params", "k3_arg_head", "k3_value"):
-            if self._state == "k3_value":
-                self._args(self._writer.end_value())
-            self._args(self._writer.close())
-        self._end(valid=False)
+        self._cut_off_tagged("k3_value", ("k3_params", "k3_arg_head", "k3_value"))
 
     def call_rule(self, function: Function) -> str:
         head = lit(f"{CALL_BEGIN}functions.{function.name}:")

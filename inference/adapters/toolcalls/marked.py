@@ -161,7 +161,32 @@ class MarkedCalls(ToolSyntax):
             return True
         return False
 
+    def _arguments(self) -> bool:
+        """The "arguments" state: a call's JSON object, then back between calls."""
+        if self._json_args():
+            self._state = "between"
+            return True
+        return False
+
+    def _tagged_value(self, end: str, back: str) -> bool:
+        """A tagged value streamed through the writer up to `end`, then the state `back`."""
+        text, ended = self._stream_to(end)
+        self._args(self._writer.piece(text))
+        if ended:
+            self._args(self._writer.end_value())
+            self._state = back
+        return ended
+
+    def _cut_off_tagged(self, value_state: str, tagged_states: tuple[str, ...]) -> None:
+        """A call cut off midway: a tagged one gets its open value and object closed."""
+        if self._state in tagged_states:
+            if self._state == value_state:
+                self._args(self._writer.end_value())
+            self._args(self._writer.close())
+        self._end(valid=False)
+
     _json: JSONValue
+    _writer: TaggedArguments
 
 
 class JSONValue:
