@@ -20,6 +20,14 @@ DATABASE_INDEPENDENT = {
     "test_gguf_architectures",
     "test_gguf_tokenizer",
     "test_gguf_types",
+    # What a model's text and templates mean: parsers, grammars, rendering; no catalog.
+    "test_family_templates",
+    "test_grammar_tokens",
+    "test_harmony",
+    "test_json_syntaxes",
+    "test_marker_syntaxes",
+    "test_tool_calls",
+    "test_xml_syntaxes",
 }
 
 
