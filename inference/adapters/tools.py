@@ -1,5 +1,5 @@
 """Prompting for tool calls in the Hermes convention, for templates that know no tools (reading
-them back, in every family's syntax, is streaming_calls.py's)."""
+them back, in every family's syntax, is toolcalls/)."""
 
 from __future__ import annotations
 
