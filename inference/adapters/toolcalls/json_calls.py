@@ -190,7 +190,11 @@ def _decode_json(text: str) -> object:
 class JSONCallSyntax(ToolSyntax):
     """The JSON scanner behind a family's markers."""
 
-    name_keys: tuple[str, ...] = ("name",)
+    name_keys: tuple[str, ...] = ("name",)  # the first is the one a forced call writes
+    arguments_key = "arguments"
+    # Around each forced call's JSON object (Hermes's tags).
+    call_open = ""
+    call_close = ""
 
     def __init__(self, schemas: dict[str, dict] | None = None) -> None:
         super().__init__(schemas)
@@ -206,15 +210,18 @@ class JSONCallSyntax(ToolSyntax):
     def finish(self) -> list[CallEvent]:
         return self._scanner.finish()
 
+    def call_rule(self, function: Function) -> str:
+        name = json.dumps(function.name)
+        head = f'{self.call_open}{{"{self.name_keys[0]}": {name}, "{self.arguments_key}": '
+        return f"{lit(head)} {json_rule(function.schema)} {lit('}' + self.call_close)}"
+
 
 class HermesSyntax(JSONCallSyntax):
     name = "hermes"
     label = 'Hermes JSON: <tool_call>{"name": …, "arguments": {…}}</tool_call>'
     markers = ("<tool_call>",)
-
-    def call_rule(self, function: Function) -> str:
-        head = f'<tool_call>\n{{"name": {json.dumps(function.name)}, "arguments": '
-        return f"{lit(head)} {json_rule(function.schema)} {lit('}' + chr(10) + '</tool_call>')}"
+    call_open = "<tool_call>\n"
+    call_close = "\n</tool_call>"
 
 
 class Llama3Syntax(JSONCallSyntax):
@@ -224,10 +231,7 @@ class Llama3Syntax(JSONCallSyntax):
     markers = ("<|python_tag|>", "<tool_call>")
     opens_with = "{"
     call_separator = "; "
-
-    def call_rule(self, function: Function) -> str:
-        head = f'{{"name": {json.dumps(function.name)}, "parameters": '
-        return f"{lit(head)} {json_rule(function.schema)} {lit('}')}"
+    arguments_key = "parameters"
 
 
 class MistralSyntax(JSONCallSyntax):

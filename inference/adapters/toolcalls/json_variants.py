@@ -8,19 +8,11 @@ Hermes; only the markers, the name key and the grammar differ.
 
 from __future__ import annotations
 
-import json
-
-from inference.adapters.toolcalls.base import Function, json_rule, lit
 from inference.adapters.toolcalls.json_calls import JSONCallSyntax
 
 
 class _JSONListSyntax(JSONCallSyntax):
     call_separator = ", "
-    arguments_key = "arguments"
-
-    def call_rule(self, function: Function) -> str:
-        head = f'{{"name": {json.dumps(function.name)}, "{self.arguments_key}": '
-        return f"{lit(head)} {json_rule(function.schema)} {lit('}')}"
 
 
 class GraniteSyntax(_JSONListSyntax):
@@ -47,7 +39,4 @@ class CommandRSyntax(_JSONListSyntax):
     calls_prefix = "<|START_ACTION|>["
     calls_suffix = "]<|END_ACTION|>"
     call_separator = ",\n    "
-
-    def call_rule(self, function: Function) -> str:
-        head = f'{{"tool_name": {json.dumps(function.name)}, "parameters": '
-        return f"{lit(head)} {json_rule(function.schema)} {lit('}')}"
+    arguments_key = "parameters"
