@@ -103,3 +103,25 @@ def decode_json(text: str) -> object:
         return json.loads(text)
     except ValueError:
         return None
+
+
+def text_until(terminal: str, close: str) -> str:
+    """A lark terminal definition: any text that does not contain `close`, then `close` (a raw
+    string value runs to its closing tag and may hold anything else, `<` included). One
+    terminal, so it ends exactly at the first `close` (a greedy text terminal followed by a
+    literal would run past it); llguidance takes `&`/`~` in terminals only."""
+    escaped = _regex(close)
+    return f"{terminal}: (/(?s:.*)/ & ~/(?s:.*){escaped}(?s:.*)/) {lit(close)}"
+
+
+def _regex(text: str) -> str:
+    """`text` as a literal inside a lark `/.../` regex (Rust regex syntax)."""
+    out = []
+    for char in text:
+        if char == "\n":
+            out.append("\\n")
+        elif char in r"\.+*?()|[]{}^$#&-~/":
+            out.append("\\" + char)
+        else:
+            out.append(char)
+    return "".join(out)

@@ -19,6 +19,7 @@ from inference.adapters.toolcalls.base import (
     Function,
     json_rule,
     lit,
+    text_until,
 )
 from inference.adapters.toolcalls.marked import (
     JSONValue,
@@ -27,7 +28,6 @@ from inference.adapters.toolcalls.marked import (
     attributes,
     ordered_arguments,
     schema_order,
-    text_until,
 )
 
 CALLS_BEGIN = "<｜tool▁calls▁begin｜>"

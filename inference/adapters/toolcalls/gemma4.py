@@ -12,11 +12,10 @@ import re
 from collections.abc import Mapping, Sequence
 
 from inference.adapters.toolcalls.arguments import typed_value
-from inference.adapters.toolcalls.base import Function, json_rule, lit
+from inference.adapters.toolcalls.base import Function, json_rule, lit, text_until
 from inference.adapters.toolcalls.marked import (
     MarkedCalls,
     ordered_arguments,
-    text_until,
 )
 
 CALL_BEGIN = "<|tool_call>"

@@ -13,7 +13,14 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from inference.adapters.toolcalls.base import CallEvent, Function, ToolSyntax, json_rule, lit
+from inference.adapters.toolcalls.base import (
+    CallEvent,
+    Function,
+    ToolSyntax,
+    decode_json,
+    json_rule,
+    lit,
+)
 
 ARGUMENT_KEYS = ("arguments", "parameters")
 MISTRAL_ARGS = "[ARGS]"
@@ -165,26 +172,19 @@ class CallScanner:
 
     def _end(self, call: _Call, events: list[CallEvent]) -> None:
         if call.string_arguments:
-            decoded = _decode_json(call.arguments)
+            decoded = decode_json(call.arguments)
             call.arguments = decoded if isinstance(decoded, str) else call.arguments
             call.string_arguments = False
         if not call.arguments.strip():
             call.arguments = "{}"
         self._hand_on(call, events)
-        valid = isinstance(_decode_json(call.arguments), dict)
+        valid = isinstance(decode_json(call.arguments), dict)
         events.append(CallEvent("end", call.index, call.name or "", call.arguments, valid))
 
 
 def _decode(raw: str) -> str:
-    value = _decode_json(f'"{raw}"')
+    value = decode_json(f'"{raw}"')
     return value if isinstance(value, str) else raw
-
-
-def _decode_json(text: str) -> object:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
 
 
 class JSONCallSyntax(ToolSyntax):

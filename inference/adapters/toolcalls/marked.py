@@ -21,15 +21,6 @@ def attributes(text: str) -> dict[str, str]:
     return dict(_ATTRIBUTE.findall(text))
 
 
-def text_until(terminal: str, marker: str) -> str:
-    """A lark terminal definition: any text up to and including the first `marker` (a raw
-    string value ends at its closing tag, so it may hold anything else, `<` included). One
-    terminal for both, since a lexer that took the text alone could not give back the start
-    of the tag; and llguidance takes `&`/`~` in terminals only."""
-    escaped = re.escape(marker).replace("/", "\\/")
-    return f"{terminal}: /(?s:.*){escaped}/ & ~/(?s:.*{escaped}.+)/"
-
-
 def ordered_arguments(args: list[tuple[str, bool]], separator: str) -> str:
     """Lark for arguments in the given order, each (expression, required): a required one
     always there, an optional one maybe, `separator` between those present."""

@@ -15,7 +15,14 @@ from typing import ClassVar
 
 from inference.adapters.reasoning import partial_suffix
 from inference.adapters.toolcalls.arguments import ArgumentsWriter, is_string
-from inference.adapters.toolcalls.base import CallEvent, Function, ToolSyntax, json_rule, lit
+from inference.adapters.toolcalls.base import (
+    CallEvent,
+    Function,
+    ToolSyntax,
+    json_rule,
+    lit,
+    text_until,
+)
 
 
 class TagReader:
@@ -147,7 +154,7 @@ class TaggedSyntax(ToolSyntax):
     # The grammar of a forced call: the rules of grammar() plus the string-value terminal.
 
     def grammar(self, functions: Sequence[Function], parallel: bool) -> str:
-        terminal = f"STRING_VALUE: {text_then(self.value_close)}"
+        terminal = text_until("STRING_VALUE", self.value_close)
         return super().grammar(functions, parallel) + "\n" + terminal
 
     def parameters_rule(self, schema: dict) -> str:
@@ -171,31 +178,6 @@ class TaggedSyntax(ToolSyntax):
     @abstractmethod
     def parameter_rule(self, key: str, schema: object) -> str:
         """A lark expression for one parameter, its tags included."""
-
-
-def text_then(close: str) -> str:
-    """A lark terminal: any text that does not contain `close`, then `close`. One terminal, so
-    it ends exactly at the first `close` (a greedy text terminal followed by a literal would
-    run past it)."""
-    escaped = _regex(close)
-    return f'(/(?s:.*)/ & ~/(?s:.*){escaped}(?s:.*)/) "{_lark_string(close)}"'
-
-
-def _regex(text: str) -> str:
-    """`text` as a literal inside a lark `/.../` regex (Rust regex syntax)."""
-    out = []
-    for char in text:
-        if char == "\n":
-            out.append("\\n")
-        elif char in r"\.+*?()|[]{}^$#&-~/":
-            out.append("\\" + char)
-        else:
-            out.append(char)
-    return "".join(out)
-
-
-def _lark_string(text: str) -> str:
-    return lit(text)[1:-1]
 
 
 def attribute(text: str) -> str:
