@@ -72,7 +72,7 @@ DEMO_ENV := DEMO_GGUF=$(abspath $(DEMO_GGUF)) DEMO_EMBEDDING=$(abspath $(DEMO_EM
 
 # The whole suite on SQLite, then again on a throwaway PostgreSQL in var/pg (installed and
 # started by scripts/ensure_postgres.sh; pytest-django creates its own test_ database on it),
-# less the modules that never touch a database (tests/conftest.py: DATABASE_INDEPENDENT).
+# less tests/unit/, which never touches a database (tests/conftest.py).
 test: $(VENV)/.installed-test $(VENV)/.kernels $(VENV)/.llama-tools $(DEMO_GGUF) \
 	  $(DEMO_EMBEDDING)/model.safetensors lint
 	@echo "=== make test: pass 1 of 2, on SQLite ==="

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The coding agents the end-to-end tests drive against the server (tests/test_agents.py,
+# The coding agents the end-to-end tests drive against the server (tests/live/test_agents.py,
 # scripts/record_agents.py): Claude Code and Codex, pinned, from npm, cached outside the checkout:
 #   sh scripts/ensure_agents.sh   ->  prints the folder holding `claude` and `codex`
 # Each npm package is a thin wrapper whose real program is a native binary in a per-platform

@@ -1,5 +1,5 @@
 #!/bin/sh
-# HAProxy for the replica test (tests/test_replicas.py): a real load balancer in front of two
+# HAProxy for the replica test (tests/operations/test_replicas.py): a real load balancer in front of two
 # server instances. Installs Debian's package when run as root and it is missing; prints the
 # binary's path (messages go to stderr). The test writes its own config and runs it on loopback.
 set -eu

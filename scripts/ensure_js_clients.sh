@@ -1,5 +1,5 @@
 #!/bin/sh
-# The Vercel AI SDK for tests/test_clients.py: `npm ci` into tests/clients/js (node_modules is
+# The Vercel AI SDK for tests/live/test_clients.py: `npm ci` into tests/clients/js (node_modules is
 # git-ignored), from its committed package-lock.json, whenever the lock is newer than the
 # install. Needs Node.js and npm; installs Debian's nodejs when run as root without them.
 # Never fails the build: the JS checks then fail and say why.

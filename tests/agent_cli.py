@@ -1,5 +1,5 @@
 """Running the real coding agents (Claude Code, Codex) against a server: where they are, and the
-environment each needs. Used by tests/test_agents.py and scripts/record_agents.py.
+environment each needs. Used by tests/live/test_agents.py and scripts/record_agents.py.
 
 The agents get a clean environment (no keys or settings of whoever runs the tests), HOME in a
 temporary folder, and their own network traffic (telemetry, update checks) off: the only

@@ -12,28 +12,15 @@ from tests.helpers import DEMO_ID, ROOT, build_tiny_model
 from tests.live_server import on_postgres
 from tests.scripted import build_scripted_model
 
-# Modules that never touch the database: `make test`'s PostgreSQL pass leaves them out
-# (-m "not database_independent"), as they would only repeat the SQLite pass.
-DATABASE_INDEPENDENT = {
-    "test_cpu_kernels",
-    "test_embedding_engine",
-    "test_gguf_architectures",
-    "test_gguf_tokenizer",
-    "test_gguf_types",
-    # What a model's text and templates mean: parsers, grammars, rendering; no catalog.
-    "test_family_templates",
-    "test_grammar_tokens",
-    "test_harmony",
-    "test_json_syntaxes",
-    "test_marker_syntaxes",
-    "test_tool_calls",
-    "test_xml_syntaxes",
-}
+# tests/unit/ never touches the database: `make test`'s PostgreSQL pass leaves it out
+# (-m "not database_independent"), as it would only repeat the SQLite pass. A module elsewhere
+# that starts its own servers (each with its own SQLite) says so with its own pytestmark.
+UNIT = Path(__file__).parent / "unit"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.module.__name__.rsplit(".", 1)[-1] in DATABASE_INDEPENDENT:
+        if item.path.is_relative_to(UNIT):
             item.add_marker(pytest.mark.database_independent)
     # PostgreSQL-only tests (replicas sharing a database) are deselected on SQLite, not
     # skipped: the SQLite pass reports them as deselected instead of counting them as passed.
@@ -141,7 +128,7 @@ def tiny_entry(db, tiny_dir):
 
 @pytest.fixture(autouse=True)
 def open_api(settings):
-    """/v1 behaviour is tested without keys; tests/test_api_keys.py turns them on."""
+    """/v1 behaviour is tested without keys; tests/edge/test_api_keys.py turns them on."""
     settings.REQUIRE_API_KEY = False
 
 

@@ -1,5 +1,5 @@
 """A generated "agent" model whose replies are known in advance, for driving real coding agents
-(Claude Code, Codex) against the server end to end (tests/test_agents.py).
+(Claude Code, Codex) against the server end to end (tests/live/test_agents.py).
 
 Built like tests/scripted.py: a real MLX Llama with SmolLM2's tokenizer plus added tokens (one
 per piece of the scripts), its layers adding nothing to the residual stream, so the next token

@@ -21,7 +21,7 @@ from inference.serving.reply import (
 from inference.serving.structured import closed_objects
 from inference.serving.thinking import plan_thinking
 from inference.serving.tooluse import ToolUse
-from tests.toolcalls.harness import (
+from tests.unit.adapters.toolcalls.harness import (
     OFFERED,
     WEATHER_SCHEMA,
     grammar_accepts,

@@ -70,7 +70,7 @@ def test_context_length_exceeded(client, tiny_entry):
     response = chat(client)
     assert response.status_code == 400
     error = response.json()["error"]
-    # OpenAI's object, plus llama.cpp's server's two numbers (tests/test_context_overflow.py).
+    # OpenAI's object, plus llama-server's two numbers (tests/engine/test_context_overflow.py).
     assert (error["param"], error["code"], error["n_ctx"]) == (
         "messages",
         "context_length_exceeded",
@@ -116,7 +116,7 @@ BAD_REQUESTS = [
             ]
         },
         400,
-        "messages.0.content.0",  # tiny reads no images (tests/test_vision.py: a model that does)
+        "messages.0.content.0",  # tiny reads no images (see tests/api/openai/test_vision.py)
         "image_input_not_supported",
     ),
     (

@@ -26,7 +26,7 @@ from tests.helpers import DEMO_ID, ROOT
 from tests.live_server import LiveServer, live_server
 
 # Client compatibility is a matter of the wire, not of the server's database: `make test`'s
-# PostgreSQL pass would only repeat these minutes (tests/conftest.py: DATABASE_INDEPENDENT).
+# PostgreSQL pass would only repeat these minutes (its own pytestmark, below).
 pytestmark = pytest.mark.database_independent
 
 # What `make serve` gives the demo model (the Makefile's DEMO_DEFAULTS).

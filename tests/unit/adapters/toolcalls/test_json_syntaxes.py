@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.toolcalls.harness import grammar_accepts, stream_at_every_split
+from tests.unit.adapters.toolcalls.harness import grammar_accepts, stream_at_every_split
 
 PARIS = ("get_weather", {"city": "Paris", "days": 3})
 

@@ -58,7 +58,7 @@ def test_gemma_folds_system_into_first_user():
 @pytest.mark.django_db
 def test_seeded_families():
     families = {f.slug: f for f in ModelFamily.objects.all()}
-    assert set(families) >= {  # and the families of 2026 (tests/test_family_detection.py)
+    assert set(families) >= {  # and the families of 2026 (tests/catalog/test_family_detection.py)
         *("llama", "chatml", "mistral", "gemma", "default"),
         *("qwen3", "deepseek-r1", "think"),  # reasoning families
     }

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.agent_cli import AgentRun, claude_env, codex_env, ensure_agents, run_agent
+from tests.agent_cli import ROOT, AgentRun, claude_env, codex_env, ensure_agents, run_agent
 from tests.live_server import LiveServer, live_server
 from tests.scripted_agent import CONTEXT, MISSED, ScriptedCall, build_agent_model
 
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.database_independent
 HELLO = "hello from the fixture"  # hello.txt's text: the tool result must carry it back
 GREETING = "Hello from the scripted agent."
 READ_ANSWER = "The file says hello."
-FIXTURES = Path(__file__).parent / "fixtures" / "agents"
+FIXTURES = ROOT / "tests/fixtures/agents"
 AGENT_TIMEOUT = 90  # seconds, each run; a hung agent fails its test, not the whole suite
 
 

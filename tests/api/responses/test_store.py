@@ -14,6 +14,7 @@ from apikeys.models import ApiKey
 from storedresponses import retention
 from storedresponses.durations import parse_duration
 from storedresponses.models import StoredResponse
+from tests.api.responses.test_responses import FORCED
 from tests.helpers import assert_error
 from tests.responses_support import (
     RESPONSES,
@@ -22,7 +23,6 @@ from tests.responses_support import (
     valid_item_list,
     valid_response,
 )
-from tests.test_responses import FORCED
 
 
 def get(client, response_id: str, suffix: str = "", **headers):

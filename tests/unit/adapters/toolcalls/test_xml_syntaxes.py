@@ -12,7 +12,11 @@ from inference.adapters.toolcalls.glm import GLMSyntax
 from inference.adapters.toolcalls.minimax import MiniMaxSyntax
 from inference.adapters.toolcalls.xml_parameters import QwenXMLSyntax
 from inference.serving.structured import closed_objects
-from tests.toolcalls.harness import WEATHER_SCHEMA, grammar_accepts, stream_at_every_split
+from tests.unit.adapters.toolcalls.harness import (
+    WEATHER_SCHEMA,
+    grammar_accepts,
+    stream_at_every_split,
+)
 
 PARIS = ("get_weather", {"city": "Paris", "days": 3, "metric": True})
 NOW = ("now", {})

@@ -11,7 +11,11 @@ from inference.adapters.toolcalls import Function, syntax_class
 from inference.adapters.toolcalls.deepseek import DeepSeekDSMLSyntax, DeepSeekV4Syntax
 from inference.adapters.toolcalls.gemma4 import gemma_value
 from inference.serving.structured import closed_objects
-from tests.toolcalls.harness import WEATHER_SCHEMA, grammar_accepts, stream_at_every_split
+from tests.unit.adapters.toolcalls.harness import (
+    WEATHER_SCHEMA,
+    grammar_accepts,
+    stream_at_every_split,
+)
 
 PARIS = ("get_weather", {"city": "Paris", "days": 3})
 NOW = ("now", {})
