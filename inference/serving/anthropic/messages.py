@@ -35,6 +35,7 @@ from inference.serving.drain import drain
 from inference.serving.errors import api_error
 from inference.serving.generation import SHUTTING_DOWN, TIMEOUT, Choice, Generation
 from inference.serving.images import load_images
+from inference.serving.prepare import count_prompt_tokens
 from inference.serving.reply import ReplyParser, parse_reply
 from inference.serving.resolve import ResolvedModel, resolve_model
 from inference.serving.sampling import sampling_params
@@ -168,7 +169,7 @@ async def count_message_tokens(request: CountTokensRequest, ctx: RequestContext)
         ctx.record.model = resolved.spec.model_id
     try:
         async with asyncio.timeout(settings.REQUEST_TIMEOUT):
-            return TokenCount(input_tokens=await ctx.engine.count_prompt_tokens(job))
+            return TokenCount(input_tokens=await count_prompt_tokens(ctx, job))
     except EngineError as exc:
         raise api_error(exc) from None
     except TimeoutError:
