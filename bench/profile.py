@@ -38,11 +38,10 @@ from inference.engine.prefill import PrefillBatch  # noqa: E402
 from inference.engine.sampling import make_processors, make_row_sampler, sample  # noqa: E402
 from inference.engine.sequence import Sequence  # noqa: E402
 from inference.engine.types import (  # noqa: E402
-    ChatPrompt,
     GenerationJob,
     ModelSpec,
     SamplingParams,
-    TextPrompt,
+    TokenPrompt,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,8 +70,10 @@ def filled_runner(loaded: LoadedModel, batch: int, params: SamplingParams) -> Mo
     runner = ModelRunner(loaded, EngineConfig(max_batch=max(batch, 1), prompt_cache_bytes=0))
     adapter = get_adapter(FamilyProfile(adapter="chatml"))
     for i in range(batch):
-        prompt = ChatPrompt([{"role": "user", "content": f"Tell me story number {i}."}])
-        job = GenerationJob(loaded.spec, adapter, prompt, params, lambda event: None)
+        messages = [{"role": "user", "content": f"Tell me story number {i}."}]
+        prompt = TokenPrompt(tuple(adapter.render_prompt(loaded.tokenizer, messages)))
+        stops = adapter.stop_token_ids(loaded.tokenizer)
+        job = GenerationJob(loaded.spec, prompt, params, lambda event: None, stop_ids=stops)
         runner.add(Sequence(job, loaded))
     while any(s.first_token_at is None for s in runner.sequences):
         runner.step()
@@ -156,10 +157,9 @@ def profile(loaded: LoadedModel, batch: int, mode: str, steps: int) -> dict:
 def prefill_seconds(loaded: LoadedModel, rows: int, length: int) -> float:
     """Seconds to read `rows` prompts of `length` tokens in one prefill step."""
     batch = PrefillBatch(loaded.model)
-    adapter = get_adapter(FamilyProfile(adapter="chatml"))
     params = SamplingParams(temperature=0)
     for _ in range(rows):
-        job = GenerationJob(loaded.spec, adapter, TextPrompt("x"), params, lambda event: None)
+        job = GenerationJob(loaded.spec, TokenPrompt((1,)), params, lambda event: None)
         sequence = Sequence(job, loaded)
         batch.add(sequence, None, [1] * (length + 1))
     started = time.perf_counter()

@@ -182,6 +182,15 @@ MAX_REQUEST_SEQUENCES = env.int("MAX_REQUEST_SEQUENCES", default=64)
 # Prompt tokens one request may have read (every prompt x n, before prefix-cache hits); more is a
 # 400 too_many_prompt_tokens.
 MAX_REQUEST_PROMPT_TOKENS = env.int("MAX_REQUEST_PROMPT_TOKENS", default=65536)
+# Characters one request's prompts may hold (each distinct prompt once: messages, tools,
+# prefill), checked before anything is rendered or tokenized, so that a prompt no token limit
+# would take is refused at once (400 too_many_prompt_characters). The default allows 16
+# characters per token of MAX_REQUEST_PROMPT_TOKENS (English text takes about 4); 0: no limit.
+MAX_REQUEST_PROMPT_CHARS = env.int(
+    "MAX_REQUEST_PROMPT_CHARS", default=16 * MAX_REQUEST_PROMPT_TOKENS
+)
+# Threads that render, tokenize and compile grammars for requests, beside the engine's thread.
+PROMPT_THREADS = env.int("PROMPT_THREADS", default=2)
 # Inputs one /v1/embeddings request may carry (OpenAI's limit is 2048); more is a 400.
 EMBEDDINGS_MAX_INPUTS = env.int("EMBEDDINGS_MAX_INPUTS", default=2048)
 # Messages one chat request may carry.

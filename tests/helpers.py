@@ -20,6 +20,7 @@ from inference.engine.types import (
     Event,
     Failed,
     GenerationJob,
+    JobRequest,
     ModelSpec,
     SamplingParams,
     Started,
@@ -104,11 +105,22 @@ def run_job(
     return collect(job, timeout)
 
 
+def prepared_job(spec, adapter, prompt, params, sink, echo: bool = False) -> GenerationJob:
+    """A job as the engine gets it from serving: its prompt rendered and tokenized, its
+    family's stops and its grammar compiled (serving/prepare.py)."""
+    from inference.serving.prepare import prepare_now
+
+    r = prepare_now(JobRequest(spec, adapter, prompt, params, echo))
+    return GenerationJob(
+        r.spec, r.prompt, r.params, sink, r.echo, r.stop_ids, r.stop_strings, r.matcher
+    )
+
+
 def start_job(engine, spec, messages="Hello", params=None, adapter=None) -> GenerationJob:
     if isinstance(messages, str):
         messages = [{"role": "user", "content": messages}]
     events: queue.SimpleQueue = queue.SimpleQueue()
-    job = GenerationJob(
+    job = prepared_job(
         spec,
         adapter or get_adapter(FamilyProfile(adapter="chatml")),
         ChatPrompt(messages),

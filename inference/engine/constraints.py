@@ -16,19 +16,26 @@ def make_ll_tokenizer(tokenizer) -> llguidance.LLTokenizer:
     return llguidance.hf.from_tokenizer(tokenizer._tokenizer)
 
 
+def compile_grammar(ll_tokenizer: llguidance.LLTokenizer, grammar: str) -> llguidance.LLMatcher:
+    """The grammar compiled for this tokenizer, at its start; any thread may compile one (a
+    request's copies each take a deep_copy)."""
+    matcher = llguidance.LLMatcher(ll_tokenizer, grammar)
+    if matcher.is_error():
+        raise EngineError(
+            ErrorKind.INVALID_REQUEST,
+            f"the output format cannot be enforced: {matcher.get_error()}",
+            "response_format",
+        )
+    return matcher
+
+
 class GrammarConstraint:
     """Feeds each sampled token to the matcher, then allows only tokens the grammar can take."""
 
-    def __init__(self, ll_tokenizer: llguidance.LLTokenizer, grammar: str, prompt_len: int) -> None:
-        self._matcher = llguidance.LLMatcher(ll_tokenizer, grammar)
-        if self._matcher.is_error():
-            raise EngineError(
-                ErrorKind.INVALID_REQUEST,
-                f"the output format cannot be enforced: {self._matcher.get_error()}",
-                "response_format",
-            )
+    def __init__(self, matcher: llguidance.LLMatcher, vocab_size: int, prompt_len: int) -> None:
+        self._matcher = matcher
         self._seen = prompt_len
-        self._bitmask = llguidance.numpy.allocate_token_bitmask(1, ll_tokenizer.vocab_size)
+        self._bitmask = llguidance.numpy.allocate_token_bitmask(1, vocab_size)
 
     def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
         new = tokens[self._seen :].tolist()

@@ -24,6 +24,7 @@ from inference.engine.types import (
     Event,
     Failed,
     GenerationJob,
+    ImagePrompt,
     JobRequest,
     ModelSpec,
 )
@@ -61,7 +62,9 @@ class JobStream:
         try:
             for index, r in enumerate(requests):
                 sink = partial(self._deliver, loop, index)
-                job = GenerationJob(r.spec, r.adapter, r.prompt, r.params, sink, r.echo)
+                job = GenerationJob(
+                    r.spec, r.prompt, r.params, sink, r.echo, r.stop_ids, r.stop_strings, r.matcher
+                )
                 job.owner, job.group = owner, group
                 self.jobs.append(job)
             engine.submit(*self.jobs)
@@ -155,11 +158,11 @@ class EngineHandle:
         """Runs `run(engine)` on the engine thread between steps and returns its result."""
         return await asyncio.wrap_future(self._supervisor.engine.call(run))
 
-    async def count_prompt_tokens(self, request: JobRequest) -> int:
-        """How many tokens `request`'s prompt takes, rendered as `start` would render it
-        (loading the model if needed); raises EngineError where a job of it would fail."""
+    async def count_image_prompt(self, spec: ModelSpec, prompt: ImagePrompt) -> int:
+        """How many tokens a prompt with images takes: only the model's own processor knows
+        how many each image expands to (loading the model if needed)."""
         # A methodcaller: it may load the model, which every rank of a group must do too.
-        return await self.call(methodcaller("count_prompt_tokens", request))
+        return await self.call(methodcaller("count_image_prompt", spec, prompt))
 
     def health(self) -> EngineHealth:
         return self._supervisor.health()

@@ -183,7 +183,8 @@ def _to_wire(turn: Turn) -> Turn:
 
 
 def _job_fields(job: Any) -> tuple[type, dict]:
-    skip = ("sink", "cancelled", "dropped")
+    # A compiled grammar does not pickle: followers compile params.grammar themselves.
+    skip = ("sink", "cancelled", "dropped", "matcher")
     return type(job), {f.name: getattr(job, f.name) for f in fields(job) if f.name not in skip}
 
 

@@ -14,7 +14,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from inference.engine.types import EngineError, ErrorKind
+
 Render = Callable[[list[dict]], list[int]]
+
+
+def context_exceeded(prompt_tokens: int, context_length: int, param: str) -> EngineError:
+    """OpenAI's wording; the numbers travel too, for the other dialects' own."""
+    what = "messages" if param == "messages" else "prompt"
+    return EngineError(
+        ErrorKind.CONTEXT_LENGTH_EXCEEDED,
+        f"This model's maximum context length is {context_length} tokens. However, your {what} "
+        f"resulted in {prompt_tokens} tokens. Please reduce the length of the {what}.",
+        param,
+        prompt_tokens=prompt_tokens,
+        context_length=context_length,
+    )
 
 
 def reply_room(context_length: int, max_tokens: int | None) -> int:

@@ -20,9 +20,9 @@ from inference.engine.loaders import load_weights, prepares_compute_format
 from inference.engine.sharding import load_sharded
 from inference.engine.token_text import TokenText
 from inference.engine.types import EngineError, ErrorKind, ModelSpec
+from inference.engine.vocabulary import context_length_of
 
 log = logging.getLogger(__name__)
-DEFAULT_CONTEXT = 4096
 
 
 @dataclass
@@ -82,15 +82,6 @@ def _refusal(spec: ModelSpec, failure: Exception) -> EngineError:
         return EngineError(failure.kind, f"model '{spec.model_id}': {failure.message}")
     log.error("loading %s failed", spec.model_id, exc_info=failure)
     return EngineError(ErrorKind.MODEL_UNAVAILABLE, f"model '{spec.model_id}' could not be loaded")
-
-
-def context_length_of(spec: ModelSpec, config: dict) -> int:
-    if spec.context_length:
-        return spec.context_length
-    for key in ("max_position_embeddings", "max_sequence_length", "n_positions"):
-        if isinstance(config.get(key), int):
-            return config[key]
-    return DEFAULT_CONTEXT
 
 
 class ModelPool:

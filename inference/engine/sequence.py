@@ -7,86 +7,42 @@ when the request is over.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Any
 
 import mlx.core as mx
-from jinja2 import TemplateError
 
-from inference.adapters.base import ChatTemplateMissing
 from inference.engine.detokenize import make_detokenizer
-from inference.engine.overflow import reply_room, truncate_middle
+from inference.engine.overflow import context_exceeded
 from inference.engine.pool import LoadedModel
 from inference.engine.sampling import make_processors, make_row_sampler, probe
 from inference.engine.stops import StopStringMatcher
 from inference.engine.types import (
     Candidate,
-    ChatPrompt,
     Delta,
     Done,
     EngineError,
     ErrorKind,
     Event,
     GenerationJob,
+    ImagePrompt,
     SampledToken,
     Started,
-    TextPrompt,
+    TokenPrompt,
 )
 
 
-def render_prompt(job: GenerationJob, loaded: LoadedModel) -> list[int]:
-    prompt, tokenizer = job.prompt, loaded.tokenizer
-    if isinstance(prompt, ChatPrompt) and prompt.images:  # counted: no vision tower run
-        from inference.engine.vision.prompt import processed
-
-        return processed(job.adapter, tokenizer, _vision_model(loaded), prompt)[0]
-    if isinstance(prompt, ChatPrompt):
-        return _render_chat(job, loaded, prompt)
-    if isinstance(prompt, TextPrompt):
-        return list(tokenizer.encode(prompt.text))
-    bad = [t for t in prompt.ids if not 0 <= t < loaded.vocab_size]
+def prompt_ids(prompt: TokenPrompt, vocab_size: int) -> list[int]:
+    bad = [t for t in prompt.ids if not 0 <= t < vocab_size]
     if bad:
         raise EngineError(
             ErrorKind.INVALID_REQUEST,
-            f"prompt has token ids outside the vocabulary (size {loaded.vocab_size}): {bad[:5]}",
-            "prompt",
+            f"prompt has token ids outside the vocabulary (size {vocab_size}): {bad[:5]}",
+            prompt.param,
         )
     return list(prompt.ids)
 
 
-def _render_chat(job: GenerationJob, loaded: LoadedModel, prompt: ChatPrompt) -> list[int]:
-    try:
-        return job.adapter.render_prompt(
-            loaded.tokenizer, prompt.messages, prompt.tools, prompt.template_kwargs, prompt.prefill
-        )
-    except ChatTemplateMissing as exc:
-        raise EngineError(ErrorKind.INVALID_REQUEST, str(exc), "messages") from exc
-    except TemplateError as exc:  # the template refused these messages (or kwargs)
-        message = f"The model's chat template could not render this request: {exc}"
-        raise EngineError(ErrorKind.INVALID_REQUEST, message, "messages") from exc
-
-
-def fit_prompt(job: GenerationJob, loaded: LoadedModel) -> tuple[list[int], int]:
-    """The prompt's tokens under the job's overflow policy, and how many messages it left out
-    (engine/overflow.py). Prompts with images are never truncated: their images would have to
-    follow their messages out."""
-    tokens = render_prompt(job, loaded)
-    prompt = job.prompt
-    if not isinstance(prompt, ChatPrompt) or prompt.overflow != "truncate_middle":
-        return tokens, 0
-    if prompt.images:
-        return tokens, 0
-    context = loaded.context_length
-    return truncate_middle(
-        prompt.messages,
-        tokens,
-        lambda messages: _render_chat(job, loaded, replace(prompt, messages=messages)),
-        context,
-        reply_room(context, job.params.max_tokens),
-    )
-
-
-def _vision_model(loaded: LoadedModel) -> Any:
+def vision_model(loaded: LoadedModel) -> Any:
     from inference.engine.vision.model import VisionChatModel
 
     if not isinstance(loaded.model, VisionChatModel):
@@ -95,25 +51,11 @@ def _vision_model(loaded: LoadedModel) -> Any:
     return loaded.model
 
 
-def render_images(job: GenerationJob, loaded: LoadedModel) -> tuple[list[int], mx.array]:
-    """A chat prompt with images: its token ids and its input embeddings (engine/vision/)."""
+def render_images(prompt: ImagePrompt, loaded: LoadedModel) -> tuple[list[int], mx.array]:
+    """A prompt with images: its token ids and its input embeddings (engine/vision/)."""
     from inference.engine.vision.prompt import render_with_images
 
-    model = _vision_model(loaded)
-    return render_with_images(job.adapter, loaded.tokenizer, model, job.prompt)
-
-
-def context_exceeded(prompt_tokens: int, context_length: int, param: str) -> EngineError:
-    """OpenAI's wording; the numbers travel too, for the other dialects' own."""
-    what = "messages" if param == "messages" else "prompt"
-    return EngineError(
-        ErrorKind.CONTEXT_LENGTH_EXCEEDED,
-        f"This model's maximum context length is {context_length} tokens. However, your {what} "
-        f"resulted in {prompt_tokens} tokens. Please reduce the length of the {what}.",
-        param,
-        prompt_tokens=prompt_tokens,
-        context_length=context_length,
-    )
+    return render_with_images(prompt, vision_model(loaded))
 
 
 class Sequence:
@@ -123,10 +65,11 @@ class Sequence:
         # A prompt with images is read from its input embeddings (prefill), never cached.
         self.embeddings: mx.array | None = None
         self.truncated_messages = 0
-        if isinstance(job.prompt, ChatPrompt) and job.prompt.images:
-            self.prompt, self.embeddings = render_images(job, loaded)
+        if isinstance(job.prompt, ImagePrompt):
+            self.prompt, self.embeddings = render_images(job.prompt, loaded)
         else:
-            self.prompt, self.truncated_messages = fit_prompt(job, loaded)
+            self.prompt = prompt_ids(job.prompt, loaded.vocab_size)
+            self.truncated_messages = job.prompt.truncated_messages
         self._check_length()
         params = job.params
         self._check_logit_bias(loaded.vocab_size)
@@ -140,14 +83,9 @@ class Sequence:
         self.sampler = make_row_sampler(params)
         self.processors = make_processors(params)
         if params.grammar:
-            from inference.engine.constraints import GrammarConstraint
-            from inference.engine.grammar_tokens import with_marker_tokens
-
-            grammar = with_marker_tokens(params.grammar, loaded.marker_tokens)
-            constraint = GrammarConstraint(loaded.ll_tokenizer, grammar, len(self.prompt))
-            self.processors.append(constraint)
-        self._stop_ids = job.adapter.stop_token_ids(loaded.tokenizer)
-        self._stops = StopStringMatcher((*job.adapter.stop_strings(), *params.stop))
+            self.processors.append(self._constraint())
+        self._stop_ids = job.stop_ids
+        self._stops = StopStringMatcher((*job.stop_strings, *params.stop))
         self._detokenizer = make_detokenizer(loaded.tokenizer)
         self._pending_logprobs: list[SampledToken] = []
         self.fed: list[int] = []  # tokens generated and fed back, so in the KV cache
@@ -156,6 +94,17 @@ class Sequence:
         self.finished = False
         self.submitted_at = time.monotonic()
         self.first_token_at: float | None = None
+
+    def _constraint(self) -> Any:
+        from inference.engine.constraints import GrammarConstraint, compile_grammar
+
+        matcher, loaded = self.job.matcher, self.loaded
+        if matcher is None:  # a group's follower: the leader's compiled grammar did not travel
+            from inference.engine.grammar_tokens import with_marker_tokens
+
+            grammar = with_marker_tokens(self.job.params.grammar, loaded.marker_tokens)
+            matcher = compile_grammar(loaded.ll_tokenizer, grammar)
+        return GrammarConstraint(matcher, loaded.ll_tokenizer.vocab_size, len(self.prompt))
 
     @property
     def room(self) -> int:
@@ -166,8 +115,7 @@ class Sequence:
         return Started(len(self.prompt), echo, self.cached_tokens, self.truncated_messages)
 
     def _check_length(self) -> None:
-        chat = isinstance(self.job.prompt, ChatPrompt)
-        param = "messages" if chat else "prompt"
+        param = self.job.prompt.param
         if not self.prompt:
             raise EngineError(ErrorKind.INVALID_REQUEST, "The prompt is empty.", param)
         if self.room <= 0:

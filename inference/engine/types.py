@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from inference.adapters import FamilyAdapter
-
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -56,9 +54,25 @@ class TextPrompt:
 @dataclass(frozen=True)
 class TokenPrompt:
     ids: tuple[int, ...]
+    # Prepared by serving from a chat prompt: how many messages its overflow policy left out,
+    # and the request field an error about its length names.
+    truncated_messages: int = 0
+    param: str = "prompt"
 
 
-Prompt = ChatPrompt | TextPrompt | TokenPrompt
+@dataclass(frozen=True)
+class ImagePrompt:
+    """A chat prompt with images, prepared by serving: the chat template's text with the
+    images' placeholders; the engine's vision model turns it into tokens and embeddings."""
+
+    text: str
+    images: tuple[Any, ...]
+    param: str = "messages"
+
+
+# What serving asks for, and what the engine reads once serving has prepared it.
+Prompt = ChatPrompt | TextPrompt | TokenPrompt | ImagePrompt
+Prepared = TokenPrompt | ImagePrompt
 
 
 @dataclass(frozen=True)
@@ -167,24 +181,32 @@ Event = Started | Delta | Done | Failed
 
 @dataclass(frozen=True)
 class JobRequest:
-    """One sequence a request asks for; the handle turns it into a GenerationJob."""
+    """One sequence a request asks for. Serving prepares it (serving/prepare.py: its prompt
+    rendered and tokenized, its family's stops and its grammar filled in, off the engine
+    thread); the handle turns the prepared request into a GenerationJob."""
 
     spec: ModelSpec
-    adapter: FamilyAdapter
+    adapter: Any  # the model family's adapter: serving's, never read by the engine
     prompt: Prompt
     params: SamplingParams
     echo: bool = False
+    stop_ids: frozenset[int] = frozenset()  # the family's stop tokens (EOS included)
+    stop_strings: tuple[str, ...] = ()  # the family's stop strings (the request's: params)
+    matcher: Any = None  # params.grammar compiled (llguidance), this job's own copy
 
 
 @dataclass(eq=False)  # compared and hashed by identity: engines keep sets of live jobs
 class GenerationJob:
     spec: ModelSpec
-    adapter: FamilyAdapter
-    prompt: Prompt
+    prompt: Prepared
     params: SamplingParams
     # Called on the engine thread for every event; must be thread-safe and never block.
     sink: Callable[[Event], None]
     echo: bool = False
+    stop_ids: frozenset[int] = frozenset()
+    stop_strings: tuple[str, ...] = ()
+    # The compiled grammar; a group's followers get params.grammar and compile their own.
+    matcher: Any = None
     cancelled: threading.Event = field(default_factory=threading.Event)
     # Fair shares: who sent it (the API key's name) and which request it belongs to.
     owner: str = ""

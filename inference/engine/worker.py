@@ -20,10 +20,10 @@ from inference.engine import cpu, fastmath
 from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
 from inference.engine.embedding.runner import EmbeddingRunner
-from inference.engine.inbox import Command, ignore
+from inference.engine.inbox import Command
 from inference.engine.lockstep import Turn, current_link
 from inference.engine.pool import LoadedModel, ModelPool
-from inference.engine.sequence import Sequence, fit_prompt
+from inference.engine.sequence import Sequence, vision_model
 from inference.engine.state import EngineState, ModelState
 from inference.engine.types import (
     EmbeddingJob,
@@ -32,7 +32,7 @@ from inference.engine.types import (
     Event,
     Failed,
     GenerationJob,
-    JobRequest,
+    ImagePrompt,
     ModelSpec,
 )
 
@@ -307,18 +307,12 @@ class Engine:
             "already_loaded": was_loaded,
         }
 
-    def count_prompt_tokens(self, request: JobRequest) -> int:
-        """The prompt's length in tokens, rendered exactly as a job of it would be (after the
-        overflow policy left messages out, if it did)."""
-        job = GenerationJob(request.spec, request.adapter, request.prompt, request.params, ignore)
-        loaded = self._load(request.spec)
-        try:
-            return len(fit_prompt(job, loaded)[0])
-        except EngineError:
-            raise
-        except Exception as exc:  # what would fail a job fails the count the same way
-            log.exception("could not render a prompt for %s", request.spec.model_id)
-            raise EngineError(ErrorKind.INTERNAL, "the prompt could not be rendered") from exc
+    def count_image_prompt(self, spec: ModelSpec, prompt: ImagePrompt) -> int:
+        """A prompt with images' length in tokens, as the model's processor expands it (no
+        vision tower run)."""
+        from inference.engine.vision.prompt import processed
+
+        return len(processed(prompt, vision_model(self._load(spec)))[0])
 
     def unload(self, model_id: str) -> bool:
         runner = self._runners.get(model_id)

@@ -26,6 +26,7 @@ from inference.serving.context import RequestContext
 from inference.serving.drain import drain
 from inference.serving.errors import api_error
 from inference.serving.ids import completion_id, now, system_fingerprint
+from inference.serving.prepare import prepare_requests
 
 
 @dataclass
@@ -110,6 +111,8 @@ class Generation:
         check_sequence_count(len(requests))
         if ctx.record is not None:
             ctx.record.model = requests[0].spec.model_id
+        # Off the engine thread, before admission: a request over the limits costs nothing.
+        requests = await prepare_requests(requests)
         try:
             stream = ctx.engine.start(requests, owner=ctx.caller.name, group=ctx.id)
         except EngineError as exc:

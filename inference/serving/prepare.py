@@ -1,12 +1,231 @@
-"""A request's prompts made ready for the engine: rendered, tokenized and checked against the
-prompt limits in a worker thread, once per distinct prompt (n copies share it)."""
+"""A request's prompts made ready for the engine, off its thread: rendered with the family's
+chat template, tokenized, cut to the context under the catalog's overflow policy, the family's
+stops named and the grammar compiled, once per distinct prompt (n copies share it: each gets
+its own copy of the compiled grammar). The engine receives token ids (or, for images, the
+template's text for the model's processor) and never renders anything.
+
+The limits come first: characters before anything is rendered (a prompt no token limit would
+take is refused without being read), then tokens, every copy counted."""
 
 from __future__ import annotations
 
-from inference.engine.types import JobRequest
+import asyncio
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from functools import cache
+from typing import Any
+
+from django.conf import settings
+from jinja2 import TemplateError
+
+from inference.adapters.base import ChatTemplateMissing
+from inference.engine.overflow import reply_room, truncate_middle
+from inference.engine.types import (
+    ChatPrompt,
+    EngineError,
+    ErrorKind,
+    ImagePrompt,
+    JobRequest,
+    Prepared,
+    TextPrompt,
+    TokenPrompt,
+)
+from inference.engine.vocabulary import Vocabulary, vocabularies
+from inference.protocol.errors import APIError
 from inference.serving.context import RequestContext
+from inference.serving.errors import api_error
+
+log = logging.getLogger(__name__)
+# Arguments only the template call itself takes: a request's kwargs never override them.
+_TEMPLATE_ONLY = ("chat_template", "tools", "add_generation_prompt", "tokenize")
+
+
+@cache
+def _threads() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(settings.PROMPT_THREADS, thread_name_prefix="prompt")
+
+
+@dataclass(frozen=True)
+class Ready:
+    """One distinct prompt, prepared."""
+
+    prompt: Prepared
+    stop_ids: frozenset[int]
+    stop_strings: tuple[str, ...]
+    matcher: Any  # the compiled grammar, or None
+
+
+async def prepare_requests(requests: list[JobRequest]) -> list[JobRequest]:
+    """`requests` with their prompts prepared; raises the APIError a limit or a bad prompt
+    gives. Copies of one prompt (one request's n) are the same object and prepared once."""
+    distinct = list({id(r.prompt): r for r in requests}.values())
+    _check_characters([r.prompt for r in distinct])
+    loop = asyncio.get_running_loop()
+    ready: dict[int, Ready] = {}
+    for request in distinct:
+        try:
+            ready[id(request.prompt)] = await loop.run_in_executor(_threads(), _ready, request)
+        except EngineError as exc:
+            raise api_error(exc) from None
+    prepared = [_prepared(r, ready[id(r.prompt)], first=i == 0) for i, r in enumerate(requests)]
+    _check_tokens(prepared)
+    return prepared
 
 
 async def count_prompt_tokens(ctx: RequestContext, request: JobRequest) -> int:
-    """How many tokens `request`'s prompt takes, prepared as a job of it would be."""
-    return await ctx.engine.count_prompt_tokens(request)
+    """How many tokens `request`'s prompt takes, prepared as a job of it would be, under the
+    same limits (a prompt with images: the model's processor counts it, on the engine)."""
+    (prepared,) = await prepare_requests([request])
+    if isinstance(prepared.prompt, ImagePrompt):
+        try:
+            return await ctx.engine.count_image_prompt(request.spec, prepared.prompt)
+        except EngineError as exc:
+            raise api_error(exc) from None
+    return len(prepared.prompt.ids)
+
+
+def _prepared(request: JobRequest, ready: Ready, first: bool) -> JobRequest:
+    matcher = ready.matcher
+    if matcher is not None and not first:
+        matcher = matcher.deep_copy()  # each copy walks the grammar on its own
+    return replace(
+        request,
+        prompt=ready.prompt,
+        stop_ids=ready.stop_ids,
+        stop_strings=ready.stop_strings,
+        matcher=matcher,
+    )
+
+
+def _characters(prompt: Any) -> int:
+    if isinstance(prompt, ChatPrompt):
+        texts = json.dumps([prompt.messages, prompt.tools], ensure_ascii=False, default=str)
+        return len(texts) + len(prompt.prefill)
+    if isinstance(prompt, TextPrompt):
+        return len(prompt.text)
+    return 0
+
+
+def _check_characters(prompts: list[Any]) -> None:
+    limit = settings.MAX_REQUEST_PROMPT_CHARS
+    total = sum(_characters(p) for p in prompts)
+    if limit and total > limit:
+        param = "messages" if isinstance(prompts[0], ChatPrompt) else "prompt"
+        raise APIError(
+            f"This request's prompts hold {total} characters; this server reads at most "
+            f"{limit} for one request (MAX_REQUEST_PROMPT_CHARS).",
+            param=param,
+            code="too_many_prompt_characters",
+        )
+
+
+def _check_tokens(requests: list[JobRequest]) -> None:
+    """Every copy counts, as the engine reads each (a prompt with images: the engine counts)."""
+    limit = settings.MAX_REQUEST_PROMPT_TOKENS
+    total = sum(len(r.prompt.ids) for r in requests if isinstance(r.prompt, TokenPrompt))
+    if limit and total > limit:
+        error = EngineError(
+            ErrorKind.PROMPT_TOO_LARGE,
+            f"This request's prompts (every prompt x n) take {total} tokens; this server "
+            f"reads at most {limit} for one request",
+        )
+        raise api_error(error)
+
+
+def _ready(request: JobRequest) -> Ready:
+    """On a prompt thread: the prompt rendered and tokenized, stops, the grammar compiled."""
+    try:
+        vocabulary = vocabularies.get(request.spec)
+        with vocabulary.lock:
+            prompt = _tokens(request, vocabulary)
+            stop_ids = request.adapter.stop_token_ids(vocabulary.tokenizer)
+            matcher = _grammar(request, vocabulary)
+    except EngineError:
+        raise
+    except Exception as exc:  # what a bad request breaks never reaches the engine
+        log.exception("could not prepare a prompt for %s", request.spec.model_id)
+        raise EngineError(ErrorKind.INTERNAL, "the prompt could not be rendered") from exc
+    return Ready(prompt, stop_ids, tuple(request.adapter.stop_strings()), matcher)
+
+
+def _tokens(request: JobRequest, vocabulary: Vocabulary) -> Prepared:
+    prompt = request.prompt
+    if isinstance(prompt, ChatPrompt) and prompt.images:
+        text = _template_text(request.adapter, vocabulary.tokenizer, prompt)
+        return ImagePrompt(text, prompt.images)
+    if isinstance(prompt, ChatPrompt):
+        return _chat_tokens(request, vocabulary, prompt)
+    if isinstance(prompt, TextPrompt):
+        return TokenPrompt(tuple(vocabulary.tokenizer.encode(prompt.text)))
+    return prompt  # token ids: the engine checks them against the vocabulary
+
+
+def _chat_tokens(request: JobRequest, vocabulary: Vocabulary, prompt: ChatPrompt) -> TokenPrompt:
+    """The chat prompt's tokens under its overflow policy (engine/overflow.py). A prompt with
+    images is never truncated: its images would have to follow their messages out."""
+
+    def render(messages: list[dict]) -> list[int]:
+        return _render(request.adapter, vocabulary.tokenizer, replace(prompt, messages=messages))
+
+    ids, left_out = render(prompt.messages), 0
+    if prompt.overflow == "truncate_middle":
+        context = vocabulary.context_length
+        room = reply_room(context, request.params.max_tokens)
+        ids, left_out = truncate_middle(prompt.messages, ids, render, context, room)
+    return TokenPrompt(tuple(ids), left_out, "messages")
+
+
+def _render(adapter: Any, tokenizer: Any, prompt: ChatPrompt) -> list[int]:
+    try:
+        return adapter.render_prompt(
+            tokenizer, prompt.messages, prompt.tools, prompt.template_kwargs, prompt.prefill
+        )
+    except ChatTemplateMissing as exc:
+        raise EngineError(ErrorKind.INVALID_REQUEST, str(exc), "messages") from exc
+    except TemplateError as exc:  # the template refused these messages (or kwargs)
+        raise _template_refused(exc) from exc
+
+
+def _template_text(adapter: Any, tokenizer: Any, prompt: ChatPrompt) -> str:
+    """A prompt with images as text, the images' placeholders in it: the vision model's
+    processor expands them into image tokens (engine/vision/prompt.py)."""
+    template = adapter.profile.chat_template or None
+    extra = {k: v for k, v in (prompt.template_kwargs or {}).items() if k not in _TEMPLATE_ONLY}
+    if prompt.tools:
+        extra["tools"] = prompt.tools
+    try:
+        text = tokenizer.apply_chat_template(
+            prompt.messages,
+            chat_template=template,
+            add_generation_prompt=True,
+            tokenize=False,
+            **extra,
+        )
+    except TemplateError as exc:
+        raise _template_refused(exc) from exc
+    return text + prompt.prefill
+
+
+def _template_refused(exc: TemplateError) -> EngineError:
+    message = f"The model's chat template could not render this request: {exc}"
+    return EngineError(ErrorKind.INVALID_REQUEST, message, "messages")
+
+
+def _grammar(request: JobRequest, vocabulary: Vocabulary) -> Any:
+    grammar = request.params.grammar
+    if not grammar:
+        return None
+    from inference.engine.constraints import compile_grammar
+    from inference.engine.grammar_tokens import with_marker_tokens
+
+    return compile_grammar(
+        vocabulary.ll_tokenizer, with_marker_tokens(grammar, vocabulary.marker_tokens)
+    )
+
+
+def prepare_now(request: JobRequest) -> JobRequest:
+    """`request` prepared on the calling thread, with no request limits: for the engine's
+    tests and benchmarks, which hand jobs to the engine without an HTTP request."""
+    return _prepared(request, _ready(request), first=True)

@@ -166,13 +166,16 @@ def test_the_openai_dialect_is_the_default():
 def test_a_job_stream_is_released_once_however_often_it_is_asked(tiny_dir):
     from inference.adapters import FamilyProfile, get_adapter
     from inference.engine.types import ChatPrompt, ModelSpec
+    from inference.serving.prepare import prepare_now
 
     spec = ModelSpec(model_id="tiny", location=str(tiny_dir))
-    request = JobRequest(
-        spec,
-        get_adapter(FamilyProfile(adapter="chatml")),
-        ChatPrompt([{"role": "user", "content": "Hi"}]),
-        SamplingParams(temperature=0, max_tokens=400, logit_bias={2: -100}),
+    request = prepare_now(
+        JobRequest(
+            spec,
+            get_adapter(FamilyProfile(adapter="chatml")),
+            ChatPrompt([{"role": "user", "content": "Hi"}]),
+            SamplingParams(temperature=0, max_tokens=400, logit_bias={2: -100}),
+        )
     )
     admission = get_supervisor().admission
 

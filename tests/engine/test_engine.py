@@ -11,14 +11,14 @@ from inference.engine.types import (
     ChatPrompt,
     Delta,
     Done,
+    EngineError,
     ErrorKind,
     Failed,
-    GenerationJob,
     ModelSpec,
     SamplingParams,
     Started,
 )
-from tests.helpers import run_job, start_job, wait_until
+from tests.helpers import prepared_job, run_job, start_job, wait_until
 
 HELLO = 19556  # "Hello" in SmolLM2's vocabulary
 EOS = 2
@@ -101,7 +101,7 @@ def test_requests_interleave_instead_of_queueing(engine, tiny_spec):
     params = SamplingParams(temperature=0, max_tokens=30, logit_bias=NO_EOS)
     adapter = get_adapter(FamilyProfile())
     for name in ("a", "b"):
-        job = GenerationJob(
+        job = prepared_job(
             tiny_spec,
             adapter,
             ChatPrompt([{"role": "user", "content": f"Hi {name}"}]),
@@ -147,11 +147,15 @@ def test_logit_bias_outside_vocabulary(engine, tiny_spec):
 
 
 def test_missing_weights_never_reach_the_hub(engine, tmp_path):
-    spec = ModelSpec(model_id="gone", location=str(tmp_path / "deleted"))
-    error = failure(engine, spec)
-    assert error.kind is ErrorKind.MODEL_UNAVAILABLE
-    # A directory that is not a model is refused the same way.
-    assert failure(engine, ModelSpec("empty", str(tmp_path))).kind is ErrorKind.MODEL_UNAVAILABLE
+    # A deleted folder, and a directory that is not a model, are refused the same way: when
+    # serving reads the tokenizer to prepare a prompt, and when the engine loads the weights.
+    for spec in (ModelSpec("gone", str(tmp_path / "deleted")), ModelSpec("empty", str(tmp_path))):
+        with pytest.raises(EngineError) as preparing:
+            run_job(engine, spec)
+        assert preparing.value.kind is ErrorKind.MODEL_UNAVAILABLE
+        with pytest.raises(EngineError) as loading:
+            engine.call(lambda engine, spec=spec: engine.warm(spec)).result(timeout=60)
+        assert loading.value.kind is ErrorKind.MODEL_UNAVAILABLE
 
 
 def test_pool_evicts_least_recently_used(tiny_dir, tmp_path):

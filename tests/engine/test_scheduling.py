@@ -26,7 +26,7 @@ from inference.engine.types import (
 )
 from inference.engine.worker import Engine
 from inference.runtime import get_supervisor
-from tests.helpers import assert_error, collect, start_job, wait_until
+from tests.helpers import assert_error, collect, prepared_job, start_job, wait_until
 
 NO_EOS = {2: -100.0}  # the end token of SmolLM2's vocabulary, banned
 
@@ -84,7 +84,7 @@ def long_job(spec, tokens: int, max_tokens: int = 4, word: str = " hello") -> Ge
     events: queue.SimpleQueue = queue.SimpleQueue()
     params = SamplingParams(temperature=0, max_tokens=max_tokens, logit_bias=NO_EOS)
     prompt = TextPrompt(word * tokens)
-    job = GenerationJob(spec, get_adapter(FamilyProfile()), prompt, params, events.put)
+    job = prepared_job(spec, get_adapter(FamilyProfile()), prompt, params, events.put)
     job.events = events  # type: ignore[attr-defined]
     return job
 

@@ -26,12 +26,11 @@ from inference.engine.types import (
     Done,
     ErrorKind,
     Failed,
-    GenerationJob,
     ModelSpec,
     SamplingParams,
 )
 from inference.protocol.errors import APIError
-from tests.helpers import build_tiny_model
+from tests.helpers import build_tiny_model, prepared_job
 from tests.live_server import LiveServer, free_port, live_server
 from tests.vision_models import (
     build_tiny_gemma3,
@@ -298,7 +297,7 @@ def _first_logprobs(engine, spec: ModelSpec, images: tuple) -> mx.array:
     events: queue.SimpleQueue = queue.SimpleQueue()
     params = SamplingParams(temperature=0, max_tokens=1, logprobs=True, top_logprobs=5)
     prompt = ChatPrompt([{"role": "user", "content": content}], images=images)
-    engine.submit(GenerationJob(spec, get_adapter(FamilyProfile()), prompt, params, events.put))
+    engine.submit(prepared_job(spec, get_adapter(FamilyProfile()), prompt, params, events.put))
     while not isinstance(event := events.get(timeout=120), Done):
         if isinstance(event, Delta) and event.logprobs:
             top = event.logprobs[0].top
@@ -374,7 +373,7 @@ def test_mrope_families_are_refused_saying_why(engine, tmp_path: Path, model_typ
     events: queue.SimpleQueue = queue.SimpleQueue()
     prompt = ChatPrompt([{"role": "user", "content": "hi"}])
     params = SamplingParams(temperature=0, max_tokens=1)
-    engine.submit(GenerationJob(spec, get_adapter(FamilyProfile()), prompt, params, events.put))
+    engine.submit(prepared_job(spec, get_adapter(FamilyProfile()), prompt, params, events.put))
     event = events.get(timeout=60)
     assert isinstance(event, Failed)
     assert event.error.kind is ErrorKind.MODEL_UNAVAILABLE

@@ -22,11 +22,11 @@ from inference.engine.types import (
     Embedded,
     EmbeddingJob,
     Failed,
-    GenerationJob,
     ModelSpec,
     SamplingParams,
 )
 from inference.engine.worker import Engine
+from tests.helpers import prepared_job
 
 HIDDEN = mx.array(
     [
@@ -96,7 +96,7 @@ def test_embedding_batches_take_turns_with_decoding(
 
         return sink
 
-    chat = GenerationJob(
+    chat = prepared_job(
         tiny_spec,
         get_adapter(FamilyProfile(adapter="chatml")),
         ChatPrompt([{"role": "user", "content": "Hi"}]),

@@ -1,0 +1,118 @@
+"""A chat model's tokenizer and what follows from it, without its weights: what serving needs
+to render, tokenize and check a prompt, and to compile its grammar, on its own threads.
+
+Serving's copy is its own tokenizer instance, used under one lock: a Hugging Face tokenizer
+borrows itself mutably while it encodes (truncation and padding settings), so sharing the
+engine thread's instance would fail one of them ("Already borrowed")."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from inference.engine.types import EngineError, ErrorKind, ModelSpec
+
+DEFAULT_CONTEXT = 4096
+
+
+def context_length_of(spec: ModelSpec, config: dict) -> int:
+    """The catalog's context length, else the model's (a vision model's text config's)."""
+    if spec.context_length:
+        return spec.context_length
+    text_config = config.get("text_config") or {}
+    for source in (config, text_config):
+        for key in ("max_position_embeddings", "max_sequence_length", "n_positions"):
+            if isinstance(source.get(key), int):
+                return source[key]
+    return DEFAULT_CONTEXT
+
+
+@dataclass
+class Vocabulary:
+    spec: ModelSpec
+    tokenizer: Any  # mlx-lm's TokenizerWrapper
+    config: dict
+    # Held while the tokenizer is used: see the module's docstring.
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @cached_property
+    def context_length(self) -> int:
+        return context_length_of(self.spec, self.config)
+
+    @cached_property
+    def vocab_size(self) -> int:
+        return len(self.tokenizer.get_vocab())
+
+    @cached_property
+    def marker_tokens(self) -> dict[str, int]:
+        from inference.engine.grammar_tokens import added_token_ids
+
+        return added_token_ids(self.tokenizer)
+
+    @cached_property
+    def ll_tokenizer(self) -> Any:
+        # Built on the first constrained request only: it takes about half a second.
+        from inference.engine.constraints import make_ll_tokenizer
+
+        return make_ll_tokenizer(self.tokenizer)
+
+
+def _read(spec: ModelSpec) -> Vocabulary:
+    from mlx_lm.utils import _download, load_tokenizer
+
+    if spec.from_hub:  # what mlx-lm's load would fetch first: the users' machines have internet
+        path = _download(spec.location)
+    else:
+        path = Path(spec.location)
+        if not (path / "config.json").is_file():
+            raise EngineError(
+                ErrorKind.MODEL_UNAVAILABLE,
+                f"model '{spec.model_id}' could not be loaded: its weights are missing on disk",
+            )
+    config = json.loads((Path(path) / "config.json").read_text())
+    text_config = config.get("text_config") or {}
+    eos = config.get("eos_token_id", text_config.get("eos_token_id"))
+    return Vocabulary(spec, load_tokenizer(Path(path), eos_token_ids=eos), config)
+
+
+class Vocabularies:
+    """One Vocabulary per model files, read on first use by whichever thread asks."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[tuple, Vocabulary] = {}
+        self._reading: dict[tuple, threading.Lock] = {}
+
+    def get(self, spec: ModelSpec) -> Vocabulary:
+        key = (spec.location, spec.from_hub, spec.context_length, _changed_at(spec))
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                return entry
+            reading = self._reading.setdefault(key, threading.Lock())
+        with reading:  # one read per model, however many requests wait for it
+            with self._lock:
+                entry = self._entries.get(key)
+            if entry is None:
+                entry = _read(spec)
+                with self._lock:
+                    self._entries[key] = entry
+        return entry
+
+
+
+def _changed_at(spec: ModelSpec) -> float:
+    """When a local model's files last changed (a re-import reads them again); 0 otherwise."""
+    if spec.from_hub:
+        return 0.0
+    try:
+        return (Path(spec.location) / "config.json").stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+vocabularies = Vocabularies()
