@@ -12,9 +12,9 @@ from catalog.models import CatalogModel
 from inference.edge import STAFF_OR_TOKEN, endpoint
 from inference.observability import records
 from inference.protocol.openai.chat import ChatCompletion, ChatCompletionRequest
-from inference.serving.chat import answer_chat
 from inference.serving.context import RequestContext
 from inference.serving.control import dashboard_document
+from inference.serving.openai.chat import answer_chat
 from inference.serving.sse import EventStream
 
 # The two pages are HTML for people: Django's staff check, which redirects to the admin login.

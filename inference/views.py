@@ -17,11 +17,11 @@ from inference.protocol.openai.completions import Completion, CompletionRequest
 from inference.protocol.openai.embeddings import EmbeddingList, EmbeddingRequest
 from inference.protocol.openai.models import ModelCard, ModelList
 from inference.serving import models
-from inference.serving.chat import answer_chat
-from inference.serving.completions import answer_completion
 from inference.serving.context import RequestContext
 from inference.serving.control import health_document, not_ready
 from inference.serving.embeddings import answer_embeddings
+from inference.serving.openai.chat import answer_chat
+from inference.serving.openai.completions import answer_completion
 from inference.serving.sse import EventStream
 
 PROBE = ("GET", "HEAD")

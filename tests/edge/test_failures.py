@@ -9,7 +9,7 @@ from django.test import AsyncClient
 from openai.types.chat import ChatCompletionChunk
 
 from catalog.models import CatalogModel
-from inference.serving import chat as chat_serving
+from inference.serving.openai import chat as chat_serving
 from tests.helpers import break_engine_after
 
 CHAT = "/v1/chat/completions"
