@@ -84,6 +84,39 @@ def _refusal(spec: ModelSpec, failure: Exception) -> EngineError:
     return EngineError(ErrorKind.MODEL_UNAVAILABLE, f"model '{spec.model_id}' could not be loaded")
 
 
+Read = tuple[Any, Any, dict, compute_format.FormatChoice]
+
+
+@dataclass
+class Loading:
+    """A model whose weights are being read: what the pool set aside for it, and the read."""
+
+    spec: ModelSpec
+    size: int = 0  # bytes on disk, set aside in the pool's budget while it loads
+    room: int = 0  # the pool's room for it (compute_format may widen the weights into it)
+    group: Any = None
+    started: float = field(default_factory=time.monotonic)
+
+    def read(self) -> Read:
+        """The weights, in the format the model will compute in (this rank's shard of a
+        model marked parallel, in a group). Touches no pool state: any thread may run it."""
+        spec = self.spec
+        if self.group is not None and spec.parallel:
+            return load_sharded(spec, self.group, self.room)
+        model, tokenizer, config = load_weights(spec)
+        if not prepares_compute_format(spec):
+            reason = "loaded as stored (not an mlx-lm chat model)"
+            return model, tokenizer, config, compute_format.FormatChoice("stored", reason, False)
+        model, choice = compute_format.prepare(
+            spec.compute_format,
+            model,
+            self.room,
+            key=(spec.location, self.size),
+            timed=self.group is None,
+        )
+        return model, tokenizer, config, choice
+
+
 class ModelPool:
     def __init__(
         self,
@@ -97,6 +130,7 @@ class ModelPool:
         # it, and every rank must choose the same compute format without timing anything.
         self._group = group
         self._models: OrderedDict[str, LoadedModel] = OrderedDict()
+        self._pending = 0  # bytes set aside for models being read (begin -> finish)
         self.evictions = 0  # unloaded to make room or for being idle (not on request)
 
     def loaded(self) -> list[LoadedModel]:
@@ -106,7 +140,8 @@ class ModelPool:
         # Read from other threads: copying the keys is atomic under the GIL.
         return list(self._models)
 
-    def get(self, spec: ModelSpec) -> LoadedModel:
+    def current(self, spec: ModelSpec) -> LoadedModel | None:
+        """The model as loaded for exactly this spec (touched as used), or None."""
         entry = self._models.get(spec.model_id)
         if entry is not None and entry.spec == spec:
             self._models.move_to_end(spec.model_id)
@@ -114,26 +149,37 @@ class ModelPool:
             return entry
         if entry is not None:  # the catalog entry changed since it was loaded
             self.unload(spec.model_id)
-        return self._load(spec)
+        return None
 
-    def unload(self, model_id: str) -> bool:
-        entry = self._models.pop(model_id, None)
-        if entry is None:
-            return False
-        self._on_unload(model_id)
-        del entry
-        gc.collect()
-        mx.clear_cache()
-        log.info("unloaded %s", model_id)
-        return True
-
-    def _load(self, spec: ModelSpec) -> LoadedModel:
-        started = time.monotonic()
-        failure: Exception | None = None
+    def get(self, spec: ModelSpec) -> LoadedModel:
+        """The model, read here and now if it is not loaded yet."""
+        entry = self.current(spec)
+        if entry is not None:
+            return entry
         try:
-            model, tokenizer, config, choice = self._read(spec)
+            load = self.begin(spec)
+            outcome: Read | Exception = load.read()
         except Exception as exc:
-            failure = exc
+            load, outcome = Loading(spec), exc
+        return self.finish(load, outcome)
+
+    def begin(self, spec: ModelSpec) -> Loading:
+        """Room made for the model's weights (unloading others: engine thread only); the
+        returned Loading's read() may then run on any thread, while the engine steps."""
+        if not spec.from_hub and not (Path(spec.location) / "config.json").is_file():
+            # Never hand a missing local path to mlx-lm: it would try it as a hub repo id.
+            raise EngineError(ErrorKind.MODEL_UNAVAILABLE, "its weights are missing on disk")
+        size = weights_size(spec)  # a glob of the directory: once
+        self._make_room(size + self._pending, spec.model_id)
+        load = Loading(spec, size, self._room() - self._pending, self._group)
+        self._pending += size
+        return load
+
+    def finish(self, load: Loading, outcome: Read | Exception) -> LoadedModel:
+        """On the engine thread: the read weights join the pool, or their failure is raised
+        as the refusal the requests hear."""
+        self._pending -= load.size
+        failure = outcome if isinstance(outcome, Exception) else None
         # A group's ranks load together or not at all: one rank without the weights (or the
         # room) must not leave the others waiting in the model's collectives.
         if self._group is not None and not everywhere(self._group, failure is None):
@@ -142,17 +188,20 @@ class ModelPool:
                 "it could not be loaded on every rank of the group (see the other ranks' logs)",
             )
         if failure is not None:
-            raise _refusal(spec, failure) from failure
+            raise _refusal(load.spec, failure) from failure
+        return self._adopt(load, outcome)  # type: ignore[arg-type]
+
+    def _adopt(self, load: Loading, read: Read) -> LoadedModel:
+        spec, (model, tokenizer, config, choice) = load.spec, read
         nbytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
-        seconds = time.monotonic() - started
-        context = context_length_of(spec, config)
+        seconds = time.monotonic() - load.started
         entry = LoadedModel(
             spec,
             model,
             tokenizer,
             config,
             nbytes,
-            context,
+            context_length_of(spec, config),
             seconds,
             choice.format,
             choice.kernels,
@@ -170,28 +219,16 @@ class ModelPool:
         )
         return entry
 
-    def _read(self, spec: ModelSpec) -> tuple[Any, Any, dict, compute_format.FormatChoice]:
-        """The weights, in the format the model will compute in (this rank's shard of a
-        model marked parallel, in a group), once there is room for them."""
-        if not spec.from_hub and not (Path(spec.location) / "config.json").is_file():
-            # Never hand a missing local path to mlx-lm: it would try it as a hub repo id.
-            raise EngineError(ErrorKind.MODEL_UNAVAILABLE, "its weights are missing on disk")
-        size = weights_size(spec)  # a glob of the directory: once
-        self._make_room(size, spec.model_id)
-        if self._group is not None and spec.parallel:
-            return load_sharded(spec, self._group, self._room())
-        model, tokenizer, config = load_weights(spec)
-        if not prepares_compute_format(spec):
-            reason = "loaded as stored (not an mlx-lm chat model)"
-            return model, tokenizer, config, compute_format.FormatChoice("stored", reason, False)
-        model, choice = compute_format.prepare(
-            spec.compute_format,
-            model,
-            self._room(),
-            key=(spec.location, size),
-            timed=self._group is None,
-        )
-        return model, tokenizer, config, choice
+    def unload(self, model_id: str) -> bool:
+        entry = self._models.pop(model_id, None)
+        if entry is None:
+            return False
+        self._on_unload(model_id)
+        del entry
+        gc.collect()
+        mx.clear_cache()
+        log.info("unloaded %s", model_id)
+        return True
 
     def _room(self) -> int:
         return self.budget - self._used()

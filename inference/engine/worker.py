@@ -12,6 +12,7 @@ import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import mlx.core as mx
@@ -21,6 +22,7 @@ from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
 from inference.engine.embedding.runner import EmbeddingRunner
 from inference.engine.inbox import Command
+from inference.engine.loading import Loads
 from inference.engine.lockstep import Turn, current_link
 from inference.engine.pool import LoadedModel, ModelPool
 from inference.engine.sequence import Sequence, vision_model
@@ -66,6 +68,8 @@ class Engine:
         )
         self._runners: dict[str, ModelRunner | EmbeddingRunner] = {}
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        # Models being read on the loader thread (a wake-up call when one is read).
+        self._loads = Loads(wake=lambda: self._inbox.put(None))
         # Every job not yet collected by its client, so that a supervisor can end them all
         # if this thread dies or wedges.
         self._jobs: weakref.WeakSet[GenerationJob] = weakref.WeakSet()
@@ -164,6 +168,7 @@ class Engine:
                 if turn.stop:
                     break
                 self._apply(turn)
+                self._adopt_loads()
                 if self._crash_requested:
                     raise InjectedFault("engine crash requested through /control/engine/fault")
                 for runner in list(self._runners.values()):
@@ -175,6 +180,7 @@ class Engine:
             self._close()
 
     def _close(self) -> None:
+        self._loads.close()
         # On this thread: MLX generators must be closed where they ran.
         for runner in list(self._runners.values()):
             try:
@@ -293,19 +299,53 @@ class Engine:
             command.future.set_exception(exc)
         else:
             self._publish()  # a caller that reads the state next sees what it did
-            command.future.set_result(result)
+            if isinstance(result, Future):  # answered later (a model read on the loader)
+                result.add_done_callback(partial(_pass_on, command.future))
+            else:
+                command.future.set_result(result)
 
     # Commands (run on the engine thread through call()).
 
-    def warm(self, spec: ModelSpec) -> dict:
-        was_loaded = spec.model_id in self.pool.loaded_ids()
-        loaded = self._load(spec)
-        return {
-            "id": spec.model_id,
-            "bytes": loaded.nbytes,
-            "load_seconds": 0.0 if was_loaded else round(loaded.load_seconds, 3),
-            "already_loaded": was_loaded,
-        }
+    def warm(self, spec: ModelSpec) -> dict | Future:
+        """The model loaded; read on the loader thread (the answer comes when it is read)
+        unless it is loaded already or the engine is one rank of a group."""
+        if self.pool.current(spec) is not None:
+            return _warmed(self.pool.current(spec), was_loaded=True)
+        if self.link.distributed:
+            return _warmed(self._load(spec), was_loaded=False)
+        future: Future = Future()
+        self._loads.wait_for(self.pool, spec, future)
+        return future
+
+    def _adopt_loads(self) -> None:
+        """Models read since the last turn join the pool; what waited for them starts."""
+        for outcome, waiting in self._loads.finished(self.pool):
+            self._publish()
+            for waiter in waiting:
+                if isinstance(waiter, Future):
+                    if isinstance(outcome, EngineError):
+                        waiter.set_exception(outcome)
+                    else:
+                        waiter.set_result(_warmed(outcome, was_loaded=False))
+                elif isinstance(outcome, EngineError):
+                    for job in waiter:
+                        self._emit(job, Failed(outcome))
+                else:
+                    self._start(waiter)
+
+    def _model_ready(self, jobs: list[Job]) -> bool:
+        """Whether the jobs' model is loaded; if not, they wait for it (read on the loader
+        thread while the other models go on) and start once it is. A group reads in lockstep,
+        here and now (engine/pool.py)."""
+        spec = jobs[0].spec
+        if self.link.distributed or self.pool.current(spec) is not None:
+            return True
+        try:
+            self._loads.wait_for(self.pool, spec, jobs)
+        except EngineError as exc:
+            for job in jobs:
+                self._emit(job, Failed(exc))
+        return False
 
     def count_image_prompt(self, spec: ModelSpec, prompt: ImagePrompt) -> int:
         """A prompt with images' length in tokens, as the model's processor expands it (no
@@ -354,6 +394,8 @@ class Engine:
         )
 
     def _start(self, jobs: list[GenerationJob] | list[EmbeddingJob]) -> None:
+        if not self._model_ready(jobs):
+            return
         if len(jobs) == 1 and isinstance(jobs[0], EmbeddingJob):
             self._start_embedding(jobs[0])
             return
@@ -456,3 +498,20 @@ class Engine:
         except Exception:
             # The listener is gone (its event loop closed): stop working for it.
             job.cancelled.set()
+
+
+def _warmed(loaded: LoadedModel, was_loaded: bool) -> dict:
+    return {
+        "id": loaded.spec.model_id,
+        "bytes": loaded.nbytes,
+        "load_seconds": 0.0 if was_loaded else round(loaded.load_seconds, 3),
+        "already_loaded": was_loaded,
+    }
+
+
+def _pass_on(target: Future, source: Future) -> None:
+    error = source.exception()
+    if error is not None:
+        target.set_exception(error)
+    else:
+        target.set_result(source.result())

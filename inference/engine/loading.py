@@ -1,0 +1,78 @@
+"""Models read on a loader thread while the engine goes on stepping the others.
+
+Reading weights and converting them to the compute format takes seconds to minutes; on the
+engine thread, every running stream of every other model would stop meanwhile. The engine
+thread makes room for the model (unloading is the pool's, engine thread only), hands the read
+to this module's one thread, parks whatever waits for the model (a request's jobs, a warm
+command's future), and adopts the weights between two steps once they are read. MLX (0.31.2
+and later) gives each thread its own stream; the arrays come back evaluated, so the engine
+thread only reads them. A distributed group loads in lockstep instead (engine/pool.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
+
+from inference.engine.pool import LoadedModel, Loading, ModelPool, Read
+from inference.engine.types import EngineError, ModelSpec
+
+
+def _read_evaluated(load: Loading) -> Read:
+    read = load.read()
+    mx.eval([v for _, v in tree_flatten(read[0].parameters())])  # nothing lazy crosses threads
+    return read
+
+
+@dataclass
+class Pending:
+    load: Loading
+    future: Future
+    waiting: list[Any] = field(default_factory=list)  # job lists and warm futures, in order
+
+
+class Loads:
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self._wake = wake  # called on the loader thread when a read ends: the engine looks
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="mlx-loader")
+        self._pending: dict[str, Pending] = {}
+
+    def __contains__(self, model_id: str) -> bool:
+        return model_id in self._pending
+
+    def wait_for(self, pool: ModelPool, spec: ModelSpec, waiter: Any) -> None:
+        """Parks `waiter` until `spec`'s model is read, starting the read if none runs;
+        raises the pool's refusal at once when there is no room for it."""
+        pending = self._pending.get(spec.model_id)
+        if pending is None or pending.load.spec != spec:
+            try:
+                load = pool.begin(spec)
+            except Exception as exc:
+                pool.finish(Loading(spec), exc)  # raises the refusal
+            future = self._thread.submit(_read_evaluated, load)
+            future.add_done_callback(lambda _: self._wake())
+            pending = self._pending[spec.model_id] = Pending(load, future)
+        pending.waiting.append(waiter)
+
+    def finished(self, pool: ModelPool) -> list[tuple[LoadedModel | EngineError, list[Any]]]:
+        """The reads that ended, adopted into the pool (or their refusals), with their waiters."""
+        done = [p for p in self._pending.values() if p.future.done()]
+        results: list[tuple[LoadedModel | EngineError, list[Any]]] = []
+        for pending in done:
+            del self._pending[pending.load.spec.model_id]
+            error = pending.future.exception()
+            try:
+                outcome: LoadedModel | EngineError = pool.finish(
+                    pending.load, error or pending.future.result()
+                )
+            except EngineError as refusal:
+                outcome = refusal
+            results.append((outcome, pending.waiting))
+        return results
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,99 @@
+"""Models read on the loader thread (engine/loading.py): a model being read never stops the
+streams of the models already loaded, and what waits for it starts once it is read."""
+
+import itertools
+import shutil
+import threading
+import time
+
+from inference.engine.pool import Loading
+from inference.engine.types import (
+    Delta,
+    Done,
+    EngineError,
+    ErrorKind,
+    Failed,
+    GenerationJob,
+    ModelSpec,
+    SamplingParams,
+    TokenPrompt,
+)
+from tests.helpers import collect, run_job, start_job
+
+NO_EOS = {2: -100.0}
+READ_SECONDS = 3.0
+
+
+def slow_reads(monkeypatch, model_id: str) -> dict:
+    """`model_id`'s read takes READ_SECONDS longer, as a large model's would from disk: the
+    real read after a sleep, noting the thread it ran on and when."""
+    seen: dict = {}
+    real = Loading.read
+
+    def read(self):
+        if self.spec.model_id == model_id:
+            seen["thread"] = threading.current_thread().name
+            seen["started"] = time.monotonic()
+            time.sleep(READ_SECONDS)
+            seen["ended"] = time.monotonic()
+        return real(self)
+
+    monkeypatch.setattr(Loading, "read", read)
+    return seen
+
+
+def test_streams_go_on_while_another_model_is_read(
+    engine, tiny_spec, tiny_dir, tmp_path, monkeypatch
+):
+    slow = ModelSpec("slow", str(shutil.copytree(tiny_dir, tmp_path / "slow")))
+    seen = slow_reads(monkeypatch, "slow")
+    run_job(engine, tiny_spec, "Hi")  # loaded before
+    params = SamplingParams(temperature=0, max_tokens=100_000, logit_bias=NO_EOS)
+    streaming = start_job(engine, tiny_spec, "Hi", params)
+    waiting = start_job(engine, slow, "Hi", SamplingParams(temperature=0, max_tokens=4))
+    times = []
+    while "ended" not in seen or times[-1] < seen["ended"]:
+        event = streaming.events.get(timeout=60)
+        assert not isinstance(event, Failed | Done), event
+        if isinstance(event, Delta):
+            times.append(time.monotonic())
+    streaming.cancelled.set()
+    during = [t for t in times if seen["started"] <= t <= seen["ended"]]
+    gaps = [b - a for a, b in itertools.pairwise(during)]
+    assert seen["thread"].startswith("mlx-loader")
+    assert len(during) > 20 and max(gaps) < 1.0, (len(during), max(gaps, default=None))
+    _, done = collect(waiting)
+    assert isinstance(done, Done) and done.completion_tokens == 4
+
+
+def test_a_warm_answers_once_the_model_is_read(engine, tiny_dir, tmp_path, monkeypatch):
+    slow = ModelSpec("slow-warm", str(shutil.copytree(tiny_dir, tmp_path / "slow")))
+    seen = slow_reads(monkeypatch, "slow-warm")
+    answer = engine.call(lambda engine: engine.warm(slow)).result(timeout=60)
+    assert answer["id"] == "slow-warm" and not answer["already_loaded"]
+    assert answer["load_seconds"] >= READ_SECONDS and seen["thread"].startswith("mlx-loader")
+    again = engine.call(lambda engine: engine.warm(slow)).result(timeout=60)
+    assert again["already_loaded"] and again["load_seconds"] == 0.0
+
+
+def test_jobs_waiting_for_a_model_that_cannot_be_read_fail_with_its_refusal(engine, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "nothing-we-know"}')
+    spec = ModelSpec("broken", str(broken))
+    events = []
+    engine.submit(GenerationJob(spec, TokenPrompt((1, 2, 3)), SamplingParams(), events.append))
+    assert _wait(lambda: events)
+    assert isinstance(events[0], Failed)
+    assert events[0].error.kind is ErrorKind.MODEL_UNAVAILABLE
+    assert "could not be loaded" in events[0].error.message
+    assert isinstance(events[0].error, EngineError)
+
+
+def _wait(condition, seconds: float = 60) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
