@@ -34,7 +34,9 @@ def context_length_of(spec: ModelSpec, config: dict) -> int:
 @dataclass
 class Vocabulary:
     spec: ModelSpec
-    tokenizer: Any  # mlx-lm's TokenizerWrapper
+    # mlx-lm's TokenizerWrapper; for an embedding model, its text -> content ids function
+    # (engine/embedding/tokens.py: content_encoder)
+    tokenizer: Any
     config: dict
     # Held while the tokenizer is used: see the module's docstring.
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -74,6 +76,10 @@ def _read(spec: ModelSpec) -> Vocabulary:
                 f"model '{spec.model_id}' could not be loaded: its weights are missing on disk",
             )
     config = json.loads((Path(path) / "config.json").read_text())
+    if spec.purpose == "embedding":
+        from inference.engine.embedding.tokens import content_encoder
+
+        return Vocabulary(spec, content_encoder(Path(path)), config)
     text_config = config.get("text_config") or {}
     eos = config.get("eos_token_id", text_config.get("eos_token_id"))
     return Vocabulary(spec, load_tokenizer(Path(path), eos_token_ids=eos), config)
@@ -102,7 +108,6 @@ class Vocabularies:
                 with self._lock:
                     self._entries[key] = entry
         return entry
-
 
 
 def _changed_at(spec: ModelSpec) -> float:

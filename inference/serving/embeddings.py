@@ -20,6 +20,7 @@ from inference.serving.context import RequestContext
 from inference.serving.drain import drain
 from inference.serving.errors import api_error
 from inference.serving.generation import SHUTTING_DOWN, TIMEOUT
+from inference.serving.prepare import embedding_ids
 from inference.serving.resolve import resolve_model
 
 
@@ -43,6 +44,7 @@ async def answer_embeddings(request: EmbeddingRequest, ctx: RequestContext) -> E
         request.input_type or "", ""
     )
     inputs = [prefix + item if isinstance(item, str) else tuple(item) for item in items]
+    inputs = await embedding_ids(resolved.spec, inputs)  # tokenized off the engine thread
     try:
         async with asyncio.timeout(settings.REQUEST_TIMEOUT):
             embedded = await ctx.engine.embed(

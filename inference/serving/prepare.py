@@ -28,6 +28,7 @@ from inference.engine.types import (
     ErrorKind,
     ImagePrompt,
     JobRequest,
+    ModelSpec,
     Prepared,
     TextPrompt,
     TokenPrompt,
@@ -61,7 +62,8 @@ async def prepare_requests(requests: list[JobRequest]) -> list[JobRequest]:
     """`requests` with their prompts prepared; raises the APIError a limit or a bad prompt
     gives. Copies of one prompt (one request's n) are the same object and prepared once."""
     distinct = list({id(r.prompt): r for r in requests}.values())
-    _check_characters([r.prompt for r in distinct])
+    param = "messages" if isinstance(distinct[0].prompt, ChatPrompt) else "prompt"
+    _check_characters(sum(_characters(r.prompt) for r in distinct), param)
     loop = asyncio.get_running_loop()
     ready: dict[int, Ready] = {}
     for request in distinct:
@@ -86,6 +88,26 @@ async def count_prompt_tokens(ctx: RequestContext, request: JobRequest) -> int:
     return len(prepared.prompt.ids)
 
 
+async def embedding_ids(spec: ModelSpec, inputs: list[str | tuple[int, ...]]) -> list[tuple]:
+    """An embedding request's inputs as token ids: text tokenized by the model's tokenizer on
+    a prompt thread, after the character limit; ids as the client sent them. The engine adds
+    the model's special tokens to each (engine/embedding/tokens.py)."""
+    _check_characters(sum(len(i) for i in inputs if isinstance(i, str)), "input")
+    if not any(isinstance(i, str) for i in inputs):
+        return list(inputs)
+    loop = asyncio.get_running_loop()
+    try:
+        return await loop.run_in_executor(_threads(), _embedding_ids, spec, inputs)
+    except EngineError as exc:
+        raise api_error(exc) from None
+
+
+def _embedding_ids(spec: ModelSpec, inputs: list[str | tuple[int, ...]]) -> list[tuple]:
+    vocabulary = vocabularies.get(spec)
+    with vocabulary.lock:
+        return [tuple(vocabulary.tokenizer(i)) if isinstance(i, str) else i for i in inputs]
+
+
 def _prepared(request: JobRequest, ready: Ready, first: bool) -> JobRequest:
     matcher = ready.matcher
     if matcher is not None and not first:
@@ -108,11 +130,9 @@ def _characters(prompt: Any) -> int:
     return 0
 
 
-def _check_characters(prompts: list[Any]) -> None:
+def _check_characters(total: int, param: str) -> None:
     limit = settings.MAX_REQUEST_PROMPT_CHARS
-    total = sum(_characters(p) for p in prompts)
     if limit and total > limit:
-        param = "messages" if isinstance(prompts[0], ChatPrompt) else "prompt"
         raise APIError(
             f"This request's prompts hold {total} characters; this server reads at most "
             f"{limit} for one request (MAX_REQUEST_PROMPT_CHARS).",

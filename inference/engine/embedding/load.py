@@ -16,10 +16,7 @@ import mlx.nn as nn
 
 from inference.engine import fastmath
 from inference.engine.embedding.pooling import folder_pooling
-from inference.engine.embedding.tokens import EmbeddingTokenizer
-
-# model_type values read by mlx-embeddings' bidirectional encoders (attention mask, no cache).
-ENCODERS = {"bert", "xlm-roberta", "xlm_roberta", "modernbert"}
+from inference.engine.embedding.tokens import ENCODERS, EmbeddingTokenizer
 
 
 class EmbeddingModel(nn.Module):

@@ -7,10 +7,14 @@ are found once by probing the tokenizer: the ids of a text with and without them
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 PROBE = "hello"
+# model_type values read by mlx-embeddings' bidirectional encoders (attention mask, no cache).
+ENCODERS = {"bert", "xlm-roberta", "xlm_roberta", "modernbert"}
 
 Encode = Callable[[str, bool], list[int]]  # (text, add special tokens) -> ids
 
@@ -42,3 +46,21 @@ class EmbeddingTokenizer:
 
     def content(self, text: str) -> list[int]:
         return self.encode_text(text, False)
+
+
+def content_encoder(folder: Path) -> Callable[[str], list[int]]:
+    """Text to its content ids (no special tokens) as the embedding model's own tokenizer
+    reads it, without the weights: serving tokenizes text inputs with it, off the engine
+    thread, and sends the ids (the engine adds the specials, as for ids a client sent)."""
+    config = json.loads((folder / "config.json").read_text())
+    if config.get("model_type") in ENCODERS:
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        tokenizer.no_truncation()  # the saved file may cap inputs: the runner cuts them
+        tokenizer.no_padding()
+        return lambda text: tokenizer.encode(text, add_special_tokens=False).ids
+    from mlx_lm.utils import load_tokenizer
+
+    hf = load_tokenizer(folder)._tokenizer
+    return lambda text: hf.encode(text, add_special_tokens=False)
