@@ -26,8 +26,10 @@ from inference.engine.types import (
     Done,
     ErrorKind,
     Failed,
+    GenerationJob,
     ModelSpec,
     SamplingParams,
+    TokenPrompt,
 )
 from inference.protocol.errors import APIError
 from tests.helpers import build_tiny_model, prepared_job
@@ -371,9 +373,9 @@ def test_mrope_families_are_refused_saying_why(engine, tmp_path: Path, model_typ
     (tmp_path / "config.json").write_text(f'{{"model_type": "{model_type}"}}')
     spec = ModelSpec(model_id="qwen-vl", location=str(tmp_path), vision=True)
     events: queue.SimpleQueue = queue.SimpleQueue()
-    prompt = ChatPrompt([{"role": "user", "content": "hi"}])
     params = SamplingParams(temperature=0, max_tokens=1)
-    engine.submit(prepared_job(spec, get_adapter(FamilyProfile()), prompt, params, events.put))
+    # Refused as the engine loads it (the folder has no tokenizer to prepare a prompt with).
+    engine.submit(GenerationJob(spec, TokenPrompt((1,)), params, events.put))
     event = events.get(timeout=60)
     assert isinstance(event, Failed)
     assert event.error.kind is ErrorKind.MODEL_UNAVAILABLE
