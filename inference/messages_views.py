@@ -8,6 +8,7 @@ from django.http import HttpRequest
 from inference.edge import endpoint
 from inference.edge.auth import ANTHROPIC_KEY
 from inference.edge.dialects import ANTHROPIC
+from inference.protocol.anthropic.events import MessageStreamEvent
 from inference.protocol.anthropic.requests import CountTokensRequest, MessagesRequest
 from inference.protocol.anthropic.responses import MessageResponse, TokenCount
 from inference.serving.anthropic.messages import answer_messages, count_message_tokens
@@ -15,14 +16,29 @@ from inference.serving.context import RequestContext
 from inference.serving.sse import EventStream
 
 
-@endpoint("POST", body=MessagesRequest, auth=ANTHROPIC_KEY, dialect=ANTHROPIC, record=True)
+@endpoint(
+    "POST",
+    body=MessagesRequest,
+    auth=ANTHROPIC_KEY,
+    dialect=ANTHROPIC,
+    record=True,
+    response=MessageResponse,
+    stream=MessageStreamEvent,
+)
 async def messages(
     request: HttpRequest, ctx: RequestContext, body: MessagesRequest
 ) -> MessageResponse | EventStream:
     return await answer_messages(body, ctx)
 
 
-@endpoint("POST", body=CountTokensRequest, auth=ANTHROPIC_KEY, dialect=ANTHROPIC, record=True)
+@endpoint(
+    "POST",
+    body=CountTokensRequest,
+    auth=ANTHROPIC_KEY,
+    dialect=ANTHROPIC,
+    record=True,
+    response=TokenCount,
+)
 async def count_tokens(
     request: HttpRequest, ctx: RequestContext, body: CountTokensRequest
 ) -> TokenCount:

@@ -1,223 +1,225 @@
-"""GET /openapi.json: the API description, generated from the pydantic protocol models."""
+"""GET /openapi.json: the API description, generated from what each view under /v1 declares
+with `@endpoint` (methods, body, auth, dialect, response, stream, query) and from its URL
+pattern (the path and its parameters). Nothing here names a route: a view declared with
+`@endpoint` and given a URL in inference/urls.py appears by itself."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cache
+from typing import Any, get_type_hints
 
-from pydantic.json_schema import models_json_schema
+from django.urls import URLPattern, URLResolver, get_resolver
+from django.urls.converters import IntConverter
+from django.urls.resolvers import RoutePattern
+from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from inference.protocol.anthropic.errors import AnthropicErrorResponse
-from inference.protocol.anthropic.events import MessageStreamEvent
-from inference.protocol.anthropic.requests import CountTokensRequest, MessagesRequest
-from inference.protocol.anthropic.responses import MessageResponse, TokenCount
-from inference.protocol.openai.chat import (
-    ChatCompletion,
-    ChatCompletionChunk,
-    ChatCompletionRequest,
+from inference.edge.auth import (
+    ANTHROPIC_KEY,
+    API_KEY,
+    EITHER_KEY,
+    PUBLIC,
+    STAFF_OR_TOKEN,
+    Auth,
 )
-from inference.protocol.openai.completions import Completion, CompletionRequest
-from inference.protocol.openai.embeddings import EmbeddingList, EmbeddingRequest
-from inference.protocol.openai.errors import ErrorResponse
-from inference.protocol.openai.models import ModelCard, ModelList
-from inference.protocol.openai.responses import (
-    DeletedResponse,
-    InputItemList,
-    ResponseObject,
-    ResponseRequest,
-)
-from inference.protocol.openai.responses_events import ResponseLifecycleEvent
+from inference.edge.dialects import Dialect
+from inference.edge.endpoint import Endpoint, Models
 
+# The client API: what inference/urls.py mounts. Probes, /metrics, /control and the dashboard
+# are the operator's, and the /v1 catch-all (a regex route) is no operation of its own.
+API_PREFIX = "/v1/"
 REF = "#/components/schemas/{model}"
+SCHEMES = {
+    "bearer": {"type": "http", "scheme": "bearer", "description": "An API key"},
+    "x-api-key": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+}
+# Each policy's ways in, as OpenAPI requirements (any one of them will do).
+SECURITY: dict[Auth, list[dict]] = {
+    PUBLIC: [],
+    API_KEY: [{"bearer": []}],
+    ANTHROPIC_KEY: [{"x-api-key": []}, {"bearer": []}],
+    EITHER_KEY: [{"bearer": []}, {"x-api-key": []}],
+    STAFF_OR_TOKEN: [{"bearer": []}],  # the admin token (or a staff session's cookie)
+}
+_PARAMETER = re.compile(r"<(?:[^>:]+:)?([^>]+)>")
+Refs = dict[tuple[type[BaseModel], JsonSchemaMode], dict]
 
 
-def _ref(model: type) -> dict:
-    return {"$ref": REF.format(model=model.__name__)}
+@dataclass(frozen=True)
+class Route:
+    """One declared view at one URL: its OpenAPI path template and path parameters."""
+
+    path: str
+    view: Callable
+    parameters: list[dict] = field(default_factory=list)
+
+    @property
+    def spec(self) -> Endpoint:
+        return self.view.endpoint  # type: ignore[attr-defined]
 
 
-def _errors(*statuses: int) -> dict:
-    content = {"application/json": {"schema": _ref(ErrorResponse)}}
-    return {str(status): {"description": "Error", "content": content} for status in statuses}
+def declared_routes(urlconf: str | None = None) -> Iterator[Route]:
+    """Every `@endpoint` view under API_PREFIX in the URLconf, in its order."""
+    yield from _walk(get_resolver(urlconf).url_patterns, "/", [])
 
 
-def _generation(request: type, response: type, chunk: type, summary: str) -> dict:
-    return {
-        "post": {
-            "summary": summary,
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": _ref(request)}},
-            },
-            "responses": {
-                "200": {
-                    "description": "The completion, or with stream: true server-sent events of "
-                    "chunks ending in data: [DONE]",
-                    "content": {
-                        "application/json": {"schema": _ref(response)},
-                        "text/event-stream": {"schema": _ref(chunk)},
-                    },
-                },
-                **_errors(400, 404, 405, 413, 500, 503),
-            },
-        }
-    }
+def _walk(entries: Sequence, prefix: str, parameters: list[dict]) -> Iterator[Route]:
+    for entry in entries:
+        if not isinstance(entry.pattern, RoutePattern):
+            continue  # a regex has no OpenAPI path template: only the catch-all is one
+        route, more = _template(entry.pattern)
+        path = prefix + route
+        if not (path.startswith(API_PREFIX) or API_PREFIX.startswith(path)):
+            continue
+        if isinstance(entry, URLResolver):
+            yield from _walk(entry.url_patterns, path, parameters + more)
+        elif isinstance(entry, URLPattern) and hasattr(entry.callback, "endpoint"):
+            yield Route(path, entry.callback, parameters + more)
 
 
-def _json(description: str, model: type) -> dict:
-    return {"description": description, "content": {"application/json": {"schema": _ref(model)}}}
+def _template(pattern: RoutePattern) -> tuple[str, list[dict]]:
+    """`models/<str:model_id>` -> `models/{model_id}` and its parameter, typed by its
+    converter (the converter's own regex, so a generated value is one the URL matches)."""
+    parameters = []
+    for name, converter in pattern.converters.items():
+        if isinstance(converter, IntConverter):
+            schema: dict[str, Any] = {"type": "integer", "minimum": 0}
+        else:
+            schema = {"type": "string", "pattern": f"^{converter.regex}$"}
+        parameters.append({"name": name, "in": "path", "required": True, "schema": schema})
+    return _PARAMETER.sub(r"{\1}", str(pattern)), parameters
 
 
-def _model_paths() -> dict:
-    model_param = {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
-    return {
-        "/v1/models": {
-            "get": {
-                "summary": "Enabled catalog models",
-                "responses": {"200": _json("The models", ModelList)},
-            }
-        },
-        "/v1/models/{model}": {
-            "get": {
-                "summary": "One catalog model",
-                "parameters": [model_param],
-                "responses": {"200": _json("The model", ModelCard), **_errors(404)},
-            }
-        },
-    }
-
-
-def _responses_paths() -> dict:
-    """The Responses API: create (JSON, or typed events with stream: true), and the stored
-    responses of the calling key."""
-    id_param = {"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}
-    query = [
-        {
-            "name": "limit",
-            "in": "query",
-            "schema": {"type": "integer", "minimum": 1, "maximum": 100},
-        },
-        {"name": "order", "in": "query", "schema": {"type": "string", "enum": ["asc", "desc"]}},
-        {"name": "after", "in": "query", "schema": {"type": "string"}},
-    ]
-    create = _generation(
-        ResponseRequest, ResponseObject, ResponseLifecycleEvent, "Create a response"
-    )
-    create["post"]["responses"]["200"]["description"] = (
-        "The response, or with stream: true typed server-sent events (event: <type>), "
-        "ending with response.completed, response.incomplete or response.failed"
-    )
-    stored = {"200": _json("The stored response", ResponseObject), **_errors(404)}
-    deleted = {"200": _json("Deleted", DeletedResponse), **_errors(404)}
-    listed = {"200": _json("The response's input items", InputItemList), **_errors(400, 404)}
-    return {
-        "/v1/responses": create,
-        "/v1/responses/{response_id}": {
-            "get": {"summary": "A stored response", "parameters": [id_param], "responses": stored},
-            "delete": {
-                "summary": "Delete a stored response",
-                "parameters": [id_param],
-                "responses": deleted,
-            },
-        },
-        "/v1/responses/{response_id}/input_items": {
-            "get": {
-                "summary": "A stored response's input items",
-                "parameters": [id_param, *query],
-                "responses": listed,
-            }
-        },
-    }
-
-
-def _messages_paths() -> dict:
-    """Anthropic's Messages API: its errors are {"type": "error", "error": {...}}."""
-    content = {"application/json": {"schema": _ref(AnthropicErrorResponse)}}
-    errors = {
-        str(status): {"description": "Error", "content": content}
-        for status in (400, 401, 404, 405, 413, 429, 500, 503)
-    }
-    create = _generation(MessagesRequest, MessageResponse, MessageStreamEvent, "Create a message")
-    create["post"]["responses"].update(errors)
-    create["post"]["responses"]["200"]["description"] = (
-        "The message, or with stream: true server-sent events (event: <type>) from "
-        "message_start to message_stop"
-    )
-    count = {
-        "post": {
-            "summary": "Count a message's input tokens",
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": _ref(CountTokensRequest)}},
-            },
-            "responses": {"200": _json("The prompt's token count", TokenCount), **errors},
-        }
-    }
-    return {"/v1/messages": create, "/v1/messages/count_tokens": count}
-
-
-def _embeddings_paths() -> dict:
-    create = {
-        "post": {
-            "summary": "Embed text or token ids (an embedding model; see capabilities)",
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": _ref(EmbeddingRequest)}},
-            },
-            "responses": {
-                "200": _json("One vector per input", EmbeddingList),
-                **_errors(400, 404, 405, 413, 429, 500, 503),
-            },
-        }
-    }
-    return {"/v1/embeddings": create}
-
-
-@cache
-def openapi_document() -> dict:
-    models = [
-        ChatCompletionRequest,
-        ChatCompletion,
-        ChatCompletionChunk,
-        CompletionRequest,
-        Completion,
-        EmbeddingRequest,
-        EmbeddingList,
-        ModelList,
-        ModelCard,
-        ErrorResponse,
-        ResponseRequest,
-        ResponseObject,
-        ResponseLifecycleEvent,
-        DeletedResponse,
-        InputItemList,
-        MessagesRequest,
-        MessageResponse,
-        MessageStreamEvent,
-        CountTokensRequest,
-        TokenCount,
-        AnthropicErrorResponse,
-    ]
-    _, schemas = models_json_schema(
-        [(m, "validation" if m.__name__.endswith("Request") else "serialization") for m in models],
-        ref_template=REF,
-    )
+def build_document(urlconf: str | None = None) -> dict:
+    routes = list(declared_routes(urlconf))
+    refs, schemas = _components(routes)
+    paths: dict[str, dict] = {}
+    for route in routes:
+        paths.setdefault(route.path, {}).update(_operations(route, refs, schemas))
     return {
         "openapi": "3.1.0",
         "info": {
             "title": "mlx-django-server",
             "version": "1",
-            "description": "OpenAI-compatible API",
+            "description": "OpenAI-compatible API (and Anthropic's Messages API)",
         },
-        "paths": {
-            "/v1/chat/completions": _generation(
-                ChatCompletionRequest, ChatCompletion, ChatCompletionChunk, "Chat completion"
-            ),
-            "/v1/completions": _generation(
-                CompletionRequest, Completion, Completion, "Text completion (legacy)"
-            ),
-            **_embeddings_paths(),
-            **_model_paths(),
-            **_responses_paths(),
-            **_messages_paths(),
-        },
-        "components": {"schemas": schemas["$defs"]},
+        "paths": paths,
+        "components": {"schemas": schemas, "securitySchemes": SCHEMES},
     }
+
+
+@cache
+def openapi_document() -> dict:
+    return build_document()
+
+
+def _models(models: Models | None) -> tuple[type[BaseModel], ...]:
+    if models is None:
+        return ()
+    return models if isinstance(models, tuple) else (models,)
+
+
+def _answers(spec: Endpoint) -> tuple[type[BaseModel], ...]:
+    response = spec.response
+    per_method = response.values() if isinstance(response, Mapping) else [response]
+    return tuple(m for models in per_method for m in _models(models)) + _models(spec.stream)
+
+
+def error_model(dialect: Dialect) -> type[BaseModel]:
+    """The dialect's error body, as its error_body function's return type says."""
+    return get_type_hints(dialect.error_body)["return"]
+
+
+def _components(routes: list[Route]) -> tuple[Refs, dict]:
+    """Every model the routes name, as components/schemas (requests as pydantic validates
+    them, answers as it serializes them), and the reference to each."""
+    wanted: dict[tuple[type[BaseModel], JsonSchemaMode], None] = {}
+    for route in routes:
+        spec = route.spec
+        for model in (spec.body, spec.query):
+            if model is not None:
+                wanted[(model, "validation")] = None
+        for model in (*_answers(spec), error_model(spec.dialect)):
+            wanted[(model, "serialization")] = None
+    refs, schemas = models_json_schema(list(wanted), ref_template=REF)
+    return refs, schemas.get("$defs", {})
+
+
+def _either(models: Models, mode: JsonSchemaMode, refs: Refs) -> dict:
+    found = [refs[(model, mode)] for model in _models(models)]
+    return found[0] if len(found) == 1 else {"anyOf": found}
+
+
+def _operations(route: Route, refs: Refs, schemas: dict) -> dict[str, dict]:
+    spec, view = route.spec, route.view
+    doc = (view.__doc__ or view.__name__.replace("_", " ").capitalize()).strip()
+    operations = {}
+    for method in spec.methods:
+        one = len(spec.methods) == 1
+        operation: dict[str, Any] = {
+            "operationId": view.__name__ if one else f"{view.__name__}_{method.lower()}",
+            "summary": " ".join(doc.split("\n\n")[0].split()),
+            "tags": [spec.dialect.name],
+            "responses": _responses(spec, method, refs),
+        }
+        parameters = route.parameters + _query_parameters(spec, refs, schemas)
+        if parameters:
+            operation["parameters"] = parameters
+        if spec.body is not None:
+            schema = refs[(spec.body, "validation")]
+            content = {"application/json": {"schema": schema}}
+            operation["requestBody"] = {"required": True, "content": content}
+        if SECURITY[spec.auth]:
+            operation["security"] = SECURITY[spec.auth]
+        operations[method.lower()] = operation
+    return operations
+
+
+def _query_parameters(spec: Endpoint, refs: Refs, schemas: dict) -> list[dict]:
+    if spec.query is None:
+        return []
+    name = refs[(spec.query, "validation")]["$ref"].rsplit("/", 1)[1]
+    schema = schemas[name]
+    required = set(schema.get("required", ()))
+    return [
+        {"name": key, "in": "query", "required": key in required, "schema": value}
+        for key, value in schema["properties"].items()
+    ]
+
+
+def _responses(spec: Endpoint, method: str, refs: Refs) -> dict[str, dict]:
+    """The answer, then the errors the declaration itself implies, then any other 4xx/5xx,
+    all in the dialect's error body."""
+    response = spec.response
+    models = response.get(method) if isinstance(response, Mapping) else response
+    content = {}
+    if models:
+        content["application/json"] = {"schema": _either(models, "serialization", refs)}
+    if spec.stream is not None:
+        content["text/event-stream"] = {"schema": _either(spec.stream, "serialization", refs)}
+    answer: dict[str, Any] = {"description": "The answer"}
+    if spec.stream is not None:
+        answer["description"] += ", or with stream: true its server-sent events"
+    if content:
+        answer["content"] = content
+    error = {"application/json": {"schema": refs[(error_model(spec.dialect), "serialization")]}}
+    return {"200": answer} | {
+        status: {"description": description, "content": error}
+        for status, description in _errors(spec)
+    }
+
+
+def _errors(spec: Endpoint) -> list[tuple[str, str]]:
+    errors = []
+    if spec.body is not None or spec.query is not None:
+        errors.append(("400", "The request is not valid"))
+    if SECURITY[spec.auth]:
+        errors.append(("401", "No valid API key"))
+    if spec.body is not None:
+        errors.append(("413", "The request body is too large"))
+    if spec.auth.limit_concurrency:
+        errors.append(("429", "The key's concurrent requests are all in use"))
+    return [*errors, ("4XX", "Another client error"), ("5XX", "A server error")]

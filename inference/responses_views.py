@@ -11,9 +11,11 @@ from inference.edge.dialects import RESPONSES
 from inference.protocol.openai.responses import (
     DeletedResponse,
     InputItemList,
+    InputItemsQuery,
     ResponseObject,
     ResponseRequest,
 )
+from inference.protocol.openai.responses_events import ResponseLifecycleEvent
 from inference.serving.context import RequestContext
 from inference.serving.responses.answer import answer_response
 from inference.serving.responses.retrieve import (
@@ -24,14 +26,28 @@ from inference.serving.responses.retrieve import (
 from inference.serving.sse import EventStream
 
 
-@endpoint("POST", body=ResponseRequest, auth=API_KEY, dialect=RESPONSES, record=True)
+@endpoint(
+    "POST",
+    body=ResponseRequest,
+    auth=API_KEY,
+    dialect=RESPONSES,
+    record=True,
+    response=ResponseObject,
+    stream=ResponseLifecycleEvent,
+)
 async def create_response(
     request: HttpRequest, ctx: RequestContext, body: ResponseRequest
 ) -> ResponseObject | EventStream:
     return await answer_response(body, ctx)
 
 
-@endpoint("GET", "DELETE", auth=API_KEY, dialect=RESPONSES)
+@endpoint(
+    "GET",
+    "DELETE",
+    auth=API_KEY,
+    dialect=RESPONSES,
+    response={"GET": ResponseObject, "DELETE": DeletedResponse},
+)
 async def response_detail(
     request: HttpRequest, ctx: RequestContext, response_id: str
 ) -> ResponseObject | DeletedResponse:
@@ -40,7 +56,7 @@ async def response_detail(
     return await get_response(ctx.caller, response_id)
 
 
-@endpoint("GET", auth=API_KEY, dialect=RESPONSES)
+@endpoint("GET", auth=API_KEY, dialect=RESPONSES, response=InputItemList, query=InputItemsQuery)
 async def response_input_items(
     request: HttpRequest, ctx: RequestContext, response_id: str
 ) -> InputItemList:

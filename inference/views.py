@@ -12,7 +12,11 @@ from inference.observability.metrics import registry
 from inference.openapi import openapi_document
 from inference.protocol.anthropic.models import AnthropicModel, AnthropicModelList
 from inference.protocol.errors import APIError
-from inference.protocol.openai.chat import ChatCompletion, ChatCompletionRequest
+from inference.protocol.openai.chat import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+)
 from inference.protocol.openai.completions import Completion, CompletionRequest
 from inference.protocol.openai.embeddings import EmbeddingList, EmbeddingRequest
 from inference.protocol.openai.models import ModelCard, ModelList
@@ -28,21 +32,35 @@ PROBE = ("GET", "HEAD")
 ANY_METHOD = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
-@endpoint("POST", body=ChatCompletionRequest, auth=API_KEY, record=True)
+@endpoint(
+    "POST",
+    body=ChatCompletionRequest,
+    auth=API_KEY,
+    record=True,
+    response=ChatCompletion,
+    stream=ChatCompletionChunk,
+)
 async def chat_completions(
     request: HttpRequest, ctx: RequestContext, body: ChatCompletionRequest
 ) -> ChatCompletion | EventStream:
     return await answer_chat(body, ctx)
 
 
-@endpoint("POST", body=CompletionRequest, auth=API_KEY, record=True)
+@endpoint(
+    "POST",
+    body=CompletionRequest,
+    auth=API_KEY,
+    record=True,
+    response=Completion,
+    stream=Completion,
+)
 async def completions(
     request: HttpRequest, ctx: RequestContext, body: CompletionRequest
 ) -> Completion | EventStream:
     return await answer_completion(body, ctx)
 
 
-@endpoint("POST", body=EmbeddingRequest, auth=API_KEY, record=True)
+@endpoint("POST", body=EmbeddingRequest, auth=API_KEY, record=True, response=EmbeddingList)
 async def embeddings(
     request: HttpRequest, ctx: RequestContext, body: EmbeddingRequest
 ) -> EmbeddingList:
@@ -54,12 +72,12 @@ def anthropic_client(request: HttpRequest) -> bool:
     return "anthropic-version" in request.headers
 
 
-@endpoint("GET", auth=EITHER_KEY, record=True)
+@endpoint("GET", auth=EITHER_KEY, record=True, response=(ModelList, AnthropicModelList))
 async def list_models(request: HttpRequest, ctx: RequestContext) -> ModelList | AnthropicModelList:
     return await models.list_models(ctx.caller, anthropic_client(request))
 
 
-@endpoint("GET", auth=EITHER_KEY, record=True)
+@endpoint("GET", auth=EITHER_KEY, record=True, response=(ModelCard, AnthropicModel))
 async def retrieve_model(
     request: HttpRequest, ctx: RequestContext, model_id: str
 ) -> ModelCard | AnthropicModel:

@@ -4,16 +4,16 @@ order of what happens to a request before and after its view."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import wraps
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from inference.edge.auth import PUBLIC, Auth, hold_slot
-from inference.edge.body import parse_body
+from inference.edge.body import parse_body, validation_error
 from inference.edge.dialects import OPENAI, Dialect
 from inference.edge.responses import (
     ClosingStreamingResponse,
@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 View = Callable[..., Awaitable[ViewResult]]
 CLIENT_CLOSED = 499  # nginx's status for a request whose client left before its answer
 
+# One wire model, or a tuple of the models it may be (e.g. OpenAI's or Anthropic's model list).
+Models = type[BaseModel] | tuple[type[BaseModel], ...]
+
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -37,6 +40,13 @@ class Endpoint:
     auth: Auth
     dialect: Dialect
     record: bool  # counted in metrics, logged, listed on the dashboard
+    # What the API description says it answers: the JSON model(s), per method where they
+    # differ; the events of its server-sent stream (with "stream": true); none of these
+    # change how a request is handled.
+    response: Models | Mapping[str, Models] | None = None
+    stream: Models | None = None
+    # The query string's parameters, checked before the view like a body (400 in the dialect).
+    query: type[BaseModel] | None = None
 
 
 def endpoint(
@@ -45,11 +55,15 @@ def endpoint(
     auth: Auth = PUBLIC,
     dialect: Dialect = OPENAI,
     record: bool = False,
+    response: Models | Mapping[str, Models] | None = None,
+    stream: Models | None = None,
+    query: type[BaseModel] | None = None,
 ) -> Callable[[View], Callable[..., Awaitable[HttpResponse]]]:
     """The view is called as `view(request, ctx, **url_kwargs)`, plus `body=` when a body
-    model is declared, once the method, the caller and the body have passed. It returns a
-    wire model, a dict, an EventStream or a response, or raises APIError."""
-    spec = Endpoint(methods, body, auth, dialect, record)
+    model is declared, once the method, the caller, the query and the body have passed. It
+    returns a wire model, a dict, an EventStream or a response, or raises APIError.
+    `response`, `stream` and `query` also feed /openapi.json (inference/openapi.py)."""
+    spec = Endpoint(methods, body, auth, dialect, record, response, stream, query)
 
     def decorate(view: View) -> Callable[..., Awaitable[HttpResponse]]:
         @csrf_exempt  # /v1 is called with keys, not cookies; staff writes check CSRF in auth
@@ -90,6 +104,8 @@ async def _respond(
         ctx.identify(await spec.auth.check(request))
         if spec.auth.limit_concurrency:
             await hold_slot(ctx)
+        if spec.query is not None:
+            _check_query(request, spec.query)
         if spec.body is not None:
             kwargs["body"] = parse_body(request, spec.body)
             if ctx.record is not None:
@@ -102,6 +118,15 @@ async def _respond(
     except Exception:
         log.exception("unhandled error in %s", request.path)
         return spec.dialect.error_response(server_error())
+
+
+def _check_query(request: HttpRequest, schema: type[BaseModel]) -> None:
+    """The view still reads request.GET; this makes sure what the API description promises
+    holds before it runs (the last value of a repeated parameter, as request.GET.get gives)."""
+    try:
+        schema.model_validate(request.GET.dict())
+    except ValidationError as exc:
+        raise validation_error(exc) from None
 
 
 def _render(result: ViewResult, dialect: Dialect) -> HttpResponse:

@@ -625,3 +625,12 @@ class InputItemList(BaseModel):
     first_id: str | None
     last_id: str | None
     has_more: bool
+
+
+class InputItemsQuery(BaseModel):
+    """GET /v1/responses/{id}/input_items's query string: a page of items, newest first unless
+    order=asc, after the item whose id is `after` (OpenAI's cursor)."""
+
+    limit: int = Field(20, ge=1, le=100)
+    order: Literal["asc", "desc"] = "desc"
+    after: str = ""  # none: from the first item

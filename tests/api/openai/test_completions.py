@@ -1,4 +1,4 @@
-"""Legacy /v1/completions in-process with the tiny model, and /openapi.json."""
+"""Legacy /v1/completions in-process with the tiny model."""
 
 import json
 
@@ -116,41 +116,3 @@ def test_streamed_completion(tiny_dir):
     assert texts[0].startswith("Once upon") and texts[1].startswith("Hi")
     assert finishes == {0: "length", 1: "length"}
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 6
-
-
-def test_openapi_document(client, db):
-    document = client.get("/openapi.json").json()
-    assert document["openapi"].startswith("3.1")
-    assert set(document["paths"]) == {
-        "/v1/chat/completions",
-        "/v1/completions",
-        "/v1/embeddings",
-        "/v1/models",
-        "/v1/models/{model}",
-        "/v1/messages",
-        "/v1/messages/count_tokens",
-        "/v1/responses",
-        "/v1/responses/{response_id}",
-        "/v1/responses/{response_id}/input_items",
-    }
-    schemas = document["components"]["schemas"]
-    refs = set()
-
-    def walk(node):
-        if isinstance(node, dict):
-            if "$ref" in node:
-                refs.add(node["$ref"].rsplit("/", 1)[1])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(document)
-    assert refs <= set(schemas)  # every reference resolves
-    request = schemas["ChatCompletionRequest"]
-    assert {"model", "messages", "temperature", "tools", "response_format"} <= set(
-        request["properties"]
-    )
-    assert request["properties"]["temperature"]["anyOf"][0]["maximum"] == 2.0
-    assert "prompt" in schemas["CompletionRequest"]["properties"]
