@@ -106,6 +106,8 @@ STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise warns on every start when it is missing
 STORAGES = {
+    # Where the admin keeps uploaded GGUF files (MEDIA_ROOT); without it an upload is a 500.
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 # Serve admin assets straight from the apps when collectstatic has not run (dev, tests).
@@ -232,8 +234,16 @@ try:
     RESPONSES_RETENTION = parse_duration(env.str("RESPONSES_RETENTION", default="30d"))
 except ValueError as exc:
     raise ImproperlyConfigured(f"RESPONSES_RETENTION: {exc}") from None
-# Largest request body /v1 accepts (bytes).
+# Largest request body /v1 accepts (bytes); a larger one is refused at the door
+# (inference/edge/door.py) with 413 before any of it is read or written anywhere.
 DATA_UPLOAD_MAX_MEMORY_SIZE = byte_size("MAX_REQUEST_BODY", "4MiB")
+# Bodies within that stay in memory (Django spools larger ones to a temporary file).
+FILE_UPLOAD_MAX_MEMORY_SIZE = max(DATA_UPLOAD_MAX_MEMORY_SIZE, 2_621_440)
+# A GGUF file uploaded in the admin (catalog's GGUF imports) from a signed-in staff session may
+# be this large; anyone else's body there is held to MAX_REQUEST_BODY.
+MAX_GGUF_UPLOAD = byte_size("MAX_GGUF_UPLOAD", "256GiB")
+# Connections uvicorn serves at once (each stream holds one); past it, new ones get a 503.
+SERVER_MAX_CONNECTIONS = env.int("SERVER_MAX_CONNECTIONS", default=512)
 
 # One JSON line per /v1 request on stdout (id, endpoint, model, key name, tokens, timings,
 # status, finish reason), for log shippers.

@@ -6,6 +6,7 @@ import json
 import logging
 import re
 
+import numpy as np
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest
 from pydantic import BaseModel, ValidationError
@@ -20,10 +21,7 @@ def parse_body(request: HttpRequest, schema: type[BaseModel]) -> BaseModel:
         raw = request.body
     except RequestDataTooBig:
         raise APIError("The request body is too large.", status=413) from None
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise APIError("We could not parse the JSON body of your request.") from None
+    data = parse_json(raw)
     if not isinstance(data, dict):
         raise APIError("The request body must be a JSON object.")
     try:
@@ -33,6 +31,41 @@ def parse_body(request: HttpRequest, schema: type[BaseModel]) -> BaseModel:
     if parsed.model_extra:
         log.warning("ignoring unknown fields: %s", ", ".join(sorted(parsed.model_extra)))
     return parsed
+
+
+def parse_json(raw: bytes) -> object:
+    """The body's JSON value; anything that is not JSON, or nests deeper than MAX_DEPTH, is
+    the client's 400 (the parser's own RecursionError included), never a 500."""
+    try:
+        text = raw.decode(json.detect_encoding(raw), "surrogatepass")
+        too_deep = nesting_over(text.encode("utf-8", "surrogatepass"), MAX_DEPTH)
+        if not too_deep:
+            return json.loads(text)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise APIError("We could not parse the JSON body of your request.") from None
+    raise APIError(f"The JSON body of your request nests deeper than {MAX_DEPTH} levels.")
+
+
+# Deeper than any request needs (tool schemas nest a few dozen levels at most), and far enough
+# below the interpreter's recursion limit for what walks the value later: validation, the
+# chat template's tojson, grammar compiling, the request record.
+MAX_DEPTH = 128
+# Brackets of either kind as "[" and "]"; every other byte deleted.
+_FOLD = bytes.maketrans(b"{}", b"[]")
+_NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
+
+
+def nesting_over(raw: bytes, limit: int) -> bool:
+    """Whether UTF-8 JSON text nests arrays and objects deeper than `limit`, read without
+    recursion: strings set aside (escapes first, so each quote left opens or closes one), the
+    brackets kept, and their running depth summed by numpy (a 4 MiB body in milliseconds)."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False  # the usual case: too few brackets to nest that deep
+    unescaped = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    outside = b"".join(unescaped.split(b'"')[::2])
+    brackets = np.frombuffer(outside.translate(_FOLD, _NOT_BRACKETS), dtype=np.uint8)
+    steps = np.where(brackets == ord("["), np.int32(1), np.int32(-1))
+    return bool(steps.size) and int(np.cumsum(steps, dtype=np.int32).max()) > limit
 
 
 # Labels pydantic puts in an error's location for union members and validators, not fields.

@@ -84,6 +84,9 @@ class Command(BaseCommand):
             workers=1,
             log_level=log_level,
             lifespan="off",
+            # Past this many connections uvicorn answers 503 at once, before the app runs,
+            # instead of taking every socket it is offered (0: no limit).
+            limit_concurrency=settings.SERVER_MAX_CONNECTIONS or None,
             # Our drain ends every stream by DRAIN_TIMEOUT; uvicorn's cut is the backstop.
             timeout_graceful_shutdown=int(settings.DRAIN_TIMEOUT) + 5,
         )
