@@ -228,12 +228,27 @@ REQUEST_TIMEOUT = env.float("REQUEST_TIMEOUT", default=600)
 # so that proxies with read timeouts keep the connection; 0 turns it off.
 SSE_KEEPALIVE_SECONDS = env.float("SSE_KEEPALIVE_SECONDS", default=5)
 # How long POST /v1/responses keeps what it stores (for retrieval and previous_response_id):
-# 30d, 12h, 45m, 90s or seconds; 0 keeps them forever. Older ones are purged on the way (at most
-# once an hour) and by `manage.py purge_responses`.
+# 30d, 12h, 45m, 90s or seconds; 0 keeps them forever. Older ones are purged by the server's own
+# timer (RESPONSES_PURGE_INTERVAL) and by `manage.py purge_responses`.
 try:
     RESPONSES_RETENTION = parse_duration(env.str("RESPONSES_RETENTION", default="30d"))
 except ValueError as exc:
     raise ImproperlyConfigured(f"RESPONSES_RETENTION: {exc}") from None
+# What POST /v1/responses may store (sizes as the stored JSON text; 0: no cap). An input item,
+# and a response (its items, instructions, tools...), over these gets a 413 before any
+# generation; a key (or the anonymous callers together) past its total gets a 429 for
+# store=true requests. A previous_response_id chain deeper, or whose items weigh more, than
+# the last two gets a 400 before any of it is loaded.
+RESPONSES_MAX_ITEM_BYTES = byte_size("RESPONSES_MAX_ITEM_BYTES", "1MiB")
+RESPONSES_MAX_STORED_BYTES = byte_size("RESPONSES_MAX_STORED_BYTES", "8MiB")
+RESPONSES_MAX_BYTES_PER_KEY = byte_size("RESPONSES_MAX_BYTES_PER_KEY", "256MiB")
+RESPONSES_MAX_CHAIN_DEPTH = env.int("RESPONSES_MAX_CHAIN_DEPTH", default=1000)
+RESPONSES_MAX_CHAIN_BYTES = byte_size("RESPONSES_MAX_CHAIN_BYTES", "32MiB")
+# How often `manage.py serve` purges responses past RESPONSES_RETENTION, on its own thread.
+try:
+    RESPONSES_PURGE_INTERVAL = parse_duration(env.str("RESPONSES_PURGE_INTERVAL", default="1h"))
+except ValueError as exc:
+    raise ImproperlyConfigured(f"RESPONSES_PURGE_INTERVAL: {exc}") from None
 # Largest request body /v1 accepts (bytes); a larger one is refused at the door
 # (inference/edge/door.py) with 413 before any of it is read or written anywhere.
 DATA_UPLOAD_MAX_MEMORY_SIZE = byte_size("MAX_REQUEST_BODY", "4MiB")

@@ -5,21 +5,30 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.template.defaultfilters import filesizeformat
 from django.utils.html import format_html
 
 from storedresponses.models import StoredResponse
 
+LARGE_COLUMNS = ("input_items", "output", "tools", "instructions", "text", "metadata", "error")
+
 
 @admin.register(StoredResponse)
 class StoredResponseAdmin(admin.ModelAdmin):
-    list_display = ("id", "created_at", "model", "status", "api_key", "tokens", "previous")
+    list_display = ("id", "created_at", "model", "status", "api_key", "tokens", "size", "previous")
     list_filter = ("status", "model", "api_key")
     search_fields = ("id",)
     date_hierarchy = "created_at"
     list_select_related = ("api_key",)
     exclude = ("input_items", "output", "metadata", "tools", "text", "reasoning", "usage")
     readonly_fields = ("input_json", "output_json", "details_json")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[StoredResponse]:
+        # A page lists up to 100 rows: their items, output and tools (megabytes each at
+        # worst) are read only when one response is looked at.
+        return super().get_queryset(request).defer(*LARGE_COLUMNS)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # made by POST /v1/responses only
@@ -31,6 +40,10 @@ class StoredResponseAdmin(admin.ModelAdmin):
     def tokens(self, row: StoredResponse) -> str:
         usage = row.usage or {}
         return str(usage.get("total_tokens", "-"))
+
+    @admin.display(description="stored size", ordering="stored_bytes")
+    def size(self, row: StoredResponse) -> str:
+        return filesizeformat(row.stored_bytes)
 
     @admin.display(description="previous response")
     def previous(self, row: StoredResponse) -> str:

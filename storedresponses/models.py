@@ -6,6 +6,8 @@ a key deletes its responses: setting them to NULL would hand them to anonymous c
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 
 from apikeys.models import ApiKey
@@ -52,10 +54,31 @@ class StoredResponse(models.Model):
     usage = JSONText(null=True, blank=True)
     incomplete_details = JSONText(null=True, blank=True)
     error = JSONText(null=True, blank=True)
+    # The length of the stored JSON text (sizes.py): every JSON column for the key's quota,
+    # the input and output items for a previous_response_id chain, summed before loading it.
+    stored_bytes = models.PositiveBigIntegerField(default=0, editable=False)
+    items_bytes = models.PositiveBigIntegerField(default=0, editable=False)
 
     class Meta:
         ordering = ["-created_at"]
         verbose_name = "stored response"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.measure()
+        super().save(*args, **kwargs)
+
+    def measure(self) -> dict[str, int]:
+        """Sets stored_bytes (every JSON column) and items_bytes (the input and output items)
+        to the length of the text written for them (ASCII: characters are bytes); returns each
+        column's."""
+        sizes = {
+            field.name: len(field.get_prep_value(getattr(self, field.name)) or "")
+            for field in self._meta.concrete_fields
+            if isinstance(field, JSONText)
+        }
+        self.stored_bytes = sum(sizes.values())
+        self.items_bytes = sizes["input_items"] + sizes["output"]
+        return sizes
 
     def __str__(self) -> str:
         return self.id

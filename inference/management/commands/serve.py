@@ -16,6 +16,7 @@ from django.db.migrations.executor import MigrationExecutor
 from inference.runtime import engine_handle, stop_engine
 from inference.serving.control import preload_models
 from inference.serving.drain import drain
+from storedresponses.retention import start_purge_timer
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ class Command(BaseCommand):
         self._warn_if_open(host)
         # Preloading runs beside the server starting up; requests meanwhile queue behind it.
         threading.Thread(target=self._preload, name="preload", daemon=True).start()
+        start_purge_timer()  # stored responses past RESPONSES_RETENTION, off the request path
         config = uvicorn.Config(
             "config.asgi:application",
             host=host,

@@ -26,7 +26,7 @@ from inference.serving.responses.items import (
     image_sources,
     stored_input_item,
 )
-from inference.serving.responses.store import conversation_before
+from inference.serving.responses.store import admit_to_store, conversation_before
 from inference.serving.sampling import sampling_params
 from inference.serving.structured import ANY_OBJECT, json_grammar
 from inference.serving.thinking import ThinkingPlan, plan_thinking
@@ -50,6 +50,7 @@ async def gather_conversation(request: ResponseRequest, caller: Caller) -> Conve
     if request.previous_response_id:
         history = await conversation_before(caller, request.previous_response_id)
     new_items = [stored_input_item(item) for item in request.input_items()]
+    await admit_to_store(request, new_items, caller)  # size caps and quota, before any work
     check_call_outputs(history, new_items)
     return Conversation(history, new_items)
 

@@ -41,8 +41,7 @@ async def list_input_items(
     """A page of the response's input items, newest first unless order=asc, after the item
     whose id is `after` (OpenAI's cursor)."""
     limit, order = _limit(query), _order(query)
-    row = await store.get_row(caller, response_id)
-    items = list(row.input_items)
+    items = await store.input_items_of(caller, response_id)
     if order == "desc":
         items.reverse()
     after = query.get("after")

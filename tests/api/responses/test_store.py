@@ -4,15 +4,22 @@ retention (the purge command and the automatic purge) and the admin list."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
+from importlib import import_module
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from apikeys.auth import ANONYMOUS
 from apikeys.models import ApiKey
+from inference.serving.responses import store
 from storedresponses import retention
 from storedresponses.durations import parse_duration
+from storedresponses.fields import JSONText
 from storedresponses.models import StoredResponse
 from tests.api.responses.test_responses import FORCED
 from tests.helpers import assert_error
@@ -23,6 +30,8 @@ from tests.responses_support import (
     valid_item_list,
     valid_response,
 )
+
+measure_existing = import_module("storedresponses.migrations.0002_sizes").measure_existing
 
 
 def get(client, response_id: str, suffix: str = "", **headers):
@@ -324,23 +333,226 @@ def test_purge_command_refuses_unclear_requests(db, settings):
         call_command("purge_responses", "--older-than", "soon")
 
 
-def test_automatic_purge_at_most_once_an_hour(client, tiny_entry, settings, monkeypatch):
+def test_a_request_never_purges(client, tiny_entry, settings):
+    # Purging is the timer's and the command's, never a client's request to wait for.
     settings.RESPONSES_RETENTION = 3600
-    monkeypatch.setattr(retention, "_last_auto_purge", None)
     old_response("resp_expired", timedelta(hours=2))
-    create(client)
-    assert not StoredResponse.objects.filter(pk="resp_expired").exists()
-    old_response("resp_expired_later", timedelta(hours=2))
-    create(client)  # within the hour: no second purge
-    assert StoredResponse.objects.filter(pk="resp_expired_later").exists()
+    assert create(client).status_code == 200
+    assert StoredResponse.objects.filter(pk="resp_expired").exists()
 
 
-def test_no_automatic_purge_when_kept_forever(client, tiny_entry, settings, monkeypatch):
+def chained(count: int, age: timedelta, prefix: str) -> list[StoredResponse]:
+    """`count` responses of that age, each following the one before."""
+    rows: list[StoredResponse] = []
+    for index in range(count):
+        row = old_response(f"{prefix}{index}", age)
+        row.previous_response = rows[-1] if rows else None
+        text = {"type": "input_text", "text": "x" * 100}
+        row.input_items = [{"id": f"msg_{prefix}{index}", "type": "message", "role": "user"}]
+        row.input_items[0].update(status="completed", content=[text])
+        row.save()
+        rows.append(row)
+    return rows
+
+
+def test_purge_deletes_in_batches_without_reading_the_json(db):
+    expired = chained(5, timedelta(days=2), "resp_old")
+    fresh = old_response("resp_fresh", timedelta(minutes=1))
+    fresh.previous_response = expired[-1]
+    fresh.save()
+    with CaptureQueriesContext(connection) as queries:
+        assert retention.purge_older_than(86400, batch=2) == 5
+    assert list(StoredResponse.objects.values_list("id", flat=True)) == ["resp_fresh"]
+    assert StoredResponse.objects.get(pk="resp_fresh").previous_response_id is None
+    reads = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("SELECT")]
+    assert reads and not any("input_items" in sql for sql in reads), reads
+    deletes = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("DELETE")]
+    assert len(deletes) == 3  # 2 + 2 + 1
+
+
+def test_purge_command_takes_a_batch_size(db, capsys):
+    chained(3, timedelta(days=2), "resp_old")
+    call_command("purge_responses", "--older-than", "1d", "--batch-size", "1")
+    assert not StoredResponse.objects.exists()
+    assert "deleted 3 stored responses" in capsys.readouterr().out
+    with pytest.raises(CommandError, match="at least 1"):
+        call_command("purge_responses", "--older-than", "1d", "--batch-size", "0")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_timer_purges_on_its_own_thread(settings):
+    settings.RESPONSES_RETENTION = 3600
+    old_response("resp_expired", timedelta(hours=2))
+    old_response("resp_kept", timedelta(minutes=5))
+    timer = retention.PurgeTimer(every=3600)
+    timer.start()
+    try:
+        deadline = time.monotonic() + 30
+        while timer.rounds < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        timer.stop()
+    assert timer.rounds == 1  # at start, then not again within the interval
+    assert list(StoredResponse.objects.values_list("id", flat=True)) == ["resp_kept"]
+
+
+def test_one_timer_per_process_and_none_when_kept_forever(transactional_db, settings, monkeypatch):
+    monkeypatch.setattr(retention, "_timer", None)
     settings.RESPONSES_RETENTION = 0
-    monkeypatch.setattr(retention, "_last_auto_purge", None)
-    old_response("resp_ancient", timedelta(days=3650))
-    create(client)
-    assert StoredResponse.objects.filter(pk="resp_ancient").exists()
+    assert retention.start_purge_timer() is None
+    settings.RESPONSES_RETENTION = 3600
+    settings.RESPONSES_PURGE_INTERVAL = 0  # purged by the command only
+    assert retention.start_purge_timer() is None
+    # A timer that has nothing to purge, since nothing is old enough: it only has to start.
+    settings.RESPONSES_PURGE_INTERVAL = 3600
+    settings.RESPONSES_RETENTION = 10 * 365 * 86400
+    try:
+        timer = retention.start_purge_timer()
+        assert timer is not None and timer.is_alive() and timer.name == "purge-responses"
+        assert retention.start_purge_timer() is timer
+    finally:
+        retention.stop_purge_timer()
+    assert not timer.is_alive()
+
+
+# --------------------------------------------------------------------------- size limits
+
+
+@pytest.fixture
+def nowhere(db):
+    """A model whose files do not exist: any engine work for it fails, so a request for it
+    that gets its 413 or 429 was refused before any."""
+    from catalog.models import CatalogModel
+
+    return CatalogModel.objects.create(public_id="nowhere", location="/nonexistent/model")
+
+
+def reasoning_item(size: int) -> dict:
+    return {"type": "reasoning", "summary": [{"type": "summary_text", "text": "r" * size}]}
+
+
+def test_the_stored_size_is_measured(client, tiny_entry):
+    created = create(client, **FORCED, input=CONVERSATION, max_output_tokens=20).json()
+    row = StoredResponse.objects.get(pk=created["id"])
+    columns = [f for f in StoredResponse._meta.concrete_fields if isinstance(f, JSONText)]
+    texts = {f.name: f.get_prep_value(getattr(row, f.name)) for f in columns}
+    assert row.stored_bytes == sum(len(text or "") for text in texts.values())
+    assert row.items_bytes == len(texts["input_items"]) + len(texts["output"])
+
+
+def test_the_migration_measures_responses_stored_before(db):
+    from django.apps import apps
+
+    row = chained(1, timedelta(minutes=1), "resp_before")[0]
+    StoredResponse.objects.update(stored_bytes=0, items_bytes=0)
+    measure_existing(apps, None)
+    measured = StoredResponse.objects.get(pk=row.pk)
+    row.measure()
+    assert (measured.stored_bytes, measured.items_bytes) == (row.stored_bytes, row.items_bytes)
+    assert row.items_bytes > 100
+
+
+def test_a_huge_reasoning_item_is_refused_before_any_work(client, nowhere):
+    # Found on main: 3 MiB of reasoning stored while input_tokens was 31.
+    body = {"model": "nowhere", "input": [{"role": "user", "content": "Hi"}]}
+    body["input"].append(reasoning_item(3 * 2**20))
+    response = client.post(RESPONSES, body, content_type="application/json")
+    error = assert_error(response, 413, "input.1", "item_too_large")
+    assert "RESPONSES_MAX_ITEM_BYTES" in error["message"] and "store: false" in error["message"]
+    assert not StoredResponse.objects.exists()
+
+
+def test_a_string_input_over_the_cap_is_named_input(client, nowhere, settings):
+    settings.RESPONSES_MAX_ITEM_BYTES = 1000
+    response = create(client, model="nowhere", input="x" * 1000)
+    assert_error(response, 413, "input", "item_too_large")
+    assert create(client, model="nowhere", input="x" * 100).status_code != 413
+
+
+def test_store_false_is_not_measured(client, tiny_entry, settings):
+    settings.RESPONSES_MAX_ITEM_BYTES = 1000
+    settings.RESPONSES_MAX_BYTES_PER_KEY = 1
+    big = [{"role": "user", "content": "Hi"}, reasoning_item(5000)]
+    assert create(client, input=big, store=False).status_code == 200
+    assert not StoredResponse.objects.exists()
+
+
+def test_a_response_over_the_cap_names_its_largest_field(client, nowhere, settings):
+    settings.RESPONSES_MAX_STORED_BYTES = 4000
+    tool = {"type": "function", "name": "f", "description": "d" * 3000, "parameters": {}}
+    response = create(client, model="nowhere", tools=[tool, {**tool, "name": "g"}])
+    error = assert_error(response, 413, "tools", "response_too_large")
+    assert "RESPONSES_MAX_STORED_BYTES" in error["message"]
+    items = [{"role": "user", "content": "y" * 1500} for _ in range(3)]
+    assert_error(create(client, model="nowhere", input=items), 413, "input", "response_too_large")
+    assert not StoredResponse.objects.exists()
+
+
+def test_output_over_the_cap_is_refused_not_stored(client, tiny_entry, settings):
+    # Output is measured when it is saved: the 413 names the item, nothing is kept.
+    settings.RESPONSES_MAX_ITEM_BYTES = 300
+    body = {"input": "Hi", "max_output_tokens": 60, "text": {"format": {"type": "text"}}}
+    allowed = create(client, **body, store=False).json()  # the same greedy reply
+    assert len(json.dumps(allowed["output"][0])) > 300
+    assert_error(create(client, **body), 413, "output.0", "item_too_large")
+    assert not StoredResponse.objects.exists()
+    status, _, events = stream({**body, "temperature": 0})
+    assert status == 200 and events[-1][0] == "error"
+    assert not StoredResponse.objects.exists()
+
+
+def test_a_key_over_its_quota_gets_a_429(client, tiny_entry, nowhere, two_keys, settings):
+    alice, bob = two_keys["alice"], two_keys["bob"]
+    body = {"model": "tiny", "input": "Hi", "max_output_tokens": 2}
+    assert as_key(client, alice, "post", RESPONSES, body).status_code == 200
+    used = StoredResponse.objects.get().stored_bytes
+    settings.RESPONSES_MAX_BYTES_PER_KEY = used + 10
+    refused = as_key(client, alice, "post", RESPONSES, {**body, "model": "nowhere"})
+    error = assert_error(refused, 429, None, "insufficient_quota")
+    assert error["type"] == "insufficient_quota" and "this API key's" in error["message"]
+    assert StoredResponse.objects.count() == 1
+    # store=false is not counted; another key has its own quota.
+    assert as_key(client, alice, "post", RESPONSES, {**body, "store": False}).status_code == 200
+    assert as_key(client, bob, "post", RESPONSES, body).status_code == 200
+    settings.RESPONSES_MAX_BYTES_PER_KEY = 0  # no quota
+    assert as_key(client, alice, "post", RESPONSES, body).status_code == 200
+
+
+def test_anonymous_callers_share_one_quota(client, tiny_entry, nowhere, settings):
+    assert create(client).status_code == 200
+    settings.RESPONSES_MAX_BYTES_PER_KEY = StoredResponse.objects.get().stored_bytes + 10
+    error = assert_error(create(client, model="nowhere"), 429, None, "insufficient_quota")
+    assert "anonymous" in error["message"]
+
+
+# ------------------------------------------------------------------------- chain walks
+
+
+def test_a_chain_past_its_depth_is_refused(client, nowhere, settings):
+    rows = chained(3, timedelta(minutes=1), "resp_chain")
+    settings.RESPONSES_MAX_CHAIN_DEPTH = 2
+    response = create(client, model="nowhere", previous_response_id=rows[-1].id)
+    error = assert_error(response, 400, "previous_response_id", "chain_too_long")
+    assert "RESPONSES_MAX_CHAIN_DEPTH" in error["message"]
+
+
+def test_a_chain_past_its_weight_is_refused(client, nowhere, settings):
+    rows = chained(3, timedelta(minutes=1), "resp_chain")
+    settings.RESPONSES_MAX_CHAIN_BYTES = rows[0].items_bytes * 2
+    response = create(client, model="nowhere", previous_response_id=rows[-1].id)
+    assert_error(response, 400, "previous_response_id", "chain_too_large")
+
+
+def test_a_chain_walk_reads_only_ids_sizes_and_items(db):
+    rows = chained(4, timedelta(minutes=1), "resp_chain")
+    StoredResponse.objects.filter(pk__in=[r.pk for r in rows]).update(tools="[]", usage="{}")
+    with CaptureQueriesContext(connection) as queries:
+        items = store._conversation_before(ANONYMOUS, rows[-1].id)
+    assert items == [row.input_items[0] for row in rows]
+    reads = [q["sql"] for q in queries]
+    assert len(reads) == 5  # one per link, then the items of all four at once
+    assert all('"tools"' not in sql and '"usage"' not in sql for sql in reads)
+    assert sum('"input_items"' in sql for sql in reads) == 1
 
 
 # -------------------------------------------------------------------------------- admin
