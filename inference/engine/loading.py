@@ -10,6 +10,9 @@ thread only reads them. A distributed group loads in lockstep instead (engine/po
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -20,6 +23,17 @@ from mlx.utils import tree_flatten
 
 from inference.engine.pool import LoadedModel, Loading, ModelPool, Read
 from inference.engine.types import EngineError, ModelSpec
+
+LOADER_NICENESS = 10  # Linux threads have their own nice value (setpriority on the thread id)
+
+
+def _yield_to_engine() -> None:
+    """The loader thread (and the MLX stream thread it starts, which inherits it) runs at a
+    lower priority: on a machine with few cores, the engine's decode steps come first and
+    the read takes the time they leave."""
+    # Not Linux, or not allowed: the read just competes.
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOADER_NICENESS)
 
 
 def _read_evaluated(load: Loading) -> Read:
@@ -38,7 +52,9 @@ class Pending:
 class Loads:
     def __init__(self, wake: Callable[[], None]) -> None:
         self._wake = wake  # called on the loader thread when a read ends: the engine looks
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="mlx-loader")
+        self._thread = ThreadPoolExecutor(
+            1, thread_name_prefix="mlx-loader", initializer=_yield_to_engine
+        )
         self._pending: dict[str, Pending] = {}
 
     def __contains__(self, model_id: str) -> bool:
