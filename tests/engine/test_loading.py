@@ -47,9 +47,11 @@ def test_streams_go_on_while_another_model_is_read(
 ):
     slow = ModelSpec("slow", str(shutil.copytree(tiny_dir, tmp_path / "slow")))
     seen = slow_reads(monkeypatch, "slow")
-    run_job(engine, tiny_spec, "Hi")  # loaded before
-    params = SamplingParams(temperature=0, max_tokens=100_000, logit_bias=NO_EOS)
-    streaming = start_job(engine, tiny_spec, "Hi", params)
+    # Loaded before; a context long enough to stream through the whole read.
+    running = ModelSpec("tiny-long", tiny_spec.location, context_length=50_000)
+    run_job(engine, running, "Hi")
+    params = SamplingParams(temperature=0, max_tokens=40_000, logit_bias=NO_EOS)
+    streaming = start_job(engine, running, "Hi", params)
     waiting = start_job(engine, slow, "Hi", SamplingParams(temperature=0, max_tokens=4))
     times = []
     while "ended" not in seen or times[-1] < seen["ended"]:

@@ -104,7 +104,8 @@ def test_embedding_batches_take_turns_with_decoding(
         record("chat"),
     )
     spec = ModelSpec("bert", str(encoder_embedder_dir), purpose="embedding")
-    small_step_engine.call(lambda engine: engine.warm(spec)).result(timeout=60)
+    for model in (spec, tiny_spec):  # both loaded: neither waits for the loader thread
+        small_step_engine.call(lambda engine, model=model: engine.warm(model)).result(timeout=60)
     small_step_engine.submit(chat)
     inputs = ["the quick brown fox jumps over the lazy dog"] * 40  # 11 tokens: 5 rows a batch
     small_step_engine.submit(EmbeddingJob(spec, inputs, record("embed")))
