@@ -176,7 +176,7 @@ def _arguments_as_objects(message: dict, schemas: dict[str, dict]) -> dict:
     for call in message["tool_calls"]:
         arguments = call["function"]["arguments"]
         if isinstance(arguments, str):
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError, RecursionError):
                 arguments = json.loads(arguments)
         arguments = stable_order(arguments, schemas.get(call["function"].get("name", "")))
         calls.append({**call, "function": {**call["function"], "arguments": arguments}})

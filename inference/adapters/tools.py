@@ -89,7 +89,7 @@ def _as_object(call: dict) -> object:
     if isinstance(arguments, str):
         try:
             return json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting: text as it came
             return arguments
     return arguments
 

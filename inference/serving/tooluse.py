@@ -85,7 +85,7 @@ def arguments_object(arguments: str) -> dict:
     made-up value; {} when not even that parses."""
     try:
         value = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting: text as it came
         value = _partial_json(arguments)
     return value if isinstance(value, dict) else {}
 
@@ -102,7 +102,7 @@ def _partial_json(text: str) -> object:
         closing += "".join("}" if b == "{" else "]" for b in reversed(stack))
         try:
             return json.loads(head + closing)
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting: text as it came
             continue
     return None
 

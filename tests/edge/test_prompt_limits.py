@@ -93,3 +93,20 @@ def test_copies_are_prepared_once_off_the_engine_thread_each_with_its_grammar(
     for choice in answer["choices"]:  # each copy walked the grammar alone
         if choice["finish_reason"] == "stop":
             assert isinstance(json.loads(choice["message"]["content"])["n"], int)
+
+
+def test_deeply_nested_json_inside_a_string_is_text_not_a_500(client, tiny_entry):
+    """The body's own depth is capped at the door (edge/body.py); arguments that a client
+    sends as a JSON string are parsed later, and nested past Python's recursion limit they
+    stay text."""
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "[" * 100_000}}
+    messages = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "done"},
+    ]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    answer = post(client, {**SHORT_CHAT, "messages": messages, "tools": tools})
+    # Rendered as text: 50k tokens, past the tiny model's context, refused as such.
+    assert answer.status_code == 400, answer.content
+    assert answer.json()["error"]["code"] == "context_length_exceeded"

@@ -101,7 +101,7 @@ def decode_json(text: str) -> object:
     """The JSON value of `text`, or None when it is not JSON."""
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting: text as it came
         return None
 
 
