@@ -291,7 +291,8 @@ class ResponseRequest(RequestModel):
     text: TextConfig | None = None
     reasoning: ReasoningConfig | None = None
     store: bool = True
-    previous_response_id: str | None = None
+    # "" is no id: stored as a link to no response, it was a 500 (found by the fuzz test)
+    previous_response_id: str | None = Field(default=None, min_length=1)
     metadata: dict[str, str] | None = None
     stream: bool = False
     user: str | None = Field(default=None, max_length=256)  # the column's size

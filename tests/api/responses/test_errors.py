@@ -30,6 +30,7 @@ BAD_REQUESTS = [
     ("no input", json.dumps({"model": "tiny"}), 400, "input", None),
     ("input empty list", {"input": []}, 400, "input", None),
     ("input empty string", {"input": ""}, 400, "input", None),
+    ("empty previous_response_id", {"previous_response_id": ""}, 400, "previous_response_id", None),
     ("input a number", {"input": 5}, 400, "input", None),
     ("input an object", {"input": {"role": "user", "content": "Hi"}}, 400, "input", None),
     ("item not an object", {"input": ["Hi"]}, 400, "input.0", None),
