@@ -9,12 +9,12 @@ from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 
 from catalog.models import CatalogModel
-from inference.edge import STAFF_OR_TOKEN, endpoint
+from inference.edge import OPENAI, STAFF_OR_TOKEN, endpoint
 from inference.observability import records
 from inference.protocol.openai.chat import ChatCompletion, ChatCompletionRequest
 from inference.serving.context import RequestContext
 from inference.serving.control import dashboard_document
-from inference.serving.openai.chat import answer_chat
+from inference.serving.pipeline import answer
 from inference.serving.sse import EventStream
 
 # The two pages are HTML for people: Django's staff check, which redirects to the admin login.
@@ -47,4 +47,4 @@ async def playground_chat(
 ) -> ChatCompletion | EventStream:
     """Same answer as /v1/chat/completions, for the logged-in staff member (recorded as
     staff:<name>): every enabled model, no API key."""
-    return await answer_chat(body, ctx)
+    return await answer(OPENAI, body, ctx)

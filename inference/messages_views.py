@@ -11,8 +11,9 @@ from inference.edge.dialects import ANTHROPIC
 from inference.protocol.anthropic.events import MessageStreamEvent
 from inference.protocol.anthropic.requests import CountTokensRequest, MessagesRequest
 from inference.protocol.anthropic.responses import MessageResponse, TokenCount
-from inference.serving.anthropic.messages import answer_messages, count_message_tokens
+from inference.serving.anthropic.messages import count_message_tokens
 from inference.serving.context import RequestContext
+from inference.serving.pipeline import answer
 from inference.serving.sse import EventStream
 
 
@@ -28,7 +29,7 @@ from inference.serving.sse import EventStream
 async def messages(
     request: HttpRequest, ctx: RequestContext, body: MessagesRequest
 ) -> MessageResponse | EventStream:
-    return await answer_messages(body, ctx)
+    return await answer(ANTHROPIC, body, ctx)
 
 
 @endpoint(

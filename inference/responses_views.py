@@ -17,7 +17,7 @@ from inference.protocol.openai.responses import (
 )
 from inference.protocol.openai.responses_events import ResponseLifecycleEvent
 from inference.serving.context import RequestContext
-from inference.serving.responses.answer import answer_response
+from inference.serving.pipeline import answer
 from inference.serving.responses.retrieve import (
     delete_response,
     get_response,
@@ -38,7 +38,7 @@ from inference.serving.sse import EventStream
 async def create_response(
     request: HttpRequest, ctx: RequestContext, body: ResponseRequest
 ) -> ResponseObject | EventStream:
-    return await answer_response(body, ctx)
+    return await answer(RESPONSES, body, ctx)
 
 
 @endpoint(

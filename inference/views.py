@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from inference.edge import API_KEY, endpoint
+from inference.edge import API_KEY, OPENAI, endpoint
 from inference.edge.auth import EITHER_KEY
 from inference.observability.metrics import registry
 from inference.openapi import openapi_document
@@ -24,8 +24,7 @@ from inference.serving import models
 from inference.serving.context import RequestContext
 from inference.serving.control import health_document, not_ready
 from inference.serving.embeddings import answer_embeddings
-from inference.serving.openai.chat import answer_chat
-from inference.serving.openai.completions import answer_completion
+from inference.serving.pipeline import answer
 from inference.serving.sse import EventStream
 
 PROBE = ("GET", "HEAD")
@@ -43,7 +42,7 @@ ANY_METHOD = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 async def chat_completions(
     request: HttpRequest, ctx: RequestContext, body: ChatCompletionRequest
 ) -> ChatCompletion | EventStream:
-    return await answer_chat(body, ctx)
+    return await answer(OPENAI, body, ctx)
 
 
 @endpoint(
@@ -57,7 +56,7 @@ async def chat_completions(
 async def completions(
     request: HttpRequest, ctx: RequestContext, body: CompletionRequest
 ) -> Completion | EventStream:
-    return await answer_completion(body, ctx)
+    return await answer(OPENAI, body, ctx)
 
 
 @endpoint("POST", body=EmbeddingRequest, auth=API_KEY, record=True, response=EmbeddingList)

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from inference.edge.auth import PUBLIC, Auth, hold_slot
 from inference.edge.body import parse_body, validation_error
-from inference.edge.dialects import OPENAI, Dialect
+from inference.edge.dialects import OPENAI, Dialect, error_response
 from inference.edge.responses import (
     ClosingStreamingResponse,
     ViewResult,
@@ -99,7 +99,7 @@ async def _respond(
         error = APIError(
             f"Method {request.method} is not allowed here.", status=405, headers={"Allow": allowed}
         )
-        return spec.dialect.error_response(error)
+        return error_response(spec.dialect, error)
     try:
         ctx.identify(await spec.auth.check(request))
         if spec.auth.limit_concurrency:
@@ -114,10 +114,10 @@ async def _respond(
     except APIError as exc:
         if ctx.record is not None:
             ctx.record.error_code = exc.code
-        return spec.dialect.error_response(exc)
+        return error_response(spec.dialect, exc)
     except Exception:
         log.exception("unhandled error in %s", request.path)
-        return spec.dialect.error_response(server_error())
+        return error_response(spec.dialect, server_error())
 
 
 def _check_query(request: HttpRequest, schema: type[BaseModel]) -> None:
@@ -133,7 +133,7 @@ def _render(result: ViewResult, dialect: Dialect) -> HttpResponse:
     if isinstance(result, HttpResponse):
         return result
     if isinstance(result, EventStream):
-        return event_stream_response(result, lambda: dialect.stream_failure(server_error()))
+        return event_stream_response(result)
     if isinstance(result, BaseModel):
         return json_response(result)
     return JsonResponse(result)

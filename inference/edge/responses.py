@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 
 from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
 from pydantic import BaseModel
 
+from inference.protocol.errors import server_error
 from inference.serving.sse import EventStream
 
 log = logging.getLogger(__name__)
@@ -45,18 +46,18 @@ def json_response(payload: BaseModel, status: int = 200) -> HttpResponse:
     return HttpResponse(payload.model_dump_json(), status=status, content_type="application/json")
 
 
-async def guarded(
-    lines: AsyncIterator[str], failure: Callable[[], Iterable[str]]
-) -> AsyncIterator[str]:
-    """A bug met mid-stream still ends the stream in the dialect's way; closing this closes
-    the view's own generator at once, not whenever it is garbage-collected."""
+async def guarded(lines: AsyncIterator[str], stream: EventStream) -> AsyncIterator[str]:
+    """Closing this closes the view's own generator at once, not whenever it is
+    garbage-collected. Serving's stream loop ends every stream itself, whatever breaks it; a
+    failure that still gets here (a bug past that loop) ends it the stream's own way, through
+    its `end`, which knows what the dialect needs (Responses: the next sequence_number)."""
     async with aclosing(lines):  # type: ignore[type-var]
         try:
             async for line in lines:
                 yield line
         except Exception:
             log.exception("stream failed")
-            for line in failure():
+            for line in stream.end(server_error()):
                 yield line
 
 
@@ -95,11 +96,9 @@ async def with_keepalive(lines: AsyncIterator[str], interval: float) -> AsyncIte
         await lines.aclose()  # type: ignore[attr-defined]
 
 
-def event_stream_response(
-    stream: EventStream, failure: Callable[[], Iterable[str]]
-) -> ClosingStreamingResponse:
+def event_stream_response(stream: EventStream) -> ClosingStreamingResponse:
     response = ClosingStreamingResponse(
-        guarded(with_keepalive(stream.lines, settings.SSE_KEEPALIVE_SECONDS), failure),
+        guarded(with_keepalive(stream.lines, settings.SSE_KEEPALIVE_SECONDS), stream),
         content_type="text/event-stream",
     )
     response["Cache-Control"] = "no-cache"

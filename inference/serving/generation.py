@@ -21,12 +21,12 @@ from inference.engine.types import (
     Started,
 )
 from inference.protocol.errors import APIError
-from inference.protocol.openai.common import PromptTokensDetails, Usage
 from inference.serving.context import RequestContext
 from inference.serving.drain import drain
 from inference.serving.errors import api_error
-from inference.serving.ids import completion_id, now, system_fingerprint
+from inference.serving.ids import completion_id, now
 from inference.serving.prepare import prepare_requests
+from inference.serving.usage import TokenUsage
 
 
 @dataclass
@@ -166,58 +166,53 @@ class Generation:
         finally:
             self._waiting = None
 
-    async def events(self) -> AsyncIterator[tuple[Choice, Delta | Done | Failed]]:
-        """Each event with its choice, already recorded there; ends after the last Done."""
+    async def events(self) -> AsyncIterator[tuple[Choice, Delta | Done]]:
+        """Each event with its choice, already recorded there; ends after the last Done. A
+        job that failed, or the deadline passing, raises the APIError its client reads (a
+        stream's one failure branch writes it in the stream's dialect)."""
         try:
             for index, event in self._early:
                 yield self._add(index, event)
             while True:
                 try:
                     item = await self._next()
-                except APIError:  # the deadline passed
-                    yield next(iter(self.choices.values())), Failed(self._expired)
-                    return
+                except APIError as error:  # the deadline passed
+                    raise self._failed(error) from None
                 if item is None:
                     return
                 yield self._add(*item)
         finally:
             self.close()
 
-    def envelope(self, model: str) -> dict:
-        """The fields every response and chunk of this request shares."""
-        return {
-            "id": self.id,
-            "created": self.created,
-            "model": model,
-            "system_fingerprint": system_fingerprint(),
-        }
-
-    def _add(self, index: int, event: Event) -> tuple[Choice, Delta | Done | Failed]:
+    def _add(self, index: int, event: Event) -> tuple[Choice, Delta | Done]:
+        if isinstance(event, Failed):
+            raise self._failed(api_error(event.error))
         choice = self.choices[index]
         if isinstance(event, Delta | Done):
             choice.add(event)
-        if self._record is not None:
-            if isinstance(event, Delta):
-                self._record.on_token()
-            elif isinstance(event, Failed):
-                self._record.error_code = api_error(event.error).code
+        if self._record is not None and isinstance(event, Delta):
+            self._record.on_token()
         return choice, event  # type: ignore[return-value]
+
+    def _failed(self, error: APIError) -> APIError:
+        if self._record is not None:
+            self._record.error_code = error.code
+        return error
 
     def _report(self) -> None:
         if self._record is None or not self.choices:
             return
         usage = self.usage()
-        self._record.prompt_tokens = usage.prompt_tokens
-        self._record.completion_tokens = usage.completion_tokens
-        self._record.cached_tokens = usage.prompt_tokens_details.cached_tokens
+        self._record.prompt_tokens = usage.prompt
+        self._record.completion_tokens = usage.completion
+        self._record.cached_tokens = usage.cached
         reasons = {c.done.finish_reason for c in self.choices.values() if c.done}
         self._record.finish_reason = ",".join(sorted(reasons)) or None
 
     async def finish(self) -> None:
-        """Runs every job to its end (non-streaming responses)."""
-        async for _, event in self.events():
-            if isinstance(event, Failed):
-                raise api_error(event.error)
+        """Runs every job to its end (non-streaming responses); a failure raises."""
+        async for _ in self.events():
+            pass
 
     def _per_distinct_prompt(self) -> list[Started]:
         """One Started per distinct prompt: n choices share theirs."""
@@ -226,16 +221,13 @@ class Generation:
     def truncated_messages(self) -> int:
         return sum(s.truncated_messages for s in self._per_distinct_prompt())
 
-    def usage(self) -> Usage:
-        """Prompt tokens count once per distinct prompt."""
+    def usage(self) -> TokenUsage:
+        """Prompt tokens count once per distinct prompt; completion tokens of the choices done
+        so far."""
         started = self._per_distinct_prompt()
-        prompt = sum(s.prompt_tokens for s in started)
-        cached = sum(s.cached_tokens for s in started)
-        completion = sum(c.done.completion_tokens for c in self.choices.values() if c.done)
-        return Usage(
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            total_tokens=prompt + completion,
-            prompt_tokens_details=PromptTokensDetails(cached_tokens=cached),
-            truncated_messages=self.truncated_messages() or None,
+        return TokenUsage(
+            prompt=sum(s.prompt_tokens for s in started),
+            completion=sum(c.done.completion_tokens for c in self.choices.values() if c.done),
+            cached=sum(s.cached_tokens for s in started),
+            truncated_messages=self.truncated_messages(),
         )

@@ -1,32 +1,50 @@
-"""Server-sent events: the lines a stream is made of, and the stream a view hands the edge."""
+"""Server-sent events: how an event is framed (each dialect picks one of the two framings), and
+the stream a view hands the edge."""
+
+from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from pydantic import BaseModel
 
+from inference.protocol.errors import APIError
+
+# What ends a finished OpenAI chat or completions stream.
 DONE = "data: [DONE]\n\n"
 
 
 @dataclass(frozen=True)
+class Trimmed:
+    """A payload sent without some of its keys: chat's chunks leave out "usage" unless the
+    client asked for it (with include_usage every chunk says "usage": null but the last)."""
+
+    payload: BaseModel
+    without: frozenset[str]
+
+
+Wire = BaseModel | Trimmed
+
+
+def data_event(event: Wire) -> str:
+    """`data: {json}`: OpenAI's chat and completions."""
+    if isinstance(event, Trimmed):
+        return f"data: {event.payload.model_dump_json(exclude=set(event.without))}\n\n"
+    return f"data: {event.model_dump_json()}\n\n"
+
+
+def named_event(event: Wire) -> str:
+    """`event: {type}` then `data: {json}`: Anthropic's Messages and OpenAI's Responses, whose
+    events (their error bodies too) each carry their type."""
+    payload = event.payload if isinstance(event, Trimmed) else event
+    return f"event: {payload.type}\n{data_event(event)}"  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
 class EventStream:
-    """SSE lines for the edge to send as a streaming response in the endpoint's dialect."""
+    """SSE lines for the edge to send as a streaming response, and how the stream ends should
+    anything break it after its first line (in its dialect, numbered where the dialect numbers
+    its events)."""
 
     lines: AsyncIterator[str]
-
-
-def sse_event(payload: BaseModel, exclude: set[str] | None = None) -> str:
-    return f"data: {payload.model_dump_json(exclude=exclude)}\n\n"
-
-
-def chunk_writer(
-    payload_type: type[BaseModel], envelope: dict, include_usage: bool
-) -> Callable[..., str]:
-    """Builds one stream's chunks: the same id, created and model on each."""
-
-    def chunk(choices: list, usage: BaseModel | None = None) -> str:
-        payload = payload_type(**envelope, choices=choices, usage=usage)
-        # With include_usage every chunk says "usage": null but the last; without, no key.
-        return sse_event(payload, exclude=None if include_usage else {"usage"})
-
-    return chunk
+    end: Callable[[APIError], list[str]]

@@ -8,8 +8,8 @@ import json
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.http import HttpResponse
 from django.test import AsyncClient, AsyncRequestFactory
+from pydantic import BaseModel
 
 from apikeys.auth import limiter
 from apikeys.models import ApiKey
@@ -107,18 +107,14 @@ def test_a_view_cancelled_mid_generation_releases_everything(tiny_dir):
     assert records.recent[0]["status"] == 499 and records.recent[0]["key"] == "edge-key"
 
 
-class BracketDialect(Dialect):
-    """A made-up dialect: the edge must write every error of its endpoints this way."""
-
-    def error_response(self, error: APIError) -> HttpResponse:
-        body = {"kind": "failure", "why": error.message, "status": error.status}
-        return HttpResponse(json.dumps(body), status=error.status)
-
-    def stream_failure(self, error: APIError) -> list[str]:
-        return ["event: failure\ndata: {}\n\n"]
+class Failure(BaseModel):
+    kind: str = "failure"
+    why: str
+    status: int
 
 
-BRACKETS = BracketDialect("brackets", error_body=lambda error: None)
+# A made-up dialect: the edge must write every error of its endpoints this way.
+BRACKETS = Dialect("brackets", lambda error: Failure(why=error.message, status=error.status))
 
 
 @endpoint("POST", dialect=BRACKETS)

@@ -9,7 +9,8 @@ from django.test import AsyncClient
 from openai.types.chat import ChatCompletionChunk
 
 from catalog.models import CatalogModel
-from inference.serving.openai import chat as chat_serving
+from inference.serving import pipeline
+from inference.serving.reply import ReplyParser
 from tests.helpers import break_engine_after
 
 CHAT = "/v1/chat/completions"
@@ -26,7 +27,7 @@ def test_unexpected_errors_are_generic_500s(client, db, monkeypatch, caplog):
     async def broken(request, caller):
         raise RuntimeError("secret internals at /home/admin/.ssh")
 
-    monkeypatch.setattr(chat_serving, "resolve_model", broken)
+    monkeypatch.setattr(pipeline, "resolve_model", broken)
     response = client.post(CHAT, BODY, content_type="application/json")
     assert response.status_code == 500
     error = response.json()["error"]
@@ -82,7 +83,7 @@ def test_a_bug_while_streaming_still_ends_the_stream_cleanly(tiny_dir, monkeypat
     def broken_feed(self, text):
         raise KeyError("bug in the tool-call filter")
 
-    monkeypatch.setattr(chat_serving.ReplyParser, "feed", broken_feed)
+    monkeypatch.setattr(ReplyParser, "feed", broken_feed)
 
     async def go():
         response = await AsyncClient().post(

@@ -92,8 +92,3 @@ StreamEvent = (
 
 class MessageStreamEvent(RootModel[StreamEvent]):
     """Any one of the events (for the API description)."""
-
-
-def sse(event: BaseModel) -> str:
-    """One event as Anthropic streams it; the error body (type "error") goes the same way."""
-    return f"event: {event.type}\ndata: {event.model_dump_json()}\n\n"  # type: ignore[attr-defined]

@@ -1,17 +1,13 @@
-"""POST /v1/messages (a whole message or its stream) and /v1/messages/count_tokens."""
+"""POST /v1/messages: the reply writer (a whole message or its stream events), and
+/v1/messages/count_tokens."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
 
 from django.conf import settings
 
-from catalog.models import CatalogModel
-from inference.adapters import FamilyAdapter
-from inference.engine.types import Delta, EngineError, Failed, JobRequest, SamplingParams
-from inference.protocol.anthropic.errors import error_body
+from inference.engine.types import Delta, Done, EngineError, JobRequest, SamplingParams
 from inference.protocol.anthropic.events import (
     MessageDelta,
     MessageStart,
@@ -19,139 +15,76 @@ from inference.protocol.anthropic.events import (
     OutputUsage,
     Ping,
     StopDelta,
-    sse,
 )
-from inference.protocol.anthropic.requests import (
-    CountTokensRequest,
-    MessagesInput,
-    MessagesRequest,
-)
+from inference.protocol.anthropic.requests import CountTokensRequest, MessagesRequest
 from inference.protocol.anthropic.responses import MessageResponse, MessageUsage, TokenCount
-from inference.protocol.openai.common import SamplingFields
 from inference.serving.anthropic.blocks import BlockStream, content_blocks, stop_reason
-from inference.serving.anthropic.prompt import PromptPlan, image_sources, plan_prompt
+from inference.serving.anthropic.prompt import plan_messages
 from inference.serving.context import RequestContext
 from inference.serving.drain import drain
 from inference.serving.errors import api_error
-from inference.serving.generation import SHUTTING_DOWN, TIMEOUT, Choice, Generation
-from inference.serving.images import load_images
+from inference.serving.generation import SHUTTING_DOWN, TIMEOUT, Choice
+from inference.serving.pipeline import shape
 from inference.serving.prepare import count_prompt_tokens
-from inference.serving.reply import ReplyParser, parse_reply
-from inference.serving.resolve import ResolvedModel, resolve_model
-from inference.serving.sampling import sampling_params
-from inference.serving.sse import EventStream
+from inference.serving.reply import parse_reply
+from inference.serving.resolve import resolve_model
+from inference.serving.sse import Wire
+from inference.serving.usage import TokenUsage
+from inference.serving.writer import ReplyWriter, Run
 
 
-def sampling(request: MessagesRequest, entry: CatalogModel, grammar: str | None) -> SamplingParams:
-    """The catalog's defaults fill what the request leaves out, as for chat. max_tokens past
-    the model's limit is cut to it (clients such as Claude Code ask for tens of thousands), and
-    a reply cut there stops with max_tokens."""
-    limit = entry.max_output_tokens
-    fields = SamplingFields(
-        model=request.model,
-        temperature=request.temperature,
-        top_p=request.top_p,
-        top_k=request.top_k,
-    )
-    max_tokens = min(request.max_tokens, limit) if limit else request.max_tokens
-    params = sampling_params(fields, entry, max_tokens=max_tokens, grammar=grammar)
-    # Anthropic takes up to 16 stop sequences (chat's field stops at 4): set them directly.
-    return replace(params, stop=tuple(request.stop_sequences or ()))
-
-
-@dataclass
-class MessageRun:
-    request: MessagesRequest
-    plan: PromptPlan
-    adapter: FamilyAdapter
-    generation: Generation
-
-    @property
-    def id(self) -> str:
-        return self.generation.id.replace("msg-", "msg_", 1)
-
-    @property
-    def choice(self) -> Choice:
-        return self.generation.choices[0]
-
-    def usage(self, output_tokens: int = 0) -> MessageUsage:
-        # Anthropic counts cache reads apart: input + cache_read is the whole prompt.
-        started = self.choice.started
-        return MessageUsage(
-            input_tokens=started.prompt_tokens - started.cached_tokens,
-            output_tokens=output_tokens,
-            cache_read_input_tokens=started.cached_tokens,
-            truncated_messages=started.truncated_messages or None,
-        )
-
-
-async def request_images(request: MessagesInput, resolved: ResolvedModel) -> tuple:
-    sources = image_sources(request)
-    return await load_images(sources, resolved.spec.model_id, resolved.spec.vision)
-
-
-async def answer_messages(
-    request: MessagesRequest, ctx: RequestContext
-) -> MessageResponse | EventStream:
-    resolved = await resolve_model(request.model, ctx.caller)
-    plan = plan_prompt(request, resolved, await request_images(request, resolved))
-    params = sampling(request, resolved.entry, plan.grammar)
-    job = JobRequest(resolved.spec, resolved.adapter, resolved.chat_prompt(plan.prompt), params)
-    generation = await Generation.start(ctx, [job], "msg")
-    run = MessageRun(request, plan, resolved.adapter, generation)
-    if request.stream:
-        return EventStream(stream_message(run))
-    return await complete_message(run)
-
-
-async def complete_message(run: MessageRun) -> MessageResponse:
-    await run.generation.finish()
-    choice = run.choice
-    reply = parse_reply(run.adapter, choice.text, run.plan.tool_use, run.plan.thinking)
-    reason, sequence = stop_reason(
-        choice.done, bool(reply.tool_calls), run.request.stop_sequences or []
-    )
-    return MessageResponse(
-        id=run.id,
-        model=run.request.model,
-        content=content_blocks(reply),
-        stop_reason=reason,
-        stop_sequence=sequence,
-        usage=run.usage(choice.done.completion_tokens),
+def message_usage(usage: TokenUsage) -> MessageUsage:
+    # Anthropic counts cache reads apart: input + cache_read is the whole prompt.
+    return MessageUsage(
+        input_tokens=usage.prompt - usage.cached,
+        output_tokens=usage.completion,
+        cache_read_input_tokens=usage.cached,
+        truncated_messages=usage.truncated_messages or None,
     )
 
 
-async def stream_message(run: MessageRun) -> AsyncIterator[str]:
-    """message_start, ping, the content blocks' events, message_delta, message_stop; a
-    failure midway ends the stream with an error event."""
-    start = MessageResponse(
-        id=run.id, model=run.request.model, content=[], stop_reason=None, usage=run.usage()
-    )
-    yield sse(MessageStart(message=start))
-    yield sse(Ping())
-    parser = ReplyParser(run.adapter, run.plan.tool_use, run.plan.thinking)
-    blocks = BlockStream()
-    async for _, event in run.generation.events():
-        if isinstance(event, Failed):
-            yield sse(error_body(api_error(event.error)))
-            return
-        events = parser.feed(event.text) if isinstance(event, Delta) else parser.finish()
-        for block_event in blocks.feed(events):
-            yield sse(block_event)
+class MessageWriter(ReplyWriter):
+    """The reply writer: message_start, ping, the content blocks' events, message_delta,
+    message_stop; or the whole message."""
+
+    def __init__(self, run: Run) -> None:
+        super().__init__(run)
+        self.request: MessagesRequest = run.body  # type: ignore[assignment]
+        self.id = run.generation.id.replace("msg-", "msg_", 1)
+        self.parser = run.parser()
+        self.blocks = BlockStream()
+
+    def message(self, **fields) -> MessageResponse:
+        usage = message_usage(self.run.generation.usage())
+        return MessageResponse(id=self.id, model=self.run.model, usage=usage, **fields)
+
+    def opening(self) -> list[Wire]:
+        return [MessageStart(message=self.message(content=[], stop_reason=None)), Ping()]
+
+    def feed(self, choice: Choice, event: Delta | Done) -> list[Wire]:
         if isinstance(event, Delta):
-            continue
-        for block_event in blocks.close():
-            yield sse(block_event)
-        reason, sequence = stop_reason(
-            event, blocks.tool_calls > 0, run.request.stop_sequences or []
+            return self.blocks.feed(self.parser.feed(event.text))
+        out = [*self.blocks.feed(self.parser.finish()), *self.blocks.close()]
+        stops = self.request.stop_sequences or []
+        reason, sequence = stop_reason(event, self.blocks.tool_calls > 0, stops)
+        delta = StopDelta(stop_reason=reason, stop_sequence=sequence)
+        return [
+            *out,
+            MessageDelta(delta=delta, usage=OutputUsage(output_tokens=event.completion_tokens)),
+        ]
+
+    async def closing(self) -> list[Wire]:
+        return [MessageStop()]
+
+    async def response(self) -> MessageResponse:
+        run = self.run
+        choice = run.generation.choices[0]
+        reply = parse_reply(run.resolved.adapter, choice.text, run.plan.tool_use, run.thinking)
+        stops = self.request.stop_sequences or []
+        reason, sequence = stop_reason(choice.done, bool(reply.tool_calls), stops)
+        return self.message(
+            content=content_blocks(reply), stop_reason=reason, stop_sequence=sequence
         )
-        yield sse(
-            MessageDelta(
-                delta=StopDelta(stop_reason=reason, stop_sequence=sequence),
-                usage=OutputUsage(output_tokens=event.completion_tokens),
-            )
-        )
-    yield sse(MessageStop())
 
 
 async def count_message_tokens(request: CountTokensRequest, ctx: RequestContext) -> TokenCount:
@@ -162,8 +95,7 @@ async def count_message_tokens(request: CountTokensRequest, ctx: RequestContext)
     if drain.draining:
         raise api_error(SHUTTING_DOWN)
     resolved = await resolve_model(request.model, ctx.caller)
-    plan = plan_prompt(request, resolved, await request_images(request, resolved))
-    prompt = resolved.chat_prompt(plan.prompt)
+    (prompt,) = (await shape(await plan_messages(request, resolved, ctx), resolved)).prompts
     job = JobRequest(resolved.spec, resolved.adapter, prompt, SamplingParams())
     if ctx.record is not None:
         ctx.record.model = resolved.spec.model_id

@@ -1,15 +1,12 @@
-"""A Messages request as the chat template sees it: system, turns, tool calls and results,
-tools, thinking, and the assistant prefill the reply continues. create and count_tokens both
-build their prompt here, so both count the same tokens."""
+"""The Messages plan builder: a request as the chat template sees it (system, turns, tool calls
+and results, the assistant prefill the reply continues), its tools, thinking and sampling, in
+the neutral plan's words. create and count_tokens both plan here, so both count the same
+tokens."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
-from django.conf import settings
-
-from inference.engine.types import ChatPrompt
 from inference.protocol.anthropic.requests import (
     Base64ImageSource,
     ImageBlockInput,
@@ -18,24 +15,19 @@ from inference.protocol.anthropic.requests import (
     InputToolResult,
     InputToolUse,
     MessagesInput,
+    MessagesRequest,
     TextBlockInput,
     ToolChoiceAny,
     ToolChoiceNone,
     ToolChoiceTool,
 )
 from inference.protocol.errors import APIError
+from inference.serving.context import RequestContext
 from inference.serving.images import ImageSource, template_content
+from inference.serving.plan import Plan, ThinkingAsk
 from inference.serving.resolve import ResolvedModel
-from inference.serving.thinking import Thinking, plan_thinking
+from inference.serving.sampling import SamplingAsk
 from inference.serving.tooluse import FunctionTool, ToolUse
-
-
-@dataclass(frozen=True)
-class PromptPlan:
-    prompt: ChatPrompt
-    tool_use: ToolUse
-    thinking: Thinking | None
-    grammar: str | None  # a forced or required tool call decodes under it
 
 
 def tool_use_of(request: MessagesInput) -> ToolUse:
@@ -170,44 +162,47 @@ def leading_system(conversation: list[tuple[str, list]]) -> tuple[list[str], lis
     return texts, conversation
 
 
-def template_messages(request: MessagesInput, default_system: str) -> tuple[list[dict], str]:
-    """(messages for the chat template, the assistant prefill)."""
-    if len(request.messages) > settings.MAX_MESSAGES:
-        raise APIError(
-            f"Too many messages: {len(request.messages)}; this server takes at most "
-            f"{settings.MAX_MESSAGES}.",
-            param="messages",
-        )
+def template_messages(request: MessagesInput) -> tuple[list[dict], str]:
+    """(messages for the chat template, the assistant prefill). Without a system (top-level or
+    leading turns), the catalog's system prompt applies, as for every dialect (plan.py)."""
     early, conversation = leading_system(turns(request.messages))
     if not any(role == "user" for role, _ in conversation):
         raise APIError("The conversation needs a user message.", param="messages")
     conversation, prefill = split_prefill(conversation)
-    system = request.system_text()
-    if system is None and not early:
-        system = default_system
-    system = "\n\n".join(text for text in (system, *early) if text)
+    system = "\n\n".join(text for text in (request.system_text(), *early) if text)
     messages = [{"role": "system", "content": system}] if system else []
     for role, blocks in conversation:
         messages.extend(template_turn(role, blocks))
     return messages, prefill
 
 
-def plan_prompt(request: MessagesInput, resolved: ResolvedModel, images: tuple = ()) -> PromptPlan:
-    """`images`: the request's images, decoded (serving/images.py), in image_sources' order."""
-    tool_use = tool_use_of(request)
-    grammar = tool_use.grammar(resolved.adapter.tool_syntax())
-    thinking = plan_thinking(
-        resolved.adapter,
-        request.thinking_enabled(),
-        constrained=grammar is not None,
-        budget=getattr(request.thinking, "budget_tokens", None),
+def sampling_of(request: MessagesInput) -> SamplingAsk:
+    """The catalog's defaults fill what the request leaves out, as for chat. max_tokens past
+    the model's limit is cut to it (clients such as Claude Code ask for tens of thousands).
+    Anthropic takes up to 16 stop sequences. count_tokens asks for no output."""
+    if not isinstance(request, MessagesRequest):
+        return SamplingAsk()
+    return SamplingAsk(
+        max_tokens=request.max_tokens,
+        cut_to_limit=True,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        top_k=request.top_k,
+        stop=tuple(request.stop_sequences or ()),
     )
-    messages, prefill = template_messages(request, resolved.entry.system_prompt)
-    prompt = ChatPrompt(
+
+
+async def plan_messages(
+    request: MessagesInput, resolved: ResolvedModel, ctx: RequestContext
+) -> Plan:
+    """The plan builder, for create and count_tokens alike."""
+    messages, prefill = template_messages(request)
+    budget = getattr(request.thinking, "budget_tokens", None)
+    return Plan(
         messages=messages,
-        tools=tool_use.template_tools(),
-        template_kwargs=thinking.template_kwargs or None,
+        sampling=sampling_of(request),
+        tool_use=tool_use_of(request),
+        thinking=ThinkingAsk(request.thinking_enabled(), budget=budget),
         prefill=prefill,
-        images=images,
+        images=tuple(image_sources(request)),
     )
-    return PromptPlan(prompt, tool_use, thinking.thinking, grammar)

@@ -1,14 +1,8 @@
-"""POST /v1/chat/completions: from a validated request to a completion or a chunk stream."""
+"""POST /v1/chat/completions: the request's plan, and its completion or chunk stream."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-
-from django.conf import settings
-
-from inference.engine.types import ChatPrompt, Delta, Failed, JobRequest, SampledToken
-from inference.protocol.errors import APIError
+from inference.engine.types import Delta, Done, SampledToken
 from inference.protocol.openai.chat import (
     AssistantMessage,
     ChatChoice,
@@ -21,32 +15,34 @@ from inference.protocol.openai.chat import (
     FunctionCall,
     FunctionCallDelta,
     NamedToolChoice,
+    ResponseFormatJSONObject,
+    ResponseFormatJSONSchema,
     TextPart,
     ToolCall,
     ToolCallDelta,
 )
 from inference.protocol.openai.common import ChoiceLogprobs, TokenLogprob, TopLogprob
-from inference.protocol.openai.errors import error_body
 from inference.serving.context import RequestContext
-from inference.serving.errors import api_error
-from inference.serving.generation import Choice, Generation
-from inference.serving.images import ImageSource, load_images, template_content
+from inference.serving.generation import Choice
+from inference.serving.images import ImageSource, template_content
+from inference.serving.openai.envelopes import chunk_writer, envelope
+from inference.serving.openai.sampling import sampling_ask
+from inference.serving.openai.usage import openai_usage
+from inference.serving.plan import JSONFormat, Plan, ThinkingAsk
 from inference.serving.reply import (
     ReasoningDelta,
     Reply,
     ReplyEvent,
-    ReplyParser,
     TextDelta,
     ToolArgumentsDelta,
     ToolCallStart,
     parse_reply,
 )
-from inference.serving.resolve import ResolvedModel, resolve_model
-from inference.serving.sampling import per_choice, sampling_params
-from inference.serving.sse import DONE, EventStream, chunk_writer, sse_event
-from inference.serving.structured import response_format_grammar
-from inference.serving.thinking import Thinking, plan_thinking
+from inference.serving.resolve import ResolvedModel
+from inference.serving.sse import Wire
+from inference.serving.structured import ANY_OBJECT
 from inference.serving.tooluse import FunctionTool, ToolUse
+from inference.serving.writer import ReplyWriter, Run
 
 
 def content_of(message: ChatMessage) -> str | list[dict]:
@@ -102,73 +98,35 @@ def thinking_asked(request: ChatCompletionRequest, switch: str) -> bool | None:
     return request.reasoning_effort != "none"
 
 
-@dataclass
-class ChatRun:
-    request: ChatCompletionRequest
-    resolved: ResolvedModel
-    generation: Generation
-    tool_use: ToolUse
-    thinking: Thinking | None
-
-    def parser(self) -> ReplyParser:
-        return ReplyParser(self.resolved.adapter, self.tool_use, self.thinking)
+def json_format(response_format: object) -> JSONFormat | None:
+    if isinstance(response_format, ResponseFormatJSONObject):
+        return JSONFormat(ANY_OBJECT, "response_format")
+    if isinstance(response_format, ResponseFormatJSONSchema):
+        schema = response_format.json_schema.schema_ or ANY_OBJECT
+        return JSONFormat(schema, "response_format.json_schema.schema")
+    return None
 
 
-async def answer_chat(
-    request: ChatCompletionRequest, ctx: RequestContext
-) -> ChatCompletion | EventStream:
-    run = await start_chat(request, ctx)
-    if request.stream:
-        return EventStream(stream_chat(run))
-    return await complete_chat(run)
-
-
-async def start_chat(request: ChatCompletionRequest, ctx: RequestContext) -> ChatRun:
-    """Resolves the model and has the engine admit every choice; early failures raise."""
-    if len(request.messages) > settings.MAX_MESSAGES:
-        raise APIError(
-            f"Too many messages: {len(request.messages)}; this server takes at most "
-            f"{settings.MAX_MESSAGES}.",
-            param="messages",
-            code="too_many_messages",
-        )
-    resolved = await resolve_model(request.model, ctx.caller)
-    images = await load_images(
-        image_sources(request.messages), resolved.spec.model_id, resolved.spec.vision
+async def plan_chat(
+    request: ChatCompletionRequest, resolved: ResolvedModel, ctx: RequestContext
+) -> Plan:
+    """The plan builder: a chat request in the neutral plan's words."""
+    switch = resolved.adapter.profile.thinking_switch
+    return Plan(
+        messages=[message_dict(m) for m in request.messages],
+        sampling=sampling_ask(
+            request,
+            max_tokens=request.output_limit(),
+            logprobs=request.logprobs,
+            top_logprobs=request.top_logprobs or 0,
+        ),
+        tool_use=chat_tool_use(request),
+        json_format=json_format(request.response_format),
+        thinking=ThinkingAsk(thinking_asked(request, switch), effort=request.reasoning_effort),
+        template_kwargs=dict(request.chat_template_kwargs or {}),
+        images=tuple(image_sources(request.messages)),
+        n=request.n,
     )
-    tool_use = chat_tool_use(request)
-    adapter = resolved.adapter
-    grammar = tool_use.grammar(adapter.tool_syntax()) or response_format_grammar(
-        request.response_format
-    )
-    plan = plan_thinking(
-        adapter,
-        thinking_asked(request, adapter.profile.thinking_switch),
-        constrained=grammar is not None,
-        effort=request.reasoning_effort,
-    )
-    params = sampling_params(
-        request,
-        resolved.entry,
-        max_tokens=request.output_limit(),
-        logprobs=request.logprobs,
-        top_logprobs=request.top_logprobs or 0,
-        grammar=grammar,
-    )
-    messages = [message_dict(m) for m in request.messages]
-    system_prompt = resolved.entry.system_prompt
-    if system_prompt and not any(m["role"] == "system" for m in messages):
-        messages.insert(0, {"role": "system", "content": system_prompt})
-    kwargs = {**(request.chat_template_kwargs or {}), **plan.template_kwargs}
-    prompt = resolved.chat_prompt(
-        ChatPrompt(messages, tool_use.template_tools(), kwargs or None, images=images)
-    )
-    jobs = [
-        JobRequest(resolved.spec, adapter, prompt, choice_params)
-        for choice_params in per_choice(params, request.n)
-    ]
-    generation = await Generation.start(ctx, jobs, "chatcmpl", request.n)
-    return ChatRun(request, resolved, generation, tool_use, plan.thinking)
 
 
 def wire_logprobs(entries: list[SampledToken] | tuple[SampledToken, ...]) -> ChoiceLogprobs:
@@ -207,26 +165,6 @@ def assistant_message(reply: Reply) -> AssistantMessage:
     )
 
 
-async def complete_chat(run: ChatRun) -> ChatCompletion:
-    await run.generation.finish()
-    choices = []
-    for choice in run.generation.choices.values():
-        reply = parse_reply(run.resolved.adapter, choice.text, run.tool_use, run.thinking)
-        choices.append(
-            ChatChoice(
-                index=choice.index,
-                message=assistant_message(reply),
-                logprobs=wire_logprobs(choice.logprobs) if run.request.logprobs else None,
-                finish_reason=finish_reason(choice, reply),
-            )
-        )
-    return ChatCompletion(
-        **run.generation.envelope(run.request.model),
-        choices=choices,
-        usage=run.generation.usage(),
-    )
-
-
 def chunk_delta(events: list[ReplyEvent]) -> ChunkDelta | None:
     """One delta for what a piece of text said: thinking, content and tool-call pieces."""
     reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
@@ -254,37 +192,54 @@ def chunk_delta(events: list[ReplyEvent]) -> ChunkDelta | None:
     )
 
 
-async def stream_chat(run: ChatRun) -> AsyncIterator[str]:
-    """SSE lines: role chunks, content chunks, finish chunks, optional usage, [DONE]."""
-    request, generation = run.request, run.generation
-    include_usage = request.include_usage()
-    chunk = chunk_writer(ChatCompletionChunk, generation.envelope(request.model), include_usage)
+class ChatWriter(ReplyWriter):
+    """The reply writer: role chunks, content chunks, finish chunks, optional usage (the
+    pipeline sends [DONE] after them); or the whole completion."""
 
-    parsers = {i: run.parser() for i in generation.choices}
-    for index in generation.choices:
-        yield chunk([ChunkChoice(index=index, delta=ChunkDelta(role="assistant", content=""))])
-    async for choice, event in generation.events():
-        if isinstance(event, Failed):
-            yield sse_event(error_body(api_error(event.error)))
-            break
-        parser = parsers[choice.index]
+    def __init__(self, run: Run) -> None:
+        super().__init__(run)
+        self.request: ChatCompletionRequest = run.body  # type: ignore[assignment]
+        self.chunk = chunk_writer(ChatCompletionChunk, run, self.request.include_usage())
+        self.parsers = {i: run.parser() for i in run.generation.choices}
+
+    def opening(self) -> list[Wire]:
+        role = ChunkDelta(role="assistant", content="")
+        return [self.chunk([ChunkChoice(index=i, delta=role)]) for i in self.parsers]
+
+    def feed(self, choice: Choice, event: Delta | Done) -> list[Wire]:
+        parser = self.parsers[choice.index]
         if isinstance(event, Delta):
             delta = chunk_delta(parser.feed(event.text))
-            logprobs = wire_logprobs(event.logprobs) if request.logprobs else None
-            if delta or logprobs:
-                yield chunk(
-                    [
-                        ChunkChoice(
-                            index=choice.index, delta=delta or ChunkDelta(), logprobs=logprobs
-                        )
-                    ]
-                )
-            continue
+            logprobs = wire_logprobs(event.logprobs) if self.request.logprobs else None
+            if not (delta or logprobs):
+                return []
+            piece = ChunkChoice(index=choice.index, delta=delta or ChunkDelta(), logprobs=logprobs)
+            return [self.chunk([piece])]
+        out = []
         if delta := chunk_delta(parser.finish()):
-            yield chunk([ChunkChoice(index=choice.index, delta=delta)])
+            out.append(self.chunk([ChunkChoice(index=choice.index, delta=delta)]))
         finish = finish_reason(choice, parser.reply())
-        yield chunk([ChunkChoice(index=choice.index, delta=ChunkDelta(), finish_reason=finish)])
-    else:
-        if include_usage:
-            yield chunk([], generation.usage())
-    yield DONE
+        last = ChunkChoice(index=choice.index, delta=ChunkDelta(), finish_reason=finish)
+        return [*out, self.chunk([last])]
+
+    async def closing(self) -> list[Wire]:
+        if not self.request.include_usage():
+            return []
+        return [self.chunk([], openai_usage(self.run.generation.usage()))]
+
+    async def response(self) -> ChatCompletion:
+        run = self.run
+        choices = []
+        for choice in run.generation.choices.values():
+            reply = parse_reply(run.resolved.adapter, choice.text, run.plan.tool_use, run.thinking)
+            logprobs = wire_logprobs(choice.logprobs) if self.request.logprobs else None
+            choices.append(
+                ChatChoice(
+                    index=choice.index,
+                    message=assistant_message(reply),
+                    logprobs=logprobs,
+                    finish_reason=finish_reason(choice, reply),
+                )
+            )
+        usage = openai_usage(run.generation.usage())
+        return ChatCompletion(**envelope(run), choices=choices, usage=usage)

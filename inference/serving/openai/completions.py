@@ -2,39 +2,51 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-
-from inference.engine.types import (
-    Delta,
-    Failed,
-    JobRequest,
-    Prompt,
-    SampledToken,
-    TextPrompt,
-    TokenPrompt,
-)
+from inference.engine.types import Delta, Done, Prompt, SampledToken, TextPrompt, TokenPrompt
 from inference.protocol.openai.common import LegacyLogprobs
 from inference.protocol.openai.completions import Completion, CompletionChoice, CompletionRequest
-from inference.protocol.openai.errors import error_body
 from inference.serving.context import RequestContext
-from inference.serving.errors import api_error
-from inference.serving.generation import Choice, Generation
-from inference.serving.resolve import resolve_model
-from inference.serving.sampling import per_choice, sampling_params
-from inference.serving.sse import DONE, EventStream, chunk_writer, sse_event
+from inference.serving.generation import Choice
+from inference.serving.openai.envelopes import chunk_writer, envelope
+from inference.serving.openai.sampling import sampling_ask
+from inference.serving.openai.usage import openai_usage
+from inference.serving.plan import Plan
+from inference.serving.resolve import ResolvedModel
+from inference.serving.sse import Wire
+from inference.serving.writer import ReplyWriter, Run
 
 
-@dataclass
-class CompletionRun:
-    request: CompletionRequest
-    prompts: list[Prompt]
-    generation: Generation
-    # Where each choice's next token starts in its text (echo included), for text_offset.
-    offsets: dict[int, int] = field(default_factory=dict)
+async def plan_completion(
+    request: CompletionRequest, resolved: ResolvedModel, ctx: RequestContext
+) -> Plan:
+    """The plan builder: prompts as they were sent, no template."""
+    prompts = tuple(
+        TextPrompt(p) if isinstance(p, str) else TokenPrompt(tuple(p)) for p in request.prompts()
+    )
+    sampling = sampling_ask(
+        request,
+        # OpenAI's legacy default of 16 tokens yields to the catalog's default and limit.
+        max_tokens=request.max_tokens if "max_tokens" in request.model_fields_set else None,
+        default_max_tokens=request.max_tokens,
+        logprobs=request.logprobs is not None,
+        top_logprobs=request.logprobs or 0,
+    )
+    return Plan(sampling=sampling, raw_prompts=prompts, n=request.n, echo=request.echo)
+
+
+class CompletionWriter(ReplyWriter):
+    """The reply writer: echoed prompts, text chunks, finish chunks, optional usage; or the
+    whole completion."""
+
+    def __init__(self, run: Run) -> None:
+        super().__init__(run)
+        self.request: CompletionRequest = run.body  # type: ignore[assignment]
+        self.chunk = chunk_writer(Completion, run, self.request.include_usage())
+        # Where each choice's next token starts in its text (echo included), for text_offset.
+        self.offsets: dict[int, int] = {}
 
     def prompt_of(self, choice: Choice) -> Prompt:
-        return self.prompts[choice.index // self.request.n]
+        return self.run.plan.raw_prompts[choice.index // self.request.n]
 
     def echo_text(self, choice: Choice) -> str:
         if not self.request.echo:
@@ -42,7 +54,9 @@ class CompletionRun:
         prompt = self.prompt_of(choice)
         return prompt.text if isinstance(prompt, TextPrompt) else choice.started.prompt_text or ""
 
-    def logprobs(self, choice: Choice, entries: tuple[SampledToken, ...] | list[SampledToken]):
+    def logprobs(
+        self, choice: Choice, entries: tuple[SampledToken, ...] | list[SampledToken]
+    ) -> LegacyLogprobs | None:
         if self.request.logprobs is None:
             return None
         offset = self.offsets.setdefault(choice.index, len(self.echo_text(choice)))
@@ -58,77 +72,35 @@ class CompletionRun:
             text_offset=offsets,
         )
 
-
-async def answer_completion(
-    request: CompletionRequest, ctx: RequestContext
-) -> Completion | EventStream:
-    run = await start_completion(request, ctx)
-    if request.stream:
-        return EventStream(stream_completion(run))
-    return await complete(run)
-
-
-async def start_completion(request: CompletionRequest, ctx: RequestContext) -> CompletionRun:
-    resolved = await resolve_model(request.model, ctx.caller)
-    params = sampling_params(
-        request,
-        resolved.entry,
-        # OpenAI's legacy default of 16 tokens yields to the catalog's default and limit.
-        max_tokens=request.max_tokens if "max_tokens" in request.model_fields_set else None,
-        default_max_tokens=request.max_tokens,
-        logprobs=request.logprobs is not None,
-        top_logprobs=request.logprobs or 0,
-    )
-    prompts: list[Prompt] = [
-        TextPrompt(p) if isinstance(p, str) else TokenPrompt(tuple(p)) for p in request.prompts()
-    ]
-    jobs = [
-        JobRequest(resolved.spec, resolved.adapter, prompt, choice_params, echo=request.echo)
-        for prompt in prompts
-        for choice_params in per_choice(params, request.n)
-    ]
-    generation = await Generation.start(ctx, jobs, "cmpl", request.n)
-    return CompletionRun(request, prompts, generation)
-
-
-async def complete(run: CompletionRun) -> Completion:
-    await run.generation.finish()
-    choices = [
-        CompletionChoice(
-            index=choice.index,
-            text=run.echo_text(choice) + choice.text,
-            logprobs=run.logprobs(choice, choice.logprobs),
-            finish_reason=choice.done.finish_reason,
-        )
-        for choice in run.generation.choices.values()
-    ]
-    return Completion(
-        **run.generation.envelope(run.request.model), choices=choices, usage=run.generation.usage()
-    )
-
-
-async def stream_completion(run: CompletionRun) -> AsyncIterator[str]:
-    request, generation = run.request, run.generation
-    chunk = chunk_writer(Completion, generation.envelope(request.model), request.include_usage())
-
-    def text_choice(choice: Choice, text: str, logprobs=None, finish=None) -> CompletionChoice:
-        return CompletionChoice(
+    def _text(self, choice: Choice, text: str, logprobs=None, finish=None) -> Wire:
+        piece = CompletionChoice(
             index=choice.index, text=text, logprobs=logprobs, finish_reason=finish
         )
+        return self.chunk([piece])
 
-    for choice in generation.choices.values():
-        if echo := run.echo_text(choice):
-            yield chunk([text_choice(choice, echo)])
-    async for choice, event in generation.events():
-        if isinstance(event, Failed):
-            yield sse_event(error_body(api_error(event.error)))
-            break
+    def opening(self) -> list[Wire]:
+        choices = self.run.generation.choices.values()
+        return [self._text(c, echo) for c in choices if (echo := self.echo_text(c))]
+
+    def feed(self, choice: Choice, event: Delta | Done) -> list[Wire]:
         if isinstance(event, Delta):
-            logprobs = run.logprobs(choice, event.logprobs)
-            yield chunk([text_choice(choice, event.text, logprobs)])
-        else:
-            yield chunk([text_choice(choice, "", finish=event.finish_reason)])
-    else:
-        if request.include_usage():
-            yield chunk([], run.generation.usage())
-    yield DONE
+            return [self._text(choice, event.text, self.logprobs(choice, event.logprobs))]
+        return [self._text(choice, "", finish=event.finish_reason)]
+
+    async def closing(self) -> list[Wire]:
+        if not self.request.include_usage():
+            return []
+        return [self.chunk([], openai_usage(self.run.generation.usage()))]
+
+    async def response(self) -> Completion:
+        choices = [
+            CompletionChoice(
+                index=choice.index,
+                text=self.echo_text(choice) + choice.text,
+                logprobs=self.logprobs(choice, choice.logprobs),
+                finish_reason=choice.done.finish_reason,
+            )
+            for choice in self.run.generation.choices.values()
+        ]
+        usage = openai_usage(self.run.generation.usage())
+        return Completion(**envelope(self.run), choices=choices, usage=usage)

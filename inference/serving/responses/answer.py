@@ -1,16 +1,12 @@
-"""POST /v1/responses: a validated request to a response object, or to its typed event
-stream. Finished responses (completed, incomplete, or failed mid-stream) are stored unless the
-request said `store: false`; a stream whose client leaves before its end stores nothing."""
+"""POST /v1/responses, the reply writer: engine events into a response object, or into its
+typed event stream. Finished responses (completed, incomplete, or failed mid-stream) are stored
+unless the request said `store: false`; a stream whose client leaves before its end stores
+nothing."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncIterator
-from contextlib import aclosing
-from dataclasses import dataclass, field
-
-from inference.engine.types import Delta, Done, Failed, JobRequest
-from inference.protocol.errors import APIError, server_error
+from inference.engine.types import Delta, Done
+from inference.protocol.errors import APIError
 from inference.protocol.openai.responses import (
     IncompleteDetails,
     InputTokensDetails,
@@ -21,39 +17,70 @@ from inference.protocol.openai.responses import (
     ResponseRequest,
     ResponseUsage,
 )
-from inference.protocol.openai.responses_events import ErrorEvent, ResponseLifecycleEvent
-from inference.serving.context import RequestContext
-from inference.serving.errors import api_error
-from inference.serving.generation import Generation
+from inference.protocol.openai.responses_events import ResponseLifecycleEvent
+from inference.serving.generation import Choice
 from inference.serving.ids import now
-from inference.serving.reply import ReasoningDelta, ReplyParser
-from inference.serving.resolve import resolve_model
+from inference.serving.reply import ReasoningDelta
 from inference.serving.responses import store
 from inference.serving.responses.items import new_id
 from inference.serving.responses.output import OutputBuilder
-from inference.serving.responses.prepare import (
-    conversation_images,
-    gather_conversation,
-    plan_generation,
-)
-from inference.serving.responses.sse import typed_event
-from inference.serving.sse import EventStream
+from inference.serving.sse import Wire
+from inference.serving.writer import ReplyWriter, Run
 
-log = logging.getLogger(__name__)
+OUTCOME_EVENTS = {
+    "completed": "response.completed",
+    "incomplete": "response.incomplete",
+    "failed": "response.failed",
+}
 
 
-@dataclass
-class ResponseRun:
-    request: ResponseRequest
-    ctx: RequestContext
-    generation: Generation
-    parser: ReplyParser
-    shell: ResponseObject  # the response's fields before any output
-    input_items: list[dict]
-    builder: OutputBuilder = field(default_factory=OutputBuilder)
-    reasoning_tokens: int = 0
+def echoed_reasoning(reasoning: ReasoningConfig | None) -> ReasoningConfig | None:
+    """The reasoning settings as OpenAI echoes them (a summary of "none" is no summary)."""
+    if reasoning is None or reasoning.summary in (None, "auto", "concise", "detailed"):
+        return reasoning
+    return reasoning.model_copy(update={"summary": None})
 
-    def feed(self, text: str) -> None:
+
+def response_shell(request: ResponseRequest, run: Run, response_id: str) -> ResponseObject:
+    """The parameters a response echoes, as used (temperature after the catalog's default)."""
+    return ResponseObject(
+        id=response_id,
+        created_at=now(),
+        status="in_progress",
+        model=request.model,
+        instructions=request.instructions,
+        output=[],
+        metadata=request.metadata or {},
+        parallel_tool_calls=request.parallel_tool_calls,
+        temperature=run.params.temperature,
+        top_p=run.params.top_p,
+        max_output_tokens=request.max_output_tokens,
+        tool_choice=request.effective_tool_choice(),
+        tools=request.tools or [],
+        text=request.text_config(),
+        reasoning=echoed_reasoning(request.reasoning),
+        previous_response_id=request.previous_response_id,
+        store=request.store,
+        user=request.user,
+    )
+
+
+class ResponseWriter(ReplyWriter):
+    """response.created, response.in_progress, the output's events as the reply grows, then
+    response.completed, .incomplete or .failed, every event numbered; or the whole response."""
+
+    def __init__(self, run: Run) -> None:
+        super().__init__(run)
+        self.request: ResponseRequest = run.body  # type: ignore[assignment]
+        self.parser = run.parser()
+        self.shell = response_shell(self.request, run, new_id("resp"))
+        functions = self.request.functions()
+        namespaced = {f.offered: (f.namespace, f.tool.name) for f in functions if f.namespace}
+        self.builder = OutputBuilder(namespaced)
+        self.reasoning_tokens = 0
+        self.outcome: ResponseObject | None = None  # once the reply ended
+
+    def take(self, text: str) -> None:
         events = self.parser.feed(text)
         # Each delta is a sampled token: one that only reasoned counts as a reasoning token.
         if events and all(isinstance(e, ReasoningDelta) for e in events):
@@ -72,11 +99,6 @@ class ResponseRun:
             "incomplete", incomplete_details=IncompleteDetails(reason="max_output_tokens")
         )
 
-    def fail(self, error: APIError) -> ResponseObject:
-        self.builder.finish(complete=False)
-        code = "rate_limit_exceeded" if error.status == 429 else "server_error"
-        return self.final("failed", error=ResponseError(code=code, message=error.message))
-
     def final(self, status: str, **fields) -> ResponseObject:
         return self.shell.model_copy(
             update={
@@ -89,144 +111,63 @@ class ResponseRun:
         )
 
     def usage(self) -> ResponseUsage:
-        usage = self.generation.usage()
+        usage = self.run.generation.usage()
         return ResponseUsage(
-            input_tokens=usage.prompt_tokens,
-            input_tokens_details=InputTokensDetails(
-                cached_tokens=usage.prompt_tokens_details.cached_tokens
-            ),
-            output_tokens=usage.completion_tokens,
+            input_tokens=usage.prompt,
+            input_tokens_details=InputTokensDetails(cached_tokens=usage.cached),
+            output_tokens=usage.completion,
             output_tokens_details=OutputTokensDetails(reasoning_tokens=self.reasoning_tokens),
-            total_tokens=usage.total_tokens,
-            truncated_messages=usage.truncated_messages,
+            total_tokens=usage.total,
+            truncated_messages=usage.truncated_messages or None,
         )
 
     async def keep(self, response: ResponseObject) -> None:
         if self.request.store:
-            await store.save(response, self.ctx.caller, self.input_items)
+            await store.save(response, self.run.ctx.caller, self.run.plan.kept)  # type: ignore[arg-type]
 
-
-async def answer_response(
-    request: ResponseRequest, ctx: RequestContext
-) -> ResponseObject | EventStream:
-    run = await start_response(request, ctx)
-    if request.stream:
-        return EventStream(stream_response(run))
-    return await complete_response(run)
-
-
-def echoed_reasoning(reasoning: ReasoningConfig | None) -> ReasoningConfig | None:
-    """The reasoning settings as OpenAI echoes them (a summary of "none" is no summary)."""
-    if reasoning is None or reasoning.summary in (None, "auto", "concise", "detailed"):
-        return reasoning
-    return reasoning.model_copy(update={"summary": None})
-
-
-def response_shell(request: ResponseRequest, plan_params, response_id: str) -> ResponseObject:
-    """The parameters a response echoes, as used (temperature after the catalog's default)."""
-    return ResponseObject(
-        id=response_id,
-        created_at=now(),
-        status="in_progress",
-        model=request.model,
-        instructions=request.instructions,
-        output=[],
-        metadata=request.metadata or {},
-        parallel_tool_calls=request.parallel_tool_calls,
-        temperature=plan_params.temperature,
-        top_p=plan_params.top_p,
-        max_output_tokens=request.max_output_tokens,
-        tool_choice=request.effective_tool_choice(),
-        tools=request.tools or [],
-        text=request.text_config(),
-        reasoning=echoed_reasoning(request.reasoning),
-        previous_response_id=request.previous_response_id,
-        store=request.store,
-        user=request.user,
-    )
-
-
-async def start_response(request: ResponseRequest, ctx: RequestContext) -> ResponseRun:
-    """Resolves the model and the conversation and has the engine admit the job; every
-    failure up to here is an HTTP error."""
-    resolved = await resolve_model(request.model, ctx.caller)
-    conversation = await gather_conversation(request, ctx.caller)
-    images = await conversation_images(conversation, resolved)
-    plan = plan_generation(request, conversation, resolved, images)
-    prompt = resolved.chat_prompt(plan.prompt)
-    job = JobRequest(resolved.spec, resolved.adapter, prompt, plan.params)
-    generation = await Generation.start(ctx, [job], "resp")
-    parser = ReplyParser(resolved.adapter, plan.tool_use, plan.thinking.thinking)
-    shell = response_shell(request, plan.params, new_id("resp"))
-    namespaced = {f.offered: (f.namespace, f.tool.name) for f in request.functions() if f.namespace}
-    return ResponseRun(
-        request, ctx, generation, parser, shell, conversation.new_items, OutputBuilder(namespaced)
-    )
-
-
-async def complete_response(run: ResponseRun) -> ResponseObject:
-    async for _, event in run.generation.events():
-        if isinstance(event, Failed):
-            raise api_error(event.error)
-        if isinstance(event, Delta):
-            run.feed(event.text)
-    done = next(iter(run.generation.choices.values())).done
-    assert done is not None  # events() ends after the last Done
-    response = run.finish(done)
-    await run.keep(response)
-    return response
-
-
-def lifecycle(run: ResponseRun, kind: str, response: ResponseObject) -> str:
-    event = ResponseLifecycleEvent(
-        type=kind, sequence_number=run.builder.number(), response=response
-    )
-    return typed_event(event)
-
-
-def outcome_event(response: ResponseObject) -> str:
-    return {
-        "completed": "response.completed",
-        "incomplete": "response.incomplete",
-        "failed": "response.failed",
-    }[response.status]
-
-
-async def stream_response(run: ResponseRun) -> AsyncIterator[str]:
-    """response.created, response.in_progress, the output's events as the reply grows, then
-    response.completed, .incomplete or .failed. A bug midway ends it with an `error` event."""
-    try:
-        yield lifecycle(run, "response.created", run.shell)
-        yield lifecycle(run, "response.in_progress", run.shell)
-        async with aclosing(_stream_output(run)) as lines:
-            async for line in lines:
-                yield line
-    except Exception:
-        log.exception("response stream %s failed", run.shell.id)
-        error = server_error()
-        yield typed_event(
-            ErrorEvent(
-                sequence_number=run.builder.number(),
-                code=error.code,
-                message=error.message,
-                param=None,
-            )
+    def lifecycle(self, kind: str, response: ResponseObject) -> ResponseLifecycleEvent:
+        return ResponseLifecycleEvent(
+            type=kind, sequence_number=self.builder.number(), response=response
         )
 
+    def opening(self) -> list[Wire]:
+        return [
+            self.lifecycle("response.created", self.shell),
+            self.lifecycle("response.in_progress", self.shell),
+        ]
 
-async def _stream_output(run: ResponseRun) -> AsyncIterator[str]:
-    async for _, event in run.generation.events():
+    def feed(self, choice: Choice, event: Delta | Done) -> list[Wire]:
         if isinstance(event, Delta):
-            run.feed(event.text)
-            for item_event in run.builder.drain():
-                yield typed_event(item_event)
-            continue
-        if isinstance(event, Failed):
-            response = run.fail(api_error(event.error))
+            self.take(event.text)
         else:
-            response = run.finish(event)
-        for item_event in run.builder.drain():
-            yield typed_event(item_event)
-        await run.keep(response)
-        yield lifecycle(run, outcome_event(response), response)
-        return
+            self.outcome = self.finish(event)
+        return self.builder.drain()  # type: ignore[return-value]
+
+    async def closing(self) -> list[Wire]:
+        assert self.outcome is not None  # the events end after the last Done
+        await self.keep(self.outcome)
+        return [self.lifecycle(OUTCOME_EVENTS[self.outcome.status], self.outcome)]
+
+    async def failed(self, error: APIError) -> list[Wire] | None:
+        """A reply the engine failed midway is a failed response, stored as such. One that
+        ended and could not be stored ends with the dialect's error event."""
+        if self.outcome is not None:
+            return None
+        self.builder.finish(complete=False)
+        code = "rate_limit_exceeded" if error.status == 429 else "server_error"
+        self.outcome = self.final("failed", error=ResponseError(code=code, message=error.message))
+        events: list[Wire] = [*self.builder.drain()]
+        await self.keep(self.outcome)
+        return [*events, self.lifecycle("response.failed", self.outcome)]
+
+    def next_sequence(self) -> int:
+        return self.builder.number()
+
+    async def response(self) -> ResponseObject:
+        choice = self.run.generation.choices[0]
+        for part in choice.parts:  # one per sampled token, as a stream reads them
+            self.take(part)
+        assert choice.done is not None  # the generation finished
+        response = self.finish(choice.done)
+        await self.keep(response)
+        return response

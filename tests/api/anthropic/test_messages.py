@@ -12,7 +12,7 @@ from django.test import AsyncClient
 from pydantic import TypeAdapter
 
 from apikeys.models import ApiKey
-from inference.edge.dialects import ANTHROPIC
+from inference.edge.dialects import ANTHROPIC, error_response
 from inference.protocol.anthropic.requests import MessagesRequest
 from inference.protocol.errors import APIError
 from inference.serving.anthropic.prompt import template_messages
@@ -207,7 +207,7 @@ def test_template_messages_of_a_tool_round_trip(client, tiny_entry):
             ],
         }
     )
-    messages, prefill = template_messages(request, default_system="ignored")
+    messages, prefill = template_messages(request)
     assert prefill == ""
     assert messages == [
         {"role": "system", "content": "Be brief."},
@@ -306,7 +306,7 @@ def test_request_timeout_is_a_504_timeout_error(client, tiny_entry, settings):
 
 
 def test_a_broken_stream_ends_with_an_error_event():
-    (line,) = ANTHROPIC.stream_failure(APIError("boom", status=500, type="server_error"))
+    (line,) = ANTHROPIC.stream_end(APIError("boom", status=500, type="server_error"), 0)
     name, data = line.removesuffix("\n\n").split("\n")
     assert name == "event: error"
     assert json.loads(data.removeprefix("data: ")) == {
@@ -330,7 +330,7 @@ def test_a_broken_stream_ends_with_an_error_event():
     ],
 )
 def test_error_types_follow_the_status(status, kind):
-    response = ANTHROPIC.error_response(APIError("x", status=status, headers={"Retry-After": "1"}))
+    response = error_response(ANTHROPIC, APIError("x", status=status, headers={"Retry-After": "1"}))
     assert response.status_code == status
     assert json.loads(response.content) == {
         "type": "error",
@@ -439,7 +439,7 @@ def test_what_claude_code_sends_is_answered(client, tiny_entry):
     assert response.status_code == 200, response.content
     assert Message.model_validate(response.json()).stop_reason in ("end_turn", "max_tokens")
     request = MessagesRequest.model_validate(body)
-    messages, _ = template_messages(request, "")
+    messages, _ = template_messages(request)
     assert [m["role"] for m in messages] == ["system", "user", "system", "assistant", "tool"]
     assert messages[4]["content"] == "[image omitted: this server shows the model text only]"
     assert [tool.name for tool in request.tools] == ["Read", "Deferred"]

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from inference.serving.responses import answer as answer_serving
+from inference.serving.reply import ReplyParser
 from storedresponses.models import StoredResponse
 from tests.helpers import assert_error, break_engine_after
 from tests.responses_support import (
@@ -406,7 +406,7 @@ def test_a_bug_mid_stream_ends_with_an_error_event(tiny_entry, monkeypatch):
     def broken_feed(self, text):
         raise KeyError("bug in the parser")
 
-    monkeypatch.setattr(answer_serving.ReplyParser, "feed", broken_feed)
+    monkeypatch.setattr(ReplyParser, "feed", broken_feed)
     _, _, events = stream({"max_output_tokens": 5})
     check_stream_events(events)
     name, data = events[-1]

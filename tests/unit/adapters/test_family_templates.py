@@ -348,7 +348,7 @@ def test_anthropic_thinking_blocks_become_reasoning_content():
             ],
         }
     )
-    messages, _ = template_messages(request, default_system="")
+    messages, _ = template_messages(request)
     assert messages[1]["reasoning_content"] == REASONING
     assert "reasoning_content" not in messages[0]
 

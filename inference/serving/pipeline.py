@@ -1,0 +1,120 @@
+"""One pipeline for every dialect: the model resolved, the body mapped into the neutral plan
+(the dialect's plan builder), what every plan gets on its model decided once, the engine's jobs
+admitted, then one stream loop with one failure branch, or the whole answer."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from inference.engine.types import JobRequest, Prompt, SamplingParams
+from inference.protocol.errors import APIError, server_error
+from inference.serving.context import RequestContext
+from inference.serving.dialect import Dialect, Operation
+from inference.serving.generation import Generation
+from inference.serving.images import load_images
+from inference.serving.plan import Plan, chat_prompt, check_messages, plan_grammar, thinking_of
+from inference.serving.resolve import ResolvedModel, resolve_model
+from inference.serving.sampling import per_choice, sampling_params
+from inference.serving.sse import EventStream
+from inference.serving.thinking import Thinking
+from inference.serving.writer import ReplyWriter, Run
+
+log = logging.getLogger(__name__)
+
+
+async def answer(dialect: Dialect, body: BaseModel, ctx: RequestContext) -> BaseModel | EventStream:
+    """A generation endpoint's answer in `dialect`: its stream, or its whole response. Every
+    failure before the stream's first line is an HTTP error (APIError)."""
+    operation = dialect.operation(body)
+    writer = operation.writer(await start(ctx, operation, body))
+    if getattr(body, "stream", False):
+        return event_stream(dialect, writer)
+    await writer.run.generation.finish()
+    return await writer.response()
+
+
+@dataclass(frozen=True)
+class Shaped:
+    """What a plan comes to on its model."""
+
+    prompts: list[Prompt]
+    params: SamplingParams
+    thinking: Thinking | None
+
+
+async def shape(plan: Plan, resolved: ResolvedModel) -> Shaped:
+    """The message cap, the grammar, thinking and the sampling parameters (each a 400 when
+    wrong), before the images are fetched and decoded; then the prompts."""
+    check_messages(plan)
+    grammar = plan_grammar(plan, resolved.adapter)
+    thinking = thinking_of(plan, resolved.adapter, grammar)
+    params = sampling_params(plan.sampling, resolved.entry, grammar)
+    if plan.raw_prompts:
+        return Shaped(list(plan.raw_prompts), params, thinking.thinking)
+    spec = resolved.spec
+    images = await load_images(list(plan.images), spec.model_id, spec.vision)
+    return Shaped([chat_prompt(plan, resolved, thinking, images)], params, thinking.thinking)
+
+
+async def start(ctx: RequestContext, operation: Operation, body: BaseModel) -> Run:
+    """Resolves the model, plans, and has the engine admit every choice; failures raise."""
+    resolved = await resolve_model(body.model, ctx.caller)  # type: ignore[attr-defined]
+    plan = await operation.plan(body, resolved, ctx)
+    shaped = await shape(plan, resolved)
+    jobs = [
+        JobRequest(resolved.spec, resolved.adapter, prompt, params, echo=plan.echo)
+        for prompt in shaped.prompts
+        for params in per_choice(shaped.params, plan.n)
+    ]
+    generation = await Generation.start(ctx, jobs, operation.id_prefix, plan.n)
+    return Run(body, ctx, resolved, plan, shaped.thinking, shaped.params, generation)
+
+
+def event_stream(dialect: Dialect, writer: ReplyWriter) -> EventStream:
+    def end(error: APIError) -> list[str]:
+        return dialect.stream_end(error, writer.next_sequence())
+
+    return EventStream(stream_lines(dialect, writer), end)
+
+
+async def stream_lines(dialect: Dialect, writer: ReplyWriter) -> AsyncIterator[str]:
+    """The one stream loop, for every dialect: the writer's opening events, its events for each
+    engine event, its closing ones, each framed as the dialect frames them, then the dialect's
+    done line. Whatever breaks it midway ends it in the one failure branch."""
+    try:
+        for event in writer.opening():
+            yield dialect.frame(event)
+        async with aclosing(writer.run.generation.events()) as events:
+            async for choice, event in events:
+                for wire in writer.feed(choice, event):
+                    yield dialect.frame(wire)
+        for wire in await writer.closing():
+            yield dialect.frame(wire)
+    except Exception as exc:  # a job failed, the deadline passed, or a bug on the way
+        for line in await failure_lines(dialect, writer, exc):
+            yield line
+        return
+    if dialect.done:
+        yield dialect.done
+
+
+async def failure_lines(dialect: Dialect, writer: ReplyWriter, exc: Exception) -> list[str]:
+    """An APIError (a job failed, the deadline passed) ends the reply as its writer says, or
+    as the dialect ends a broken stream; anything else is a bug, logged, and the client reads
+    a generic server error. Either way numbered where the dialect numbers its events."""
+    if not isinstance(exc, APIError):
+        log.error("stream %s failed", writer.run.ctx.id, exc_info=exc)
+        return dialect.stream_end(server_error(), writer.next_sequence())
+    try:
+        events = await writer.failed(exc)
+    except Exception:
+        log.exception("ending the failed stream %s", writer.run.ctx.id)
+        return dialect.stream_end(server_error(), writer.next_sequence())
+    if events is None:
+        return dialect.stream_end(exc, writer.next_sequence())
+    return [dialect.frame(event) for event in events] + ([dialect.done] if dialect.done else [])
