@@ -20,13 +20,13 @@ from inference.engine.loaders import load_weights, prepares_compute_format
 from inference.engine.sharding import load_sharded
 from inference.engine.token_text import TokenText
 from inference.engine.types import EngineError, ErrorKind, ModelSpec
-from inference.engine.vocabulary import context_length_of
+from inference.engine.vocabulary import TokenizerFacts, context_length_of
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class LoadedModel:
+class LoadedModel(TokenizerFacts):
     spec: ModelSpec
     model: Any
     tokenizer: Any
@@ -41,25 +41,8 @@ class LoadedModel:
     last_used: float = field(default_factory=time.monotonic)
 
     @cached_property
-    def vocab_size(self) -> int:
-        return len(self.tokenizer.get_vocab())
-
-    @cached_property
     def token_text(self) -> TokenText:
         return TokenText(self.tokenizer)
-
-    @cached_property
-    def marker_tokens(self) -> dict[str, int]:
-        from inference.engine.grammar_tokens import added_token_ids
-
-        return added_token_ids(self.tokenizer)
-
-    @cached_property
-    def ll_tokenizer(self) -> Any:
-        # Built on first constrained request only: it takes about half a second.
-        from inference.engine.constraints import make_ll_tokenizer
-
-        return make_ll_tokenizer(self.tokenizer)
 
 
 def weights_size(spec: ModelSpec) -> int:

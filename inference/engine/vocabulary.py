@@ -31,19 +31,11 @@ def context_length_of(spec: ModelSpec, config: dict) -> int:
     return DEFAULT_CONTEXT
 
 
-@dataclass
-class Vocabulary:
-    spec: ModelSpec
-    # mlx-lm's TokenizerWrapper; for an embedding model, its text -> content ids function
-    # (engine/embedding/tokens.py: content_encoder)
-    tokenizer: Any
-    config: dict
-    # Held while the tokenizer is used: see the module's docstring.
-    lock: threading.Lock = field(default_factory=threading.Lock)
+class TokenizerFacts:
+    """What follows from a chat model's tokenizer (`self.tokenizer`), worked out once: for
+    serving's Vocabulary and for the engine's LoadedModel alike."""
 
-    @cached_property
-    def context_length(self) -> int:
-        return context_length_of(self.spec, self.config)
+    tokenizer: Any
 
     @cached_property
     def vocab_size(self) -> int:
@@ -61,6 +53,21 @@ class Vocabulary:
         from inference.engine.constraints import make_ll_tokenizer
 
         return make_ll_tokenizer(self.tokenizer)
+
+
+@dataclass
+class Vocabulary(TokenizerFacts):
+    spec: ModelSpec
+    # mlx-lm's TokenizerWrapper; for an embedding model, its text -> content ids function
+    # (engine/embedding/tokens.py: content_encoder)
+    tokenizer: Any
+    config: dict
+    # Held while the tokenizer is used: see the module's docstring.
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @cached_property
+    def context_length(self) -> int:
+        return context_length_of(self.spec, self.config)
 
 
 def _read(spec: ModelSpec) -> Vocabulary:
