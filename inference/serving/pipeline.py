@@ -20,7 +20,7 @@ from inference.serving.images import load_images
 from inference.serving.plan import Plan, chat_prompt, check_messages, plan_grammar, thinking_of
 from inference.serving.resolve import ResolvedModel, resolve_model
 from inference.serving.sampling import per_choice, sampling_params
-from inference.serving.sse import EventStream
+from inference.serving.sse import EventStream, Trimmed, Wire
 from inference.serving.thinking import Thinking
 from inference.serving.writer import ReplyWriter, Run
 
@@ -75,46 +75,65 @@ async def start(ctx: RequestContext, operation: Operation, body: BaseModel) -> R
     return Run(body, ctx, resolved, plan, shaped.thinking, shaped.params, generation)
 
 
+class Sent:
+    """What a stream has sent, as its client counts: for a dialect that numbers its events
+    (Responses' sequence_number), the number the next one carries, so that an error event
+    ending it follows the last event sent, whatever a writer numbered and never sent."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self.next = 0
+
+    def frame(self, event: Wire) -> str:
+        payload = event.payload if isinstance(event, Trimmed) else event
+        number = getattr(payload, "sequence_number", None)
+        if number is not None:
+            self.next = number + 1
+        return self.dialect.frame(event)
+
+    def end(self, error: APIError) -> list[str]:
+        return self.dialect.stream_end(error, self.next)
+
+
 def event_stream(dialect: Dialect, writer: ReplyWriter) -> EventStream:
-    def end(error: APIError) -> list[str]:
-        return dialect.stream_end(error, writer.next_sequence())
-
-    return EventStream(stream_lines(dialect, writer), end)
+    sent = Sent(dialect)
+    return EventStream(stream_lines(writer, sent), sent.end)
 
 
-async def stream_lines(dialect: Dialect, writer: ReplyWriter) -> AsyncIterator[str]:
+async def stream_lines(writer: ReplyWriter, sent: Sent) -> AsyncIterator[str]:
     """The one stream loop, for every dialect: the writer's opening events, its events for each
     engine event, its closing ones, each framed as the dialect frames them, then the dialect's
     done line. Whatever breaks it midway ends it in the one failure branch."""
     try:
         for event in writer.opening():
-            yield dialect.frame(event)
+            yield sent.frame(event)
         async with aclosing(writer.run.generation.events()) as events:
             async for choice, event in events:
                 for wire in writer.feed(choice, event):
-                    yield dialect.frame(wire)
+                    yield sent.frame(wire)
         for wire in await writer.closing():
-            yield dialect.frame(wire)
+            yield sent.frame(wire)
     except Exception as exc:  # a job failed, the deadline passed, or a bug on the way
-        for line in await failure_lines(dialect, writer, exc):
+        for line in await failure_lines(writer, sent, exc):
             yield line
         return
-    if dialect.done:
-        yield dialect.done
+    if sent.dialect.done:
+        yield sent.dialect.done
 
 
-async def failure_lines(dialect: Dialect, writer: ReplyWriter, exc: Exception) -> list[str]:
+async def failure_lines(writer: ReplyWriter, sent: Sent, exc: Exception) -> list[str]:
     """An APIError (a job failed, the deadline passed) ends the reply as its writer says, or
     as the dialect ends a broken stream; anything else is a bug, logged, and the client reads
-    a generic server error. Either way numbered where the dialect numbers its events."""
+    a generic server error."""
     if not isinstance(exc, APIError):
         log.error("stream %s failed", writer.run.ctx.id, exc_info=exc)
-        return dialect.stream_end(server_error(), writer.next_sequence())
+        return sent.end(server_error())
     try:
         events = await writer.failed(exc)
     except Exception:
         log.exception("ending the failed stream %s", writer.run.ctx.id)
-        return dialect.stream_end(server_error(), writer.next_sequence())
+        return sent.end(server_error())
     if events is None:
-        return dialect.stream_end(exc, writer.next_sequence())
-    return [dialect.frame(event) for event in events] + ([dialect.done] if dialect.done else [])
+        return sent.end(exc)
+    done = sent.dialect.done
+    return [sent.frame(event) for event in events] + ([done] if done else [])

@@ -64,10 +64,5 @@ class ReplyWriter:
         """The events a reply that failed midway ends with; None: the dialect's stream end."""
         return None
 
-    def next_sequence(self) -> int:
-        """The number the stream's next event carries, for a dialect that numbers its events
-        (Responses' sequence_number); the others never read it."""
-        return 0
-
     async def response(self) -> BaseModel:
         raise NotImplementedError

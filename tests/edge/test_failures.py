@@ -12,6 +12,7 @@ from catalog.models import CatalogModel
 from inference.serving import pipeline
 from inference.serving.reply import ReplyParser
 from tests.helpers import break_engine_after
+from tests.responses_support import check_stream_events, stream
 
 CHAT = "/v1/chat/completions"
 BODY = {
@@ -95,3 +96,25 @@ def test_a_bug_while_streaming_still_ends_the_stream_cleanly(tiny_dir, monkeypat
     assert events[-1] == "[DONE]"
     assert json.loads(events[-2])["error"]["code"] == "server_error"
     assert "bug in" not in "".join(events)
+
+
+def test_a_responses_stream_broken_midway_ends_with_the_next_sequence_number(
+    tiny_entry, monkeypatch
+):
+    """A bug after the reply began: the `error` event that ends the stream carries the number
+    after the last event sent (it was 0 when the edge wrote it)."""
+    real_feed, fed = ReplyParser.feed, []
+
+    def feed_then_break(self, text):
+        fed.append(text)
+        if len(fed) > 1:
+            raise KeyError("bug in the parser")
+        return real_feed(self, text)
+
+    monkeypatch.setattr(ReplyParser, "feed", feed_then_break)
+    _, _, events = stream({"max_output_tokens": 20, "temperature": 0, "store": False})
+    check_stream_events(events)  # numbered 0, 1, 2... to the last
+    name, data = events[-1]
+    assert (name, data["code"]) == ("error", "server_error")
+    assert data["sequence_number"] == len(events) - 1 >= 2
+    assert len(fed) == 2 and "bug in" not in data["message"]

@@ -70,6 +70,40 @@ def test_arrows_point_one_way(room, forbidden):
     assert wrong == []
 
 
+SERVING = ROOT / "inference/serving"
+# Serving's dialect packages: each holds its dialect's plan builders and reply writers, and
+# exports its Dialect from dialect.py.
+DIALECTS = sorted(p.parent.name for p in SERVING.glob("*/dialect.py"))
+
+
+def dialect_of(module: str) -> str | None:
+    """The dialect package `module` belongs to; None for serving's shared core (or outside)."""
+    parts = module.split(".")
+    if parts[:2] == ["inference", "serving"] and len(parts) > 2 and parts[2] in DIALECTS:
+        return parts[2]
+    return None
+
+
+def test_the_dialect_packages_are_found():
+    assert {"openai", "anthropic", "responses"} <= set(DIALECTS)
+
+
+def test_no_serving_module_imports_another_dialects_package():
+    """What two dialects share belongs in serving's core, never in one of them; and the core
+    (the pipeline, the plan, Generation...) knows no dialect: a new dialect needs only its own
+    package (a protocol package, a plan builder, a reply writer), a view and a URL."""
+    wrong = []
+    for module, targets in GRAPH.items():
+        if not module.startswith("inference.serving"):
+            continue
+        own = dialect_of(module)
+        for target in targets:
+            other = dialect_of(target)
+            if other is not None and other != own:
+                wrong.append(f"{module} imports {target}")
+    assert wrong == []
+
+
 def production_files() -> list[Path]:
     files = [p for app in APPS for p in (ROOT / app).rglob("*.py") if "migrations" not in p.parts]
     return files + sorted((ROOT / "bench").glob("*.py")) + sorted((ROOT / "scripts").glob("*.py"))

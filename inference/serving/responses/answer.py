@@ -160,9 +160,6 @@ class ResponseWriter(ReplyWriter):
         await self.keep(self.outcome)
         return [*events, self.lifecycle("response.failed", self.outcome)]
 
-    def next_sequence(self) -> int:
-        return self.builder.number()
-
     async def response(self) -> ResponseObject:
         choice = self.run.generation.choices[0]
         for part in choice.parts:  # one per sampled token, as a stream reads them
