@@ -14,17 +14,16 @@ from django.test import AsyncClient
 
 from inference.adapters import FamilyAdapter, FamilyProfile, get_adapter
 from inference.engine.types import (
-    ChatPrompt,
     Delta,
     Done,
     Event,
     Failed,
     GenerationJob,
-    JobRequest,
     ModelSpec,
     SamplingParams,
     Started,
 )
+from inference.serving.prompts import ChatPrompt, PromptJob
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_ID = "smollm2-135m-instruct"
@@ -110,7 +109,7 @@ def prepared_job(spec, adapter, prompt, params, sink, echo: bool = False) -> Gen
     family's stops and its grammar compiled (serving/prepare.py)."""
     from inference.serving.prepare import prepare_now
 
-    r = prepare_now(JobRequest(spec, adapter, prompt, params, echo))
+    r = prepare_now(PromptJob(spec, adapter, prompt, params, echo))
     return GenerationJob(
         r.spec, r.prompt, r.params, sink, r.echo, r.stop_ids, r.stop_strings, r.matcher
     )

@@ -29,29 +29,6 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
-class ChatPrompt:
-    messages: list[dict]
-    tools: list[dict] | None = None
-    # Extra chat-template variables: a client's chat_template_kwargs, enable_thinking.
-    template_kwargs: dict | None = None
-    # Text the assistant's reply already starts with (Anthropic's prefill): it follows the
-    # generation prompt, and the reply continues it.
-    prefill: str = ""
-    # Images (decoded PIL images), in the order of the {"type": "image"} placeholders in the
-    # messages' content lists; only vision models read them (engine/vision/).
-    images: tuple[Any, ...] = ()
-    # What to do with a prompt over the context (engine/overflow.py): "error", or
-    # "truncate_middle" (drop old turns). The catalog's choice; not part of ModelSpec, so
-    # changing it never reloads the model.
-    overflow: str = "error"
-
-
-@dataclass(frozen=True)
-class TextPrompt:
-    text: str
-
-
-@dataclass(frozen=True)
 class TokenPrompt:
     ids: tuple[int, ...]
     # Prepared by serving from a chat prompt: how many messages its overflow policy left out,
@@ -70,9 +47,8 @@ class ImagePrompt:
     param: str = "messages"
 
 
-# What serving asks for, and what the engine reads once serving has prepared it.
-Prompt = ChatPrompt | TextPrompt | TokenPrompt | ImagePrompt
-Prepared = TokenPrompt | ImagePrompt
+# What the engine reads: serving rendered and tokenized it (serving/prepare.py).
+Prompt = TokenPrompt | ImagePrompt
 
 
 @dataclass(frozen=True)
@@ -181,12 +157,11 @@ Event = Started | Delta | Done | Failed
 
 @dataclass(frozen=True)
 class JobRequest:
-    """One sequence a request asks for. Serving prepares it (serving/prepare.py: its prompt
-    rendered and tokenized, its family's stops and its grammar filled in, off the engine
-    thread); the handle turns the prepared request into a GenerationJob."""
+    """One sequence as serving prepared it (serving/prepare.py: its prompt rendered and
+    tokenized, its family's stops and its grammar filled in, off the engine thread); the
+    handle turns it into a GenerationJob."""
 
     spec: ModelSpec
-    adapter: Any  # the model family's adapter: serving's, never read by the engine
     prompt: Prompt
     params: SamplingParams
     echo: bool = False
@@ -198,7 +173,7 @@ class JobRequest:
 @dataclass(eq=False)  # compared and hashed by identity: engines keep sets of live jobs
 class GenerationJob:
     spec: ModelSpec
-    prompt: Prepared
+    prompt: Prompt
     params: SamplingParams
     # Called on the engine thread for every event; must be thread-safe and never block.
     sink: Callable[[Event], None]

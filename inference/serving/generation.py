@@ -16,7 +16,6 @@ from inference.engine.types import (
     ErrorKind,
     Event,
     Failed,
-    JobRequest,
     SampledToken,
     Started,
 )
@@ -26,6 +25,7 @@ from inference.serving.drain import drain
 from inference.serving.errors import api_error
 from inference.serving.ids import completion_id, now
 from inference.serving.prepare import prepare_requests
+from inference.serving.prompts import PromptJob
 from inference.serving.usage import TokenUsage
 
 
@@ -102,7 +102,7 @@ class Generation:
     async def start(
         cls,
         ctx: RequestContext,
-        requests: list[JobRequest],
+        requests: list[PromptJob],
         id_prefix: str,
         choices_per_prompt: int = 1,
     ) -> Generation:

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from inference.engine.types import JobRequest, Prompt, SamplingParams
+from inference.engine.types import SamplingParams
 from inference.protocol.errors import APIError, server_error
 from inference.serving.context import RequestContext
 from inference.serving.dialect import Dialect, Operation
 from inference.serving.generation import Generation
 from inference.serving.images import load_images
 from inference.serving.plan import Plan, chat_prompt, check_messages, plan_grammar, thinking_of
+from inference.serving.prompts import Asked, PromptJob
 from inference.serving.resolve import ResolvedModel, resolve_model
 from inference.serving.sampling import per_choice, sampling_params
 from inference.serving.sse import EventStream, Trimmed, Wire
@@ -42,7 +43,7 @@ async def answer(dialect: Dialect, body: BaseModel, ctx: RequestContext) -> Base
 class Shaped:
     """What a plan comes to on its model."""
 
-    prompts: list[Prompt]
+    prompts: list[Asked]
     params: SamplingParams
     thinking: Thinking | None
 
@@ -67,7 +68,7 @@ async def start(ctx: RequestContext, operation: Operation, body: BaseModel) -> R
     plan = await operation.plan(body, resolved, ctx)
     shaped = await shape(plan, resolved)
     jobs = [
-        JobRequest(resolved.spec, resolved.adapter, prompt, params, echo=plan.echo)
+        PromptJob(resolved.spec, resolved.adapter, prompt, params, echo=plan.echo)
         for prompt in shaped.prompts
         for params in per_choice(shaped.params, plan.n)
     ]

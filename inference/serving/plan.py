@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from django.conf import settings
 
 from inference.adapters import FamilyAdapter
-from inference.engine.types import ChatPrompt, TextPrompt, TokenPrompt
+from inference.engine.types import TokenPrompt
 from inference.protocol.errors import APIError
 from inference.serving.images import ImageSource
+from inference.serving.prompts import ChatPrompt, TextPrompt
 from inference.serving.resolve import ResolvedModel
 from inference.serving.sampling import SamplingAsk
 from inference.serving.structured import json_grammar

@@ -23,20 +23,19 @@ from jinja2 import TemplateError
 from inference.adapters.base import ChatTemplateMissing
 from inference.engine.overflow import reply_room, truncate_middle
 from inference.engine.types import (
-    ChatPrompt,
     EngineError,
     ErrorKind,
     ImagePrompt,
     JobRequest,
     ModelSpec,
-    Prepared,
-    TextPrompt,
+    Prompt,
     TokenPrompt,
 )
 from inference.engine.vocabulary import Vocabulary, vocabularies
 from inference.protocol.errors import APIError
 from inference.serving.context import RequestContext
 from inference.serving.errors import api_error
+from inference.serving.prompts import ChatPrompt, PromptJob, TextPrompt
 
 log = logging.getLogger(__name__)
 # Arguments only the template call itself takes: a request's kwargs never override them.
@@ -52,13 +51,13 @@ def _threads() -> ThreadPoolExecutor:
 class Ready:
     """One distinct prompt, prepared."""
 
-    prompt: Prepared
+    prompt: Prompt
     stop_ids: frozenset[int]
     stop_strings: tuple[str, ...]
     matcher: Any  # the compiled grammar, or None
 
 
-async def prepare_requests(requests: list[JobRequest]) -> list[JobRequest]:
+async def prepare_requests(requests: list[PromptJob]) -> list[JobRequest]:
     """`requests` with their prompts prepared; raises the APIError a limit or a bad prompt
     gives. Copies of one prompt (one request's n) are the same object and prepared once."""
     distinct = list({id(r.prompt): r for r in requests}.values())
@@ -76,7 +75,7 @@ async def prepare_requests(requests: list[JobRequest]) -> list[JobRequest]:
     return prepared
 
 
-async def count_prompt_tokens(ctx: RequestContext, request: JobRequest) -> int:
+async def count_prompt_tokens(ctx: RequestContext, request: PromptJob) -> int:
     """How many tokens `request`'s prompt takes, prepared as a job of it would be, under the
     same limits (a prompt with images: the model's processor counts it, on the engine)."""
     (prepared,) = await prepare_requests([request])
@@ -108,16 +107,18 @@ def _embedding_ids(spec: ModelSpec, inputs: list[str | tuple[int, ...]]) -> list
         return [tuple(vocabulary.tokenizer(i)) if isinstance(i, str) else i for i in inputs]
 
 
-def _prepared(request: JobRequest, ready: Ready, first: bool) -> JobRequest:
+def _prepared(request: PromptJob, ready: Ready, first: bool) -> JobRequest:
     matcher = ready.matcher
     if matcher is not None and not first:
         matcher = matcher.deep_copy()  # each copy walks the grammar on its own
-    return replace(
-        request,
-        prompt=ready.prompt,
-        stop_ids=ready.stop_ids,
-        stop_strings=ready.stop_strings,
-        matcher=matcher,
+    return JobRequest(
+        request.spec,
+        ready.prompt,
+        request.params,
+        request.echo,
+        ready.stop_ids,
+        ready.stop_strings,
+        matcher,
     )
 
 
@@ -154,7 +155,7 @@ def _check_tokens(requests: list[JobRequest]) -> None:
         raise api_error(error)
 
 
-def _ready(request: JobRequest) -> Ready:
+def _ready(request: PromptJob) -> Ready:
     """On a prompt thread: the prompt rendered and tokenized, stops, the grammar compiled."""
     try:
         vocabulary = vocabularies.get(request.spec)
@@ -170,7 +171,7 @@ def _ready(request: JobRequest) -> Ready:
     return Ready(prompt, stop_ids, tuple(request.adapter.stop_strings()), matcher)
 
 
-def _tokens(request: JobRequest, vocabulary: Vocabulary) -> Prepared:
+def _tokens(request: PromptJob, vocabulary: Vocabulary) -> Prompt:
     prompt = request.prompt
     if isinstance(prompt, ChatPrompt) and prompt.images:
         text = _template_text(request.adapter, vocabulary.tokenizer, prompt)
@@ -182,7 +183,7 @@ def _tokens(request: JobRequest, vocabulary: Vocabulary) -> Prepared:
     return prompt  # token ids: the engine checks them against the vocabulary
 
 
-def _chat_tokens(request: JobRequest, vocabulary: Vocabulary, prompt: ChatPrompt) -> TokenPrompt:
+def _chat_tokens(request: PromptJob, vocabulary: Vocabulary, prompt: ChatPrompt) -> TokenPrompt:
     """The chat prompt's tokens under its overflow policy (engine/overflow.py). A prompt with
     images is never truncated: its images would have to follow their messages out."""
 
@@ -233,7 +234,7 @@ def _template_refused(exc: TemplateError) -> EngineError:
     return EngineError(ErrorKind.INVALID_REQUEST, message, "messages")
 
 
-def _grammar(request: JobRequest, vocabulary: Vocabulary) -> Any:
+def _grammar(request: PromptJob, vocabulary: Vocabulary) -> Any:
     grammar = request.params.grammar
     if not grammar:
         return None
@@ -245,7 +246,7 @@ def _grammar(request: JobRequest, vocabulary: Vocabulary) -> Any:
     )
 
 
-def prepare_now(request: JobRequest) -> JobRequest:
+def prepare_now(request: PromptJob) -> JobRequest:
     """`request` prepared on the calling thread, with no request limits: for the engine's
     tests and benchmarks, which hand jobs to the engine without an HTTP request."""
     return _prepared(request, _ready(request), first=True)

@@ -14,9 +14,10 @@ from catalog.families import detect_family
 from catalog.last_used import touch_last_used
 from catalog.models import CatalogModel, ModelFamily
 from inference.adapters import FamilyAdapter, FamilyProfile, get_adapter
-from inference.engine.types import ChatPrompt, ModelSpec
+from inference.engine.types import ModelSpec
 from inference.protocol.errors import APIError, model_not_found
 from inference.serving.metadata import metadata_patterns, without_metadata
+from inference.serving.prompts import ChatPrompt
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,11 @@ from apikeys.auth import limiter
 from apikeys.models import ApiKey
 from catalog.models import CatalogModel
 from inference.edge import Dialect, endpoint
-from inference.engine.types import JobRequest, SamplingParams
+from inference.engine.types import SamplingParams
 from inference.observability import records
 from inference.protocol.errors import APIError
 from inference.runtime import engine_handle, get_supervisor
+from inference.serving.prompts import ChatPrompt, PromptJob
 from tests.helpers import CHAT, SHORT_CHAT, wait_until
 
 LONG = {**SHORT_CHAT, "max_tokens": 400, "stream": True}
@@ -161,12 +162,12 @@ def test_the_openai_dialect_is_the_default():
 @pytest.mark.django_db(transaction=True)
 def test_a_job_stream_is_released_once_however_often_it_is_asked(tiny_dir):
     from inference.adapters import FamilyProfile, get_adapter
-    from inference.engine.types import ChatPrompt, ModelSpec
+    from inference.engine.types import ModelSpec
     from inference.serving.prepare import prepare_now
 
     spec = ModelSpec(model_id="tiny", location=str(tiny_dir))
     request = prepare_now(
-        JobRequest(
+        PromptJob(
             spec,
             get_adapter(FamilyProfile(adapter="chatml")),
             ChatPrompt([{"role": "user", "content": "Hi"}]),

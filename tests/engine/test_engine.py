@@ -8,7 +8,6 @@ import pytest
 from inference.adapters import FamilyProfile, get_adapter
 from inference.engine.pool import ModelPool
 from inference.engine.types import (
-    ChatPrompt,
     Delta,
     Done,
     EngineError,
@@ -18,6 +17,7 @@ from inference.engine.types import (
     SamplingParams,
     Started,
 )
+from inference.serving.prompts import ChatPrompt
 from tests.helpers import prepared_job, run_job, start_job, wait_until
 
 HELLO = 19556  # "Hello" in SmolLM2's vocabulary

@@ -22,10 +22,10 @@ from inference.engine.types import (
     GenerationJob,
     SamplingParams,
     Started,
-    TextPrompt,
 )
 from inference.engine.worker import Engine
 from inference.runtime import get_supervisor
+from inference.serving.prompts import TextPrompt
 from tests.helpers import assert_error, collect, prepared_job, start_job, wait_until
 
 NO_EOS = {2: -100.0}  # the end token of SmolLM2's vocabulary, banned

@@ -36,10 +36,12 @@ def test_the_module_and_room_graphs_have_no_cycle():
 @pytest.mark.parametrize(
     "room, forbidden",
     [
-        # The engine owns MLX and knows nothing above it: no Django, settings, ORM or HTTP.
+        # The engine owns MLX and knows nothing above it: no Django, settings, ORM or HTTP;
+        # nor model families or templates: serving renders and tokenizes (serving/prepare.py).
         (
             "inference.engine",
-            r"^(django|config|catalog|apikeys|dashboard)|^inference\.(runtime|serving|edge|protocol|observability|views)",
+            r"^(django|config|catalog|apikeys|dashboard|jinja2)"
+            r"|^inference\.(runtime|serving|edge|protocol|observability|views|adapters)",
         ),
         (
             "inference.adapters",

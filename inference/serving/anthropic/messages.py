@@ -7,7 +7,7 @@ import asyncio
 
 from django.conf import settings
 
-from inference.engine.types import Delta, Done, EngineError, JobRequest, SamplingParams
+from inference.engine.types import Delta, Done, EngineError, SamplingParams
 from inference.protocol.anthropic.events import (
     MessageDelta,
     MessageStart,
@@ -26,6 +26,7 @@ from inference.serving.errors import api_error
 from inference.serving.generation import SHUTTING_DOWN, TIMEOUT, Choice
 from inference.serving.pipeline import shape
 from inference.serving.prepare import count_prompt_tokens
+from inference.serving.prompts import PromptJob
 from inference.serving.reply import parse_reply
 from inference.serving.resolve import resolve_model
 from inference.serving.sse import Wire
@@ -96,7 +97,7 @@ async def count_message_tokens(request: CountTokensRequest, ctx: RequestContext)
         raise api_error(SHUTTING_DOWN)
     resolved = await resolve_model(request.model, ctx.caller)
     (prompt,) = (await shape(await plan_messages(request, resolved, ctx), resolved)).prompts
-    job = JobRequest(resolved.spec, resolved.adapter, prompt, SamplingParams())
+    job = PromptJob(resolved.spec, resolved.adapter, prompt, SamplingParams())
     if ctx.record is not None:
         ctx.record.model = resolved.spec.model_id
     try:

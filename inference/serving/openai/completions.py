@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inference.engine.types import Delta, Done, Prompt, SampledToken, TextPrompt, TokenPrompt
+from inference.engine.types import Delta, Done, SampledToken, TokenPrompt
 from inference.protocol.openai.common import LegacyLogprobs
 from inference.protocol.openai.completions import Completion, CompletionChoice, CompletionRequest
 from inference.serving.context import RequestContext
@@ -11,6 +11,7 @@ from inference.serving.openai.envelopes import chunk_writer, envelope
 from inference.serving.openai.sampling import sampling_ask
 from inference.serving.openai.usage import openai_usage
 from inference.serving.plan import Plan
+from inference.serving.prompts import Asked, TextPrompt
 from inference.serving.resolve import ResolvedModel
 from inference.serving.sse import Wire
 from inference.serving.writer import ReplyWriter, Run
@@ -45,7 +46,7 @@ class CompletionWriter(ReplyWriter):
         # Where each choice's next token starts in its text (echo included), for text_offset.
         self.offsets: dict[int, int] = {}
 
-    def prompt_of(self, choice: Choice) -> Prompt:
+    def prompt_of(self, choice: Choice) -> Asked:
         return self.run.plan.raw_prompts[choice.index // self.request.n]
 
     def echo_text(self, choice: Choice) -> str:

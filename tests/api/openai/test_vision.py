@@ -21,7 +21,6 @@ from asgiref.sync import async_to_sync
 
 from inference.adapters import FamilyProfile, get_adapter
 from inference.engine.types import (
-    ChatPrompt,
     Delta,
     Done,
     ErrorKind,
@@ -32,6 +31,7 @@ from inference.engine.types import (
     TokenPrompt,
 )
 from inference.protocol.errors import APIError
+from inference.serving.prompts import ChatPrompt
 from tests.helpers import build_tiny_model, prepared_job
 from tests.live_server import LiveServer, free_port, live_server
 from tests.vision_models import (

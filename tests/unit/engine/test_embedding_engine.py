@@ -17,7 +17,6 @@ from inference.adapters import FamilyProfile, get_adapter
 from inference.engine.config import EngineConfig
 from inference.engine.embedding.pooling import folder_pooling, l2_normalize, pool
 from inference.engine.types import (
-    ChatPrompt,
     Done,
     Embedded,
     EmbeddingJob,
@@ -26,6 +25,7 @@ from inference.engine.types import (
     SamplingParams,
 )
 from inference.engine.worker import Engine
+from inference.serving.prompts import ChatPrompt
 from tests.helpers import prepared_job
 
 HIDDEN = mx.array(

@@ -27,6 +27,7 @@ from inference.engine.types import (
 from inference.observability.records import RequestRecord
 from inference.serving.context import RequestContext
 from inference.serving.generation import Generation
+from inference.serving.prompts import PromptJob
 
 SPEC = ModelSpec(model_id="scripted", location="/nowhere")
 ADAPTER = get_adapter(FamilyProfile(adapter="chatml"))
@@ -88,11 +89,11 @@ def context(script: Sequence[tuple[int, Event]] = (), **engine) -> ScriptedConte
     return ctx
 
 
-def job(ids: tuple[int, ...] = (1, 2, 3)) -> JobRequest:
-    return JobRequest(SPEC, ADAPTER, TokenPrompt(ids), SamplingParams(max_tokens=8))
+def job(ids: tuple[int, ...] = (1, 2, 3)) -> PromptJob:
+    return PromptJob(SPEC, ADAPTER, TokenPrompt(ids), SamplingParams(max_tokens=8))
 
 
-def jobs(prompts: int = 1, n: int = 1) -> list[JobRequest]:
+def jobs(prompts: int = 1, n: int = 1) -> list[PromptJob]:
     """n copies per prompt, sharing their prompt object, as the pipeline makes them."""
     out = []
     for p in range(prompts):
@@ -114,6 +115,6 @@ def broken(text: str, index: int = 0) -> list[tuple[int, Event]]:
 
 
 async def generation_of(
-    ctx: ScriptedContext, requests: list[JobRequest], prefix: str = "chatcmpl", n: int = 1
+    ctx: ScriptedContext, requests: list[PromptJob], prefix: str = "chatcmpl", n: int = 1
 ) -> Generation:
     return await Generation.start(ctx, requests, prefix, n)

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from catalog.models import CatalogModel
-from inference.engine.types import SamplingParams, TextPrompt
+from inference.engine.types import SamplingParams
 from inference.protocol.anthropic.requests import MessagesRequest
 from inference.protocol.errors import APIError, server_error
 from inference.protocol.openai.chat import ChatCompletionRequest
@@ -22,6 +22,7 @@ from inference.serving.dialect import Dialect
 from inference.serving.openai import DIALECT as OPENAI
 from inference.serving.pipeline import event_stream
 from inference.serving.plan import Plan
+from inference.serving.prompts import TextPrompt
 from inference.serving.resolve import ResolvedModel
 from inference.serving.responses import DIALECT as RESPONSES
 from inference.serving.responses import store
