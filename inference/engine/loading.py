@@ -3,7 +3,7 @@
 Reading weights and converting them to the compute format takes seconds to minutes; on the
 engine thread, every running stream of every other model would stop meanwhile. The engine
 thread makes room for the model (unloading is the pool's, engine thread only), hands the read
-to this module's one thread, parks whatever waits for the model (a request's jobs, a warm
+to a thread of its own, parks whatever waits for the model (a request's jobs, a warm
 command's future), and adopts the weights between two steps once they are read. MLX (0.31.2
 and later) gives each thread its own stream; the arrays come back evaluated, so the engine
 thread only reads them. A distributed group loads in lockstep instead (engine/pool.py)."""
@@ -14,14 +14,14 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from inference.engine.pool import LoadedModel, Loading, ModelPool, Read
+from inference.engine.pool import LoadedModel, Loading, ModelPool
 from inference.engine.types import EngineError, ModelSpec
 
 LOADER_NICENESS = 10  # Linux threads have their own nice value (setpriority on the thread id)
@@ -36,10 +36,25 @@ def _yield_to_engine() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOADER_NICENESS)
 
 
-def _read_evaluated(load: Loading) -> Read:
-    read = load.read()
-    mx.eval([v for _, v in tree_flatten(read[0].parameters())])  # nothing lazy crosses threads
-    return read
+def _read_on_own_thread(load: Loading, future: Future) -> None:
+    """One read on a thread of its own, which leaves nothing of MLX behind: MLX's streams
+    belong to the thread that used them, and one left for interpreter teardown aborts the
+    process at exit (the engine thread clears its own the same way)."""
+    if not future.set_running_or_notify_cancel():
+        return
+    _yield_to_engine()
+    try:
+        read = load.read()
+        mx.eval([v for _, v in tree_flatten(read[0].parameters())])  # nothing lazy crosses
+        mx.synchronize()
+    except BaseException as exc:  # delivered to the engine thread, which refuses the model
+        future.set_exception(exc)
+    else:
+        future.set_result(read)
+    finally:
+        clear_streams = getattr(mx, "clear_streams", None)  # older MLX has none
+        if clear_streams is not None:
+            clear_streams()
 
 
 @dataclass
@@ -52,9 +67,6 @@ class Pending:
 class Loads:
     def __init__(self, wake: Callable[[], None]) -> None:
         self._wake = wake  # called on the loader thread when a read ends: the engine looks
-        self._thread = ThreadPoolExecutor(
-            1, thread_name_prefix="mlx-loader", initializer=_yield_to_engine
-        )
         self._pending: dict[str, Pending] = {}
 
     def __contains__(self, model_id: str) -> bool:
@@ -69,8 +81,10 @@ class Loads:
                 load = pool.begin(spec)
             except Exception as exc:
                 pool.finish(Loading(spec), exc)  # raises the refusal
-            future = self._thread.submit(_read_evaluated, load)
+            future: Future = Future()
             future.add_done_callback(lambda _: self._wake())
+            name = f"mlx-loader-{spec.model_id}"
+            threading.Thread(target=_read_on_own_thread, args=(load, future), name=name).start()
             pending = self._pending[spec.model_id] = Pending(load, future)
         pending.waiting.append(waiter)
 
@@ -91,4 +105,5 @@ class Loads:
         return results
 
     def close(self) -> None:
-        self._thread.shutdown(wait=False, cancel_futures=True)
+        """Reads still running finish on their threads; nobody adopts them."""
+        self._pending.clear()
