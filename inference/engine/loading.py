@@ -10,8 +10,6 @@ thread only reads them. A distributed group loads in lockstep instead (engine/po
 
 from __future__ import annotations
 
-import contextlib
-import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -24,17 +22,6 @@ from mlx.utils import tree_flatten
 from inference.engine.pool import LoadedModel, Loading, ModelPool
 from inference.engine.types import EngineError, ModelSpec
 
-LOADER_NICENESS = 10  # Linux threads have their own nice value (setpriority on the thread id)
-
-
-def _yield_to_engine() -> None:
-    """The loader thread (and the MLX stream thread it starts, which inherits it) runs at a
-    lower priority: on a machine with few cores, the engine's decode steps come first and
-    the read takes the time they leave."""
-    # Not Linux, or not allowed: the read just competes.
-    with contextlib.suppress(AttributeError, OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOADER_NICENESS)
-
 
 def _read_on_own_thread(load: Loading, future: Future) -> None:
     """One read on a thread of its own, which leaves nothing of MLX behind: MLX's streams
@@ -42,7 +29,6 @@ def _read_on_own_thread(load: Loading, future: Future) -> None:
     process at exit (the engine thread clears its own the same way)."""
     if not future.set_running_or_notify_cancel():
         return
-    _yield_to_engine()
     try:
         read = load.read()
         mx.eval([v for _, v in tree_flatten(read[0].parameters())])  # nothing lazy crosses
