@@ -32,6 +32,16 @@ def context_exceeded(prompt_tokens: int, context_length: int, param: str) -> Eng
     )
 
 
+def too_many_prompt_tokens(total: int, limit: int) -> EngineError:
+    """A request whose prompts, every copy counted, take more than the server reads for one
+    request (serving checks prepared prompts; the engine, prompts with images)."""
+    return EngineError(
+        ErrorKind.PROMPT_TOO_LARGE,
+        f"This request's prompts (every prompt x n) take {total} tokens; this server "
+        f"reads at most {limit} for one request",
+    )
+
+
 def reply_room(context_length: int, max_tokens: int | None) -> int:
     """The tokens a truncated prompt leaves for the reply: what it asks for, at most a quarter
     of the context (a request for 32k tokens of reply would otherwise empty the history)."""

@@ -24,6 +24,7 @@ from inference.engine.embedding.runner import EmbeddingRunner
 from inference.engine.inbox import Command
 from inference.engine.loading import Loads
 from inference.engine.lockstep import Turn, current_link
+from inference.engine.overflow import too_many_prompt_tokens
 from inference.engine.pool import LoadedModel, ModelPool
 from inference.engine.sequence import Sequence, vision_model
 from inference.engine.state import EngineState, ModelState
@@ -309,8 +310,8 @@ class Engine:
     def warm(self, spec: ModelSpec) -> dict | Future:
         """The model loaded; read on the loader thread (the answer comes when it is read)
         unless it is loaded already or the engine is one rank of a group."""
-        if self.pool.current(spec) is not None:
-            return _warmed(self.pool.current(spec), was_loaded=True)
+        if (loaded := self.pool.current(spec)) is not None:
+            return _warmed(loaded, was_loaded=True)
         if self.link.distributed:
             return _warmed(self._load(spec), was_loaded=False)
         future: Future = Future()
@@ -403,11 +404,7 @@ class Engine:
         limit = self.config.max_request_prompt_tokens
         total = sum(len(s.prompt) for _, s in started)
         if limit and total > limit:
-            error = EngineError(
-                ErrorKind.PROMPT_TOO_LARGE,
-                f"This request's prompts (every prompt x n) take {total} tokens; this server "
-                f"reads at most {limit} for one request",
-            )
+            error = too_many_prompt_tokens(total, limit)
             for job, _ in started:
                 self._emit(job, Failed(error))
             return

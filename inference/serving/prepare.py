@@ -12,16 +12,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from jinja2 import TemplateError
 
 from inference.adapters.base import ChatTemplateMissing
-from inference.engine.overflow import reply_room, truncate_middle
+from inference.engine.overflow import reply_room, too_many_prompt_tokens, truncate_middle
 from inference.engine.types import (
     EngineError,
     ErrorKind,
@@ -38,6 +39,7 @@ from inference.serving.errors import api_error
 from inference.serving.prompts import ChatPrompt, PromptJob, TextPrompt
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 # Arguments only the template call itself takes: a request's kwargs never override them.
 _TEMPLATE_ONLY = ("chat_template", "tools", "add_generation_prompt", "tokenize")
 
@@ -45,6 +47,14 @@ _TEMPLATE_ONLY = ("chat_template", "tools", "add_generation_prompt", "tokenize")
 @cache
 def _threads() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(settings.PROMPT_THREADS, thread_name_prefix="prompt")
+
+
+async def _on_prompt_thread(work: Callable[..., T], *args: Any) -> T:
+    """`work(*args)` on a prompt thread; an EngineError it raises is the client's APIError."""
+    try:
+        return await asyncio.get_running_loop().run_in_executor(_threads(), work, *args)
+    except EngineError as exc:
+        raise api_error(exc) from None
 
 
 @dataclass(frozen=True)
@@ -63,13 +73,7 @@ async def prepare_requests(requests: list[PromptJob]) -> list[JobRequest]:
     distinct = list({id(r.prompt): r for r in requests}.values())
     param = "messages" if isinstance(distinct[0].prompt, ChatPrompt) else "prompt"
     _check_characters(sum(_characters(r.prompt) for r in distinct), param)
-    loop = asyncio.get_running_loop()
-    ready: dict[int, Ready] = {}
-    for request in distinct:
-        try:
-            ready[id(request.prompt)] = await loop.run_in_executor(_threads(), _ready, request)
-        except EngineError as exc:
-            raise api_error(exc) from None
+    ready = {id(r.prompt): await _on_prompt_thread(_ready, r) for r in distinct}
     prepared = [_prepared(r, ready[id(r.prompt)], first=i == 0) for i, r in enumerate(requests)]
     _check_tokens(prepared)
     return prepared
@@ -94,11 +98,7 @@ async def embedding_ids(spec: ModelSpec, inputs: list[str | tuple[int, ...]]) ->
     _check_characters(sum(len(i) for i in inputs if isinstance(i, str)), "input")
     if not any(isinstance(i, str) for i in inputs):
         return list(inputs)
-    loop = asyncio.get_running_loop()
-    try:
-        return await loop.run_in_executor(_threads(), _embedding_ids, spec, inputs)
-    except EngineError as exc:
-        raise api_error(exc) from None
+    return await _on_prompt_thread(_embedding_ids, spec, inputs)
 
 
 def _embedding_ids(spec: ModelSpec, inputs: list[str | tuple[int, ...]]) -> list[tuple]:
@@ -147,12 +147,7 @@ def _check_tokens(requests: list[JobRequest]) -> None:
     limit = settings.MAX_REQUEST_PROMPT_TOKENS
     total = sum(len(r.prompt.ids) for r in requests if isinstance(r.prompt, TokenPrompt))
     if limit and total > limit:
-        error = EngineError(
-            ErrorKind.PROMPT_TOO_LARGE,
-            f"This request's prompts (every prompt x n) take {total} tokens; this server "
-            f"reads at most {limit} for one request",
-        )
-        raise api_error(error)
+        raise api_error(too_many_prompt_tokens(total, limit))
 
 
 def _ready(request: PromptJob) -> Ready:
