@@ -249,9 +249,8 @@ KEPT_AS_IS = (
 
 
 def check_row(row: StoredResponse) -> None:
-    """The row as it will be written within the caps: its input and output items one by one,
-    then the whole. Its input passed admit_to_store; its output is measured only now."""
-    check_items(row.input_items, [f"input.{i}" for i in range(len(row.input_items))])
+    """The row as it will be written within the caps: its output items one by one (its input
+    items are the ones admit_to_store measured before any generation), then the whole."""
     check_items(row.output, [f"output.{i}" for i in range(len(row.output))])
     sizes = row.measure()
     sizes["input"] = sizes.pop("input_items")  # as the request names it
