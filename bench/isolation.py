@@ -43,7 +43,7 @@ from pathlib import Path
 
 import httpx
 from load import NO_EOS, Result, one_stream, percentile
-from peers import DEMO_ID, ROOT, free_port, wait_up
+from peers import DEMO_ID, ROOT, ours_env, serve_ours
 
 BIG_ID = "smollm2-135m-float32"
 MiB = 1024 * 1024
@@ -80,11 +80,7 @@ def start_server(root: Path, gguf: Path, workdir: Path) -> Server:
     tmpdir.mkdir()
     admin_token = secrets.token_urlsafe(24)
     env = {
-        **os.environ,
-        "VAR_DIR": str(workdir),
-        "DATABASE_URL": f"sqlite:///{workdir / 'db.sqlite3'}",
-        "MODEL_STORAGE_DIR": str(workdir / "models"),
-        "LOG_LEVEL": "WARNING",
+        **ours_env(workdir, dict(os.environ)),
         "REQUIRE_API_KEY": "true",
         "ADMIN_TOKEN": admin_token,
         "TMPDIR": str(tmpdir),
@@ -93,21 +89,7 @@ def start_server(root: Path, gguf: Path, workdir: Path) -> Server:
     manage(root, env, "import_gguf", str(gguf), "--id", DEMO_ID)
     manage(root, env, "import_gguf", str(gguf), "--id", BIG_ID, "--weights", "float32")
     keys = [manage(root, env, "create_api_key", name) for name in ("stream", "other")]
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            str(root / "manage.py"),
-            "serve",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    wait_up(url, process, "/health")
+    process, url = serve_ours(root, env, "/health")
     return Server(process, url, keys[0], keys[1], admin_token, tmpdir)
 
 

@@ -45,13 +45,30 @@ def wait_up(url: str, process: subprocess.Popen, path: str) -> None:
     raise SystemExit(f"{url} did not come up")
 
 
-def start_ours(gguf: Path, workdir: Path, env: dict) -> tuple[subprocess.Popen, str, Path]:
-    env = {
+def ours_env(workdir: Path, env: dict) -> dict:
+    """`env` with everything our server keeps (database, models, var/) inside `workdir`."""
+    return {
         **env,
         "VAR_DIR": str(workdir),
         "DATABASE_URL": f"sqlite:///{workdir / 'db.sqlite3'}",
         "MODEL_STORAGE_DIR": str(workdir / "models"),
         "LOG_LEVEL": "WARNING",
+    }
+
+
+def serve_ours(root: Path, env: dict, probe: str) -> tuple[subprocess.Popen, str]:
+    """`manage.py serve` of the checkout at `root` on a free port, once `probe` answers."""
+    port = free_port()
+    command = [sys.executable, str(root / "manage.py"), "serve", "--port", str(port)]
+    process = subprocess.Popen([*command, "--log-level", "warning"], env=env)
+    url = f"http://127.0.0.1:{port}"
+    wait_up(url, process, probe)
+    return process, url
+
+
+def start_ours(gguf: Path, workdir: Path, env: dict) -> tuple[subprocess.Popen, str, Path]:
+    env = {
+        **ours_env(workdir, env),
         # Loopback only, like the peers: no key (it defaults to required outside DEBUG).
         "REQUIRE_API_KEY": "false",
         # The abusive-request scenario sends 128k prompt tokens in one request on purpose.
@@ -66,12 +83,7 @@ def start_ours(gguf: Path, workdir: Path, env: dict) -> tuple[subprocess.Popen, 
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    port = free_port()
-    process = subprocess.Popen(
-        [*manage, "serve", "--port", str(port), "--log-level", "warning"], env=env
-    )
-    url = f"http://127.0.0.1:{port}"
-    wait_up(url, process, "/v1/models")
+    process, url = serve_ours(ROOT, env, "/v1/models")
     return process, url, workdir / "models" / DEMO_ID
 
 
