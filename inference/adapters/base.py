@@ -1,13 +1,12 @@
 from __future__ import annotations
 
-import contextlib
-import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from inference.adapters.reasoning import ReasoningSplitter, ReplyReader, Thinking
 from inference.adapters.toolcalls import ToolSyntax, syntax_class
 from inference.adapters.tools import (
+    arguments_value,
     inline_tool_history,
     parameter_schemas,
     stable_order,
@@ -174,11 +173,8 @@ def _arguments_as_objects(message: dict, schemas: dict[str, dict]) -> dict:
         return message
     calls = []
     for call in message["tool_calls"]:
-        arguments = call["function"]["arguments"]
-        if isinstance(arguments, str):
-            with contextlib.suppress(ValueError, RecursionError):
-                arguments = json.loads(arguments)
-        arguments = stable_order(arguments, schemas.get(call["function"].get("name", "")))
+        schema = schemas.get(call["function"].get("name", ""))
+        arguments = stable_order(arguments_value(call), schema)
         calls.append({**call, "function": {**call["function"], "arguments": arguments}})
     return {**message, "tool_calls": calls}
 

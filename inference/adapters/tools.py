@@ -55,7 +55,7 @@ def inline_tool_history(messages: list[dict], tools: list[dict]) -> list[dict]:
                     {
                         "name": c["function"]["name"],
                         "arguments": stable_order(
-                            _as_object(c), schemas.get(c["function"]["name"])
+                            arguments_value(c), schemas.get(c["function"]["name"])
                         ),
                     }
                 )
@@ -84,7 +84,9 @@ def _with_reasoning(out: dict, message: dict) -> dict:
     return out
 
 
-def _as_object(call: dict) -> object:
+def arguments_value(call: dict) -> object:
+    """A call's arguments as the object its JSON string holds; the text as it came when it is
+    not JSON (or nests past the recursion limit)."""
     arguments = call["function"]["arguments"]
     if isinstance(arguments, str):
         try:
