@@ -136,6 +136,7 @@ class CatalogModelAdmin(admin.ModelAdmin):
                     "family",
                     "family_detected",
                     "compute_format",
+                    "kv_cache",
                     "context_length",
                     "parallel",
                 )

@@ -16,13 +16,13 @@ from collections import deque
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
 
 from inference.engine.config import EngineConfig
 from inference.engine.copies import Copies
 from inference.engine.decode import DecodeBatch
 from inference.engine.pool import LoadedModel
 from inference.engine.prefill import PrefillBatch
+from inference.engine.prefixes import PrefixCache, share
 from inference.engine.scheduling import PrefillPacer, admit, preemptible, starved, weight
 from inference.engine.sequence import Sequence
 from inference.engine.types import Event
@@ -58,7 +58,7 @@ class ModelRunner:
         self._prefix_hits: dict[int, tuple[Any, list[int]]] = {}  # id(sequence) -> (cache, rest)
         self._copies = Copies()
         self._prefixes = (
-            LRUPromptCache(max_size=64, max_bytes=config.prompt_cache_bytes)
+            PrefixCache(loaded.spec.model_id, config.prompt_cache_bytes)
             if config.prompt_cache_bytes
             else None
         )
@@ -98,25 +98,13 @@ class ModelRunner:
         if self._copies.follow(sequence):
             sequence.cached_tokens = len(sequence.prompt) - 1  # read once, for its leader
             return
-        if sequence.embeddings is not None:  # same tokens, other images: never shared
-            cache, rest = None, sequence.prompt
+        if sequence.embeddings is not None or self._prefixes is None:
+            cache, rest = None, sequence.prompt  # images: same tokens, other pictures
         else:
-            cache, rest = self._cached_prefix(sequence.prompt)
+            cache, rest = self._prefixes.fetch(sequence.prompt)
         sequence.cached_tokens = len(sequence.prompt) - len(rest)
         self._prefix_hits[id(sequence)] = (cache, rest)
         self._waiting.append(sequence)
-
-    def _cached_prefix(self, prompt: list[int]):
-        if self._prefixes is None:
-            return None, prompt
-        cache, rest = self._prefixes.fetch_nearest_cache(self.loaded.spec.model_id, prompt)
-        if cache is not None and not rest:
-            # The whole prompt is cached, but generation needs one token to feed.
-            if not can_trim_prompt_cache(cache):
-                return None, prompt
-            trim_prompt_cache(cache, 1)
-            rest = prompt[-1:]
-        return cache, rest
 
     def step(self) -> list[tuple[Sequence, list[Event]]]:
         """Admits, reads a paced share of waiting prompts, decodes one token per stream."""
@@ -174,6 +162,7 @@ class ModelRunner:
             return
         for index in ready:
             leader = self._prefill.rows[index]
+            self._snapshot(leader, self._prefill.cache_of(index))
             for copy in reversed(self._copies.release(leader)):
                 self._prefix_hits[id(copy)] = (self._prefill.cache_of(index), copy.prompt[-1:])
                 self._waiting.insert(0, copy)
@@ -195,13 +184,23 @@ class ModelRunner:
         self._decode.keep(keep)
         return out
 
+    def _snapshot(self, sequence: Sequence, cache: list[Any]) -> None:
+        """Keeps the KV of a prompt just read, by reference (merging it into the batch copies
+        it; nothing writes to these arrays again). A cache that cannot be cut back (a sliding
+        window past its size) is reusable only from here: the next turn extends the prompt,
+        while the answer's tokens come back re-rendered. For others it is the answer's entry,
+        once inserted, that stands for it (the trie drops cut-able prefixes), and a request
+        that stops early still leaves its prompt behind."""
+        if self._prefixes is not None and sequence.embeddings is None and sequence.prompt[1:]:
+            self._prefixes.insert(sequence.prompt[:-1], [share(layer) for layer in cache])
+
     def _remember(self, sequence: Sequence, cache: list[Any]) -> None:
         if self._prefixes is None or sequence.embeddings is not None:
             return
         # A later turn of the same conversation starts with these tokens.
         compact(cache)
         tokens = sequence.prompt[:-1] + sequence.fed
-        self._prefixes.insert_cache(self.loaded.spec.model_id, tokens, cache)
+        self._prefixes.insert(tokens, cache)
 
     def _count(self, tokens: int) -> None:
         now = time.monotonic()
