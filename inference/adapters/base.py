@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -74,8 +75,12 @@ class FamilyAdapter:
     # Stop tokens the family always has, on top of what the catalog row adds.
     builtin_stop_tokens: ClassVar[tuple[str, ...]] = ()
 
-    def stop_token_ids(self, tokenizer: Tokenizer) -> frozenset[int]:
-        vocab = tokenizer.get_vocab()
+    def stop_token_ids(
+        self, tokenizer: Tokenizer, vocab: Mapping[str, int] | None = None
+    ) -> frozenset[int]:
+        """`vocab`: the tokenizer's, when the caller keeps it (building it costs more than
+        rendering a prompt)."""
+        vocab = tokenizer.get_vocab() if vocab is None else vocab
         names = (*self.builtin_stop_tokens, *self.profile.extra_stop_tokens)
         # A token the vocabulary lacks cannot be generated, so it cannot need stopping on.
         extra = {vocab[name] for name in names if name in vocab}

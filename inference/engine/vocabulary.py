@@ -38,8 +38,14 @@ class TokenizerFacts:
     tokenizer: Any
 
     @cached_property
+    def vocab(self) -> dict[str, int]:
+        """Token text -> id, built once: the tokenizer builds a fresh dict on every call
+        (22 ms for SmolLM2's 49k tokens, on every request's stop tokens)."""
+        return self.tokenizer.get_vocab()
+
+    @cached_property
     def vocab_size(self) -> int:
-        return len(self.tokenizer.get_vocab())
+        return len(self.vocab)
 
     @cached_property
     def marker_tokens(self) -> dict[str, int]:

@@ -156,7 +156,7 @@ def _ready(request: PromptJob) -> Ready:
         vocabulary = vocabularies.get(request.spec)
         with vocabulary.lock:
             prompt = _tokens(request, vocabulary)
-            stop_ids = request.adapter.stop_token_ids(vocabulary.tokenizer)
+            stop_ids = request.adapter.stop_token_ids(vocabulary.tokenizer, vocabulary.vocab)
             matcher = _grammar(request, vocabulary)
     except EngineError:
         raise
