@@ -56,6 +56,8 @@ class ModelRunner:
         self._decode = DecodeBatch(loaded.model)
         self._pacer = PrefillPacer(config.prefill_share)
         self._prefix_hits: dict[int, tuple[Any, list[int]]] = {}  # id(sequence) -> (cache, rest)
+        # Finished sequences' caches, kept for the prefix cache once their events are out.
+        self._finished: list[tuple[Sequence, list[Any]]] = []
         self._copies = Copies()
         self._prefixes = (
             PrefixCache(loaded.spec.model_id, config.prompt_cache_bytes)
@@ -66,7 +68,7 @@ class ModelRunner:
 
     @property
     def busy(self) -> bool:
-        return bool(self._waiting or self._prefill.rows or self._decode.rows)
+        return bool(self._waiting or self._prefill.rows or self._decode.rows or self._finished)
 
     @property
     def sequences(self) -> list[Sequence]:
@@ -95,6 +97,7 @@ class ModelRunner:
         self._enqueue(sequence)
 
     def _enqueue(self, sequence: Sequence) -> None:
+        self._settle()  # a follow-up turn finds the conversation just answered
         if self._copies.follow(sequence):
             sequence.cached_tokens = len(sequence.prompt) - 1  # read once, for its leader
             return
@@ -108,6 +111,7 @@ class ModelRunner:
 
     def step(self) -> list[tuple[Sequence, list[Event]]]:
         """Admits, reads a paced share of waiting prompts, decodes one token per stream."""
+        self._settle()
         self._admit()
         if self._prefill.rows:
             self._read_prompts()
@@ -177,7 +181,8 @@ class ModelRunner:
             events = sequence.on_token(token, logprobs, last)
             out.append((sequence, events))
             if sequence.finished:
-                self._remember(sequence, self._decode.extract(index))
+                if self._prefixes is not None and sequence.embeddings is None:
+                    self._finished.append((sequence, self._decode.extract(index)))
                 self._release()
             else:
                 keep.append(index)
@@ -194,13 +199,14 @@ class ModelRunner:
         if self._prefixes is not None and sequence.embeddings is None and sequence.prompt[1:]:
             self._prefixes.insert(sequence.prompt[:-1], [share(layer) for layer in cache])
 
-    def _remember(self, sequence: Sequence, cache: list[Any]) -> None:
-        if self._prefixes is None or sequence.embeddings is not None:
-            return
-        # A later turn of the same conversation starts with these tokens.
-        compact(cache)
-        tokens = sequence.prompt[:-1] + sequence.fed
-        self._prefixes.insert(tokens, cache)
+    def _settle(self) -> None:
+        """Keeps finished conversations' KV for their later turns. Done after their last
+        events went out (copying a row out of the batch takes ~50 ms at 5k tokens, which the
+        answer's last token, or with max_tokens 1 its first, would otherwise wait for)."""
+        finished, self._finished = self._finished, []
+        for sequence, cache in finished:
+            compact(cache)
+            self._prefixes.insert(sequence.prompt[:-1] + sequence.fed, cache)
 
     def _count(self, tokens: int) -> None:
         now = time.monotonic()
