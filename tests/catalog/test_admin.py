@@ -20,6 +20,7 @@ def form(**fields):
         "default_top_p": "",
         "context_length": "",
         "compute_format": "auto",
+        "kv_cache": "auto",
         "context_overflow": "error",
         "purpose": "chat",
         "pooling": "auto",
