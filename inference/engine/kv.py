@@ -162,7 +162,9 @@ class KVFormat:
 
     @classmethod
     def of(cls, loaded: Any) -> KVFormat:
-        return cls(loaded.model, resolve(loaded))
+        made = cls(loaded.model, resolve(loaded))
+        _once("%s: KV cache %s (%s asked)", loaded.spec.model_id, made.kind, loaded.spec.kv_cache)
+        return made
 
     def make(self) -> list[Any]:
         layers = make_prompt_cache(self.model)

@@ -10,11 +10,18 @@ from pathlib import Path
 
 import mlx.core as mx
 import pytest
-from mlx_lm.models.cache import QuantizedKVCache
+from mlx_lm.models.cache import ArraysCache, CacheList, KVCache, QuantizedKVCache, RotatingKVCache
 
 from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
-from inference.engine.kv import NATIVE, Float16BatchKVCache, Float16KVCache
+from inference.engine.kv import (
+    NATIVE,
+    Float16BatchKVCache,
+    Float16BatchRotatingKVCache,
+    Float16KVCache,
+    Float16RotatingKVCache,
+    KVFormat,
+)
 from inference.engine.kv_quantized import BatchQuantizedKVCache, QuantizedKV
 from inference.engine.pool import LoadedModel, ModelPool
 from inference.engine.types import ModelSpec
@@ -155,6 +162,31 @@ def test_the_prefix_cache_reuses_every_format(models, kind):
     (third,) = run(runner, make_sequence(loaded, ids, greedy(6)))
     assert third.done.cached_tokens == len(ids) - 1
     assert third.tokens == first.tokens
+
+
+def test_layers_that_are_not_plain_kv_stay_float16_or_as_they_are(models):
+    made = KVFormat(models["wide"].model, "4bit")
+    assert made.kind == "4bit" and type(made.make()[0]) is QuantizedKV
+    pair = made.convert(CacheList(KVCache(), RotatingKVCache(max_size=8)))
+    assert [type(c) for c in pair.caches] == [Float16KVCache, Float16RotatingKVCache]
+    state = ArraysCache(2)
+    assert made.convert(state) is state and type(state) is ArraysCache
+
+
+def test_a_sliding_window_keeps_float16_through_the_batch():
+    windows = []
+    for seed, n in ((1, 5), (2, 11)):  # the second past its window of 8
+        window = Float16RotatingKVCache(max_size=8)
+        window.update_and_fetch(*stored(n, seed))
+        windows.append(window)
+    batch = Float16RotatingKVCache.merge(windows)
+    assert type(batch) is Float16BatchRotatingKVCache and batch.keys.dtype == mx.float16
+    keys = mx.random.normal((2, 2, 1, 64))
+    batch.update_and_fetch(keys, keys)
+    batch.extend(Float16RotatingKVCache.merge([windows[0]]))
+    row = batch.extract(1)
+    assert type(row) is Float16RotatingKVCache and row.keys.dtype == mx.float16
+    assert row.offset == 12
 
 
 def stored_arrays(runner: ModelRunner) -> dict[tuple, mx.array]:
