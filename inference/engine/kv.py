@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 NATIVE = "native"  # engine-only kind: K/V as the model computes them (the float32 reference)
 BITS = {"8bit": 8, "4bit": 4}
 KINDS = (NATIVE, "float16", *BITS)
+# What "auto" is on a CPU computing in float32. Until the attention kernel reads float16 K/V
+# itself, cpu/hooks.py's route widens the whole cache to float32 on every call (about 5x the
+# float32 attention's time at 2k tokens): NATIVE here keeps the old float32 K/V.
+CPU_AUTO = "float16"
 _logged: set[str] = set()
 
 
@@ -122,7 +126,7 @@ def resolve(loaded: Any) -> str:
     if requested != "auto":
         _once("unknown kv_cache %r for %s: auto", requested, loaded.spec.model_id)
     on_cpu = mx.default_device() == mx.cpu
-    return "float16" if on_cpu and computes_in_float32(loaded) else NATIVE
+    return CPU_AUTO if on_cpu and computes_in_float32(loaded) else NATIVE
 
 
 def head_dims(model: nn.Module) -> set[int]:
