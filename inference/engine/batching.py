@@ -20,6 +20,7 @@ import mlx.core as mx
 from inference.engine.config import EngineConfig
 from inference.engine.copies import Copies
 from inference.engine.decode import DecodeBatch
+from inference.engine.kv import KVFormat
 from inference.engine.pool import LoadedModel
 from inference.engine.prefill import PrefillBatch
 from inference.engine.prefixes import PrefixCache, share
@@ -43,6 +44,11 @@ def compact(cache: list) -> None:
             layer.keys = mx.contiguous(keys[..., :end, :])
             layer.values = mx.contiguous(values[..., :end, :])
             mx.eval(layer.keys, layer.values)
+        elif isinstance(keys, tuple) and isinstance(values, tuple):  # (w, scales, biases)
+            end = layer.offset
+            layer.keys = tuple(mx.contiguous(x[..., :end, :]) for x in keys)
+            layer.values = tuple(mx.contiguous(x[..., :end, :]) for x in values)
+            mx.eval(layer.keys, layer.values)
 
 
 class ModelRunner:
@@ -52,7 +58,8 @@ class ModelRunner:
         self.loaded = loaded
         self.config = config
         self._waiting: list[Sequence] = []
-        self._prefill = PrefillBatch(loaded.model)
+        self.kv = KVFormat.of(loaded)  # the same on every rank of a group: spec and format
+        self._prefill = PrefillBatch(loaded.model, self.kv.make)
         self._decode = DecodeBatch(loaded.model)
         self._pacer = PrefillPacer(config.prefill_share)
         self._prefix_hits: dict[int, tuple[Any, list[int]]] = {}  # id(sequence) -> (cache, rest)

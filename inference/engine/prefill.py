@@ -13,6 +13,7 @@ the layers run: the lm_head's logits over prompt positions are never needed.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,8 +53,12 @@ class Reading:
 
 
 class PrefillBatch:
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(
+        self, model: nn.Module, make_cache: Callable[[], list[Any]] | None = None
+    ) -> None:
         self.model = model
+        # A new prompt's empty cache, in the model's KV format (engine/kv.py).
+        self._make_cache = make_cache or (lambda: make_prompt_cache(model))
         self._readings: list[Reading] = []
         self._served: dict[str, int] = {}  # group -> the step it was last served
         self._steps = 0
@@ -67,7 +72,7 @@ class PrefillBatch:
 
     def add(self, sequence: Sequence, cache: list[Any] | None, rest: list[int]) -> None:
         """`rest`: the prompt's tokens past what `cache` (a prefix-cache hit) already holds."""
-        cache = cache if cache is not None else make_prompt_cache(self.model)
+        cache = cache if cache is not None else self._make_cache()
         start = len(sequence.prompt) - len(rest)
         self._readings.append(Reading(sequence, cache, list(rest[:-1]), start))
 

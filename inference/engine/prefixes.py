@@ -14,6 +14,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+import mlx.core as mx
 from mlx_lm.models.cache import (
     CacheList,
     LRUPromptCache,
@@ -34,7 +35,19 @@ def share(layer: Any) -> Any:
     for name, value in vars(layer).items():
         if isinstance(value, list):  # ArraysCache's slots are written in place
             setattr(twin, name, list(value))
+        elif isinstance(value, mx.array):
+            setattr(twin, name, _own(value))
+        elif isinstance(value, tuple) and all(isinstance(x, mx.array) for x in value):
+            setattr(twin, name, tuple(map(_own, value)))  # quantized K/V: (w, scales, biases)
     return twin
+
+
+def _own(array: mx.array) -> mx.array:
+    """The same values as a Python object of the twin's own: a cache writes its arrays in
+    place (`keys[..., i:j, :] = ...` rebinds the object), so a twin holding the entry's own
+    objects would write into the stored entry (a trimmed hit overwrote its last tokens). A
+    view: no copy until the twin writes."""
+    return array[...]
 
 
 @dataclass
