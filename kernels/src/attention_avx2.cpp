@@ -65,6 +65,9 @@ struct Avx2 {
     return _mm256_blendv_ps(s, set1(-INFINITY), _mm256_cmp_ps(key, limit, _CMP_GT_OQ));
   }
   static float half(uint16_t h) { return _cvtsh_ss(h); }
+  static F load_half(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
   static void halves(const uint16_t* in, float* out, int n) {
     int i = 0;
     for (; i + 8 <= n; i += 8) {

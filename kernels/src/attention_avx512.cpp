@@ -58,6 +58,9 @@ struct Avx512 {
     return _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(key, limit, _CMP_GT_OQ), set1(-INFINITY));
   }
   static float half(uint16_t h) { return _cvtsh_ss(h); }
+  static F load_half(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
   static void halves(const uint16_t* in, float* out, int n) {
     int i = 0;
     for (; i + 16 <= n; i += 16) {

@@ -53,6 +53,7 @@ struct Scalar {
     std::memcpy(&f, &bits, 4);
     return f;
   }
+  static F load_half(const uint16_t* p) { return half(*p); }
   static void halves(const uint16_t* in, float* out, int n) {
     for (int i = 0; i < n; i++) out[i] = half(in[i]);
   }

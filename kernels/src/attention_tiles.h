@@ -280,9 +280,20 @@ void tiled_unit(const Attend& a, const Unit& u, float* scratch, float* out) {
 
 // ---- dot: features across the lanes ------------------------------------------------------
 
+// A vector of W keys' or values' features at p: floats, or float16 converted in registers
+// (decode reads each element once or twice: a staged float32 copy would cost more).
+template <class V, class T>
+inline typename V::F load_as_float(const T* p) {
+  if constexpr (sizeof(T) == 2) {
+    return V::load_half(p);
+  } else {
+    return V::load(p);
+  }
+}
+
 // Scores of H query rows (dp floats each) against n keys, into s (rows KB apart).
-template <class V, int H>
-void dot_scores(const float* q, int dp, const float* k, int64_t ld, int n, float* s) {
+template <class V, int H, class T>
+void dot_scores(const float* q, int dp, const T* k, int64_t ld, int n, float* s) {
   using F = typename V::F;
   constexpr int W = V::lanes;
   int j = 0;
@@ -292,7 +303,7 @@ void dot_scores(const float* q, int dp, const float* k, int64_t ld, int n, float
       for (int x = 0; x < 4; x++) sums[r][x] = V::zero();
     for (int d = 0; d < dp; d += W) {
       F kk[4];
-      for (int x = 0; x < 4; x++) kk[x] = V::load(k + (j + x) * ld + d);
+      for (int x = 0; x < 4; x++) kk[x] = load_as_float<V>(k + (j + x) * ld + d);
       for (int r = 0; r < H; r++) {
         F qq = V::load(q + size_t(r) * dp + d);
         for (int x = 0; x < 4; x++) sums[r][x] = V::fma(kk[x], qq, sums[r][x]);
@@ -304,7 +315,7 @@ void dot_scores(const float* q, int dp, const float* k, int64_t ld, int n, float
     for (int r = 0; r < H; r++) {
       F total = V::zero();
       for (int d = 0; d < dp; d += W) {
-        total = V::fma(V::load(k + j * ld + d), V::load(q + size_t(r) * dp + d), total);
+        total = V::fma(load_as_float<V>(k + j * ld + d), V::load(q + size_t(r) * dp + d), total);
       }
       s[size_t(r) * KB + j] = V::reduce(total);
     }
@@ -312,8 +323,8 @@ void dot_scores(const float* q, int dp, const float* k, int64_t ld, int n, float
 }
 
 // o = c * o + P v for H rows and C vectors of value features.
-template <class V, int H, int C>
-void dot_values(const float* s, int n, const float* v, int64_t ld, float* o, int dvp,
+template <class V, int H, int C, class T>
+void dot_values(const float* s, int n, const T* v, int64_t ld, float* o, int dvp,
                 const float* c) {
   using F = typename V::F;
   constexpr int W = V::lanes;
@@ -324,7 +335,7 @@ void dot_values(const float* s, int n, const float* v, int64_t ld, float* o, int
   }
   for (int j = 0; j < n; j++) {
     F vv[C];
-    for (int x = 0; x < C; x++) vv[x] = V::load(v + j * ld + x * W);
+    for (int x = 0; x < C; x++) vv[x] = load_as_float<V>(v + j * ld + x * W);
     for (int r = 0; r < H; r++) {
       F p = V::set1(s[size_t(r) * KB + j]);
       for (int x = 0; x < C; x++) acc[r][x] = V::fma(p, vv[x], acc[r][x]);
@@ -335,24 +346,43 @@ void dot_values(const float* s, int n, const float* v, int64_t ld, float* o, int
 }
 
 // Rows [r0, r0 + H) of a tile: scores, then their values in chunks of up to 4 vectors.
-template <class V, int H = 1>
-void dot_rows(int h, const float* q, int dp, const float* k, int64_t ldk, int n, float* s) {
+template <class V, class T, int H = 1>
+void dot_rows(int h, const float* q, int dp, const T* k, int64_t ldk, int n, float* s) {
   if constexpr (H < V::dot_rows) {
-    if (h > H) return dot_rows<V, H + 1>(h, q, dp, k, ldk, n, s);
+    if (h > H) return dot_rows<V, T, H + 1>(h, q, dp, k, ldk, n, s);
   }
   dot_scores<V, H>(q, dp, k, ldk, n, s);
 }
 
-template <class V, int H = 1, int C = 1>
-void dot_rows_values(int h, int cv, const float* s, int n, const float* v, int64_t ld, float* o,
+template <class V, class T, int H = 1, int C = 1>
+void dot_rows_values(int h, int cv, const float* s, int n, const T* v, int64_t ld, float* o,
                      int dvp, const float* c) {
   if constexpr (H < V::dot_rows) {
-    if (h > H) return dot_rows_values<V, H + 1, C>(h, cv, s, n, v, ld, o, dvp, c);
+    if (h > H) return dot_rows_values<V, T, H + 1, C>(h, cv, s, n, v, ld, o, dvp, c);
   }
   if constexpr (C < 4) {
-    if (cv > C) return dot_rows_values<V, H, C + 1>(h, cv, s, n, v, ld, o, dvp, c);
+    if (cv > C) return dot_rows_values<V, T, H, C + 1>(h, cv, s, n, v, ld, o, dvp, c);
   }
   dot_values<V, H, C>(s, n, v, ld, o, dvp, c);
+}
+
+// Rows [j0, j0 + n) of a side as the dot kernel reads them: float16 in place when whole
+// vectors cover a row (`half` set), else as stage() makes them.
+struct DotRows {
+  const void* p;
+  int64_t ld;
+  bool half;
+};
+
+template <class V>
+DotRows dot_stage(const KVSide& s, int b, int g, int j0, int n, int width, float* buf) {
+  if (s.format == KVFormat::F16 && width == s.dim) {
+    const uint8_t* base = s.data + b * s.strides[0] + g * s.strides[1] + j0 * s.strides[2];
+    return {base, s.strides[2] / 2, true};
+  }
+  int64_t ld;
+  const float* rows = stage<V>(s, b, g, j0, n, width, buf, ld);
+  return {rows, ld, false};
 }
 
 // Row r's scores (n of them, padded with -inf to whole vectors) to softmax numerators.
@@ -404,12 +434,16 @@ void dot_unit(const Attend& a, const Unit& u, float* scratch, float* out) {
   const bool array_mask = a.mask_kind == MaskKind::Bool || a.mask_kind == MaskKind::Additive;
   for (int j0 = 0; j0 < rows.kend; j0 += KB) {
     const int n = std::min(KB, rows.kend - j0);
-    int64_t ldk, ldv;
-    const float* k = stage<V>(a.k, u.b, u.g, j0, n, dp, kbuf, ldk);
-    const float* v = stage<V>(a.v, u.b, u.g, j0, n, dvp, vbuf, ldv);
+    const DotRows k = dot_stage<V>(a.k, u.b, u.g, j0, n, dp, kbuf);
+    const DotRows v = dot_stage<V>(a.v, u.b, u.g, j0, n, dvp, vbuf);
     for (int r = 0; r < real; r += V::dot_rows) {
-      int h = std::min(V::dot_rows, real - r);
-      dot_rows<V>(h, q + size_t(r) * dp, dp, k, ldk, n, s + size_t(r) * KB);
+      const int h = std::min(V::dot_rows, real - r);
+      float* sr = s + size_t(r) * KB;
+      if (k.half) {
+        dot_rows<V>(h, q + size_t(r) * dp, dp, static_cast<const uint16_t*>(k.p), k.ld, n, sr);
+      } else {
+        dot_rows<V>(h, q + size_t(r) * dp, dp, static_cast<const float*>(k.p), k.ld, n, sr);
+      }
     }
     for (int r = 0; r < real; r++) {
       float* row = s + size_t(r) * KB;
@@ -423,8 +457,15 @@ void dot_unit(const Attend& a, const Unit& u, float* scratch, float* out) {
     for (int r = 0; r < real; r += V::dot_rows) {
       const int h = std::min(V::dot_rows, real - r);
       for (int x = 0; x < dvp; x += 4 * W) {
-        dot_rows_values<V>(h, std::min(4, (dvp - x) / W), s + size_t(r) * KB, n, v + x, ldv,
-                           o + size_t(r) * dvp + x, dvp, c + r);
+        const int cv = std::min(4, (dvp - x) / W);
+        float* or_ = o + size_t(r) * dvp + x;
+        if (v.half) {
+          const uint16_t* vx = static_cast<const uint16_t*>(v.p) + x;
+          dot_rows_values<V>(h, cv, s + size_t(r) * KB, n, vx, v.ld, or_, dvp, c + r);
+        } else {
+          const float* vx = static_cast<const float*>(v.p) + x;
+          dot_rows_values<V>(h, cv, s + size_t(r) * KB, n, vx, v.ld, or_, dvp, c + r);
+        }
       }
     }
   }
