@@ -45,9 +45,15 @@ void attend(const Attend& a, float* out);
 
 namespace attn {
 
-// One unit of work: batch row b, key/value head g, query positions [l0, l0 + count).
+// One unit of work: batch row b, key/value head g, query positions [l0, l0 + count), keys
+// [j0, j1) (a multiple of KEY_BLOCK apart). With `partial` set (keys split between units),
+// each row's running maximum, sum and unscaled output go to partial + (split * B * Hq * L +
+// row) * (2 + Dv) instead of its result to out; attend() combines them.
 struct Unit {
   int b, g, l0, count;
+  int j0, j1;
+  int split = 0;
+  float* partial = nullptr;
 };
 
 // One instruction set's kernels (attention_tiles.h), each over one unit; `scratch` holds

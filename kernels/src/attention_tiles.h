@@ -103,7 +103,7 @@ struct Rows {
   Rows(const Attend& a, const Unit& u) : group(a.q_heads / a.kv_heads), count(u.count) {
     shift = a.keys - a.length;
     const bool causal = a.mask_kind == MaskKind::Causal;
-    kend = causal ? std::min(a.keys, u.l0 + u.count + shift) : a.keys;
+    kend = std::min(u.j1, causal ? std::min(a.keys, u.l0 + u.count + shift) : a.keys);
     first_hidden = causal ? std::min(kend, u.l0 + 1 + shift) : kend;
   }
   int head(const Unit& u, int r) const { return u.g * group + r / count; }
@@ -126,15 +126,24 @@ inline void apply_mask(const Attend& a, const Unit& u, const Rows& rows, int r, 
   }
 }
 
-// out[b, h, l] = o / sum for each real row (zeros where every key was hidden).
+// out[b, h, l] = o / sum for each real row (zeros where every key was hidden), or the parts
+// of that to u.partial.
 inline void write_rows(const Attend& a, const Unit& u, const Rows& rows, int real,
                        const float* o, int64_t row_step, int64_t dim_step, const float* top,
                        const float* sum, float* out) {
   const int dv = a.v.dim;
+  const size_t all_rows = size_t(a.batch) * a.q_heads * a.length;
   for (int r = 0; r < real; r++) {
     const int h = rows.head(u, r), l = rows.position(u, r);
-    float* dst = out + ((size_t(u.b) * a.q_heads + h) * a.length + l) * dv;
-    const float inverse = top[r] == NEG_INF ? 0.0f : 1.0f / sum[r];
+    const size_t row = (size_t(u.b) * a.q_heads + h) * a.length + l;
+    float* dst = out + row * dv;
+    float inverse = top[r] == NEG_INF ? 0.0f : 1.0f / sum[r];
+    if (u.partial) {
+      dst = u.partial + (u.split * all_rows + row) * (2 + dv);
+      *dst++ = top[r];
+      *dst++ = sum[r];
+      inverse = 1.0f;
+    }
     for (int d = 0; d < dv; d++) dst[d] = o[r * row_step + d * dim_step] * inverse;
   }
 }
@@ -237,7 +246,7 @@ void tiled_rows(const Attend& a, const Unit& u, float* scratch, float* out) {
   }
   std::fill(ot, ot + size_t(dv) * rp, 0.0f);
   const bool array_mask = a.mask_kind == MaskKind::Bool || a.mask_kind == MaskKind::Additive;
-  for (int j0 = 0; j0 < rows.kend; j0 += KB) {
+  for (int j0 = u.j0; j0 < rows.kend; j0 += KB) {
     const int n = std::min(KB, rows.kend - j0);
     int64_t ldk, ldv;
     const float* k = stage<V>(a.k, u.b, u.g, j0, n, dim, kbuf, ldk);
@@ -432,7 +441,7 @@ void dot_unit(const Attend& a, const Unit& u, float* scratch, float* out) {
   }
   std::fill(o, o + size_t(real) * dvp, 0.0f);
   const bool array_mask = a.mask_kind == MaskKind::Bool || a.mask_kind == MaskKind::Additive;
-  for (int j0 = 0; j0 < rows.kend; j0 += KB) {
+  for (int j0 = u.j0; j0 < rows.kend; j0 += KB) {
     const int n = std::min(KB, rows.kend - j0);
     const DotRows k = dot_stage<V>(a.k, u.b, u.g, j0, n, dp, kbuf);
     const DotRows v = dot_stage<V>(a.v, u.b, u.g, j0, n, dvp, vbuf);

@@ -82,6 +82,16 @@ def test_long_prompt_over_a_prefix(fmt):
     check(fmt, b=1, length=150, keys=1000, mask="causal")
 
 
+@pytest.mark.parametrize("fmt", ["float32", "float16", "4bit-g64"])
+@pytest.mark.parametrize("length", [1, 20])
+@pytest.mark.parametrize("mask", ["causal", "bool"])
+def test_keys_split_between_threads(isa, fmt, length, mask):
+    # One sequence, few units: the keys are split in ranges whose parts are combined.
+    if mask == "bool":
+        mask = batch_mask("bool")
+    check(fmt, b=1, length=length, keys=1500, mask=mask)
+
+
 def batch_mask(kind: str):
     """mlx-lm's BatchKVCache mask: causal with each row's left padding hidden."""
 
