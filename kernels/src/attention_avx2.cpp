@@ -65,6 +65,19 @@ struct Avx2 {
     return _mm256_blendv_ps(s, set1(-INFINITY), _mm256_cmp_ps(key, limit, _CMP_GT_OQ));
   }
   static float half(uint16_t h) { return _cvtsh_ss(h); }
+  static F q8(const uint8_t* p, float scale, float bias) {
+    __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    return fma(_mm256_cvtepi32_ps(q), set1(scale), set1(bias));
+  }
+  static F q4(const uint8_t* p, float scale, float bias) {
+    int32_t four;
+    std::memcpy(&four, p, 4);
+    __m128i bytes = _mm_cvtsi32_si128(four);
+    __m256i q = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(bytes, bytes));
+    q = _mm256_and_si256(_mm256_srlv_epi32(q, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4)),
+                         _mm256_set1_epi32(15));
+    return fma(_mm256_cvtepi32_ps(q), set1(scale), set1(bias));
+  }
   static F load_half(const uint16_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }

@@ -58,6 +58,17 @@ struct Avx512 {
     return _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(key, limit, _CMP_GT_OQ), set1(-INFINITY));
   }
   static float half(uint16_t h) { return _cvtsh_ss(h); }
+  static F q8(const uint8_t* p, float scale, float bias) {
+    __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return fma(_mm512_cvtepi32_ps(q), set1(scale), set1(bias));
+  }
+  static F q4(const uint8_t* p, float scale, float bias) {
+    const __m512i shifts = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+    __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    __m512i q = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(bytes, bytes));
+    q = _mm512_and_si512(_mm512_srlv_epi32(q, shifts), _mm512_set1_epi32(15));
+    return fma(_mm512_cvtepi32_ps(q), set1(scale), set1(bias));
+  }
   static F load_half(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }

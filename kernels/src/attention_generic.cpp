@@ -53,6 +53,9 @@ struct Scalar {
     std::memcpy(&f, &bits, 4);
     return f;
   }
+  // Unused (with_rows stages quantized rows for one lane: a nibble's parity is lost in p).
+  static F q8(const uint8_t* p, float scale, float bias) { return scale * float(*p) + bias; }
+  static F q4(const uint8_t* p, float scale, float bias) { return scale * float(*p & 15) + bias; }
   static F load_half(const uint16_t* p) { return half(*p); }
   static void halves(const uint16_t* in, float* out, int n) {
     for (int i = 0; i < n; i++) out[i] = half(in[i]);

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "attention.h"
 
@@ -289,20 +290,76 @@ void tiled_unit(const Attend& a, const Unit& u, float* scratch, float* out) {
 
 // ---- dot: features across the lanes ------------------------------------------------------
 
-// A vector of W keys' or values' features at p: floats, or float16 converted in registers
-// (decode reads each element once or twice: a staged float32 copy would cost more).
-template <class V, class T>
-inline typename V::F load_as_float(const T* p) {
-  if constexpr (sizeof(T) == 2) {
-    return V::load_half(p);
-  } else {
-    return V::load(p);
+// Rows of a tile of keys or values as the dot kernel reads them, a vector of features at a
+// time: load(j, d) gives features [d, d + W) of row j as floats. Float16 and quantized rows
+// are converted in registers (decode reads each element once or twice: a staged float32
+// copy would cost more than the arithmetic).
+template <class V>
+struct FloatRows {
+  const float* p;
+  int64_t ld;
+  typename V::F load(int j, int d) const { return V::load(p + j * ld + d); }
+};
+
+template <class V>
+struct HalfRows {
+  const uint16_t* p;
+  int64_t ld;
+  typename V::F load(int j, int d) const { return V::load_half(p + j * ld + d); }
+};
+
+// params: each row's (scale, bias) per group, as floats; 2^shift values a group.
+template <class V, int BITS>
+struct QuantRows {
+  const uint8_t* p;
+  int64_t ld;
+  const float* params;
+  int groups, shift;
+  typename V::F load(int j, int d) const {
+    const float* sb = params + 2 * (j * groups + (d >> shift));
+    if constexpr (BITS == 8) {
+      return V::q8(p + j * ld + d, sb[0], sb[1]);
+    } else {
+      return V::q4(p + j * ld + d / 2, sb[0], sb[1]);
+    }
   }
+};
+
+// Calls fn with the reader of rows [j0, j0 + n) of a side: in place when whole vectors
+// cover a row, else stage()'s float32 copy (`width` floats a row) in buf.
+template <class V, class Fn>
+void with_rows(const KVSide& s, int b, int g, int j0, int n, int width, float* buf, Fn&& fn) {
+  const uint8_t* base = s.data + b * s.strides[0] + g * s.strides[1] + j0 * s.strides[2];
+  const bool quantized = s.format == KVFormat::Q8 || s.format == KVFormat::Q4;
+  if (s.format == KVFormat::F16 && width == s.dim) {
+    return fn(HalfRows<V>{reinterpret_cast<const uint16_t*>(base), s.strides[2] / 2});
+  }
+  if (quantized && V::lanes > 1 && width == s.dim && s.group % V::lanes == 0) {
+    thread_local std::vector<float> params;
+    const int groups = s.dim / s.group;
+    params.resize(size_t(2) * n * groups);
+    const uint8_t* sr = s.scales + b * s.scale_strides[0] + g * s.scale_strides[1];
+    const uint8_t* br = s.biases + b * s.bias_strides[0] + g * s.bias_strides[1];
+    for (int j = 0; j < n; j++) {
+      for (int q = 0; q < groups; q++) {
+        params[2 * (j * groups + q)] = param<V>(s, sr + (j0 + j) * s.scale_strides[2], q);
+        params[2 * (j * groups + q) + 1] = param<V>(s, br + (j0 + j) * s.bias_strides[2], q);
+      }
+    }
+    const int shift = __builtin_ctz(unsigned(s.group));
+    if (s.format == KVFormat::Q8) {
+      return fn(QuantRows<V, 8>{base, s.strides[2], params.data(), groups, shift});
+    }
+    return fn(QuantRows<V, 4>{base, s.strides[2], params.data(), groups, shift});
+  }
+  int64_t ld;
+  const float* rows = stage<V>(s, b, g, j0, n, width, buf, ld);
+  fn(FloatRows<V>{rows, ld});
 }
 
 // Scores of H query rows (dp floats each) against n keys, into s (rows KB apart).
-template <class V, int H, class T>
-void dot_scores(const float* q, int dp, const T* k, int64_t ld, int n, float* s) {
+template <class V, int H, class R>
+void dot_scores(const float* q, int dp, const R& k, int n, float* s) {
   using F = typename V::F;
   constexpr int W = V::lanes;
   int j = 0;
@@ -312,7 +369,7 @@ void dot_scores(const float* q, int dp, const T* k, int64_t ld, int n, float* s)
       for (int x = 0; x < 4; x++) sums[r][x] = V::zero();
     for (int d = 0; d < dp; d += W) {
       F kk[4];
-      for (int x = 0; x < 4; x++) kk[x] = load_as_float<V>(k + (j + x) * ld + d);
+      for (int x = 0; x < 4; x++) kk[x] = k.load(j + x, d);
       for (int r = 0; r < H; r++) {
         F qq = V::load(q + size_t(r) * dp + d);
         for (int x = 0; x < 4; x++) sums[r][x] = V::fma(kk[x], qq, sums[r][x]);
@@ -323,18 +380,15 @@ void dot_scores(const float* q, int dp, const T* k, int64_t ld, int n, float* s)
   for (; j < n; j++) {
     for (int r = 0; r < H; r++) {
       F total = V::zero();
-      for (int d = 0; d < dp; d += W) {
-        total = V::fma(load_as_float<V>(k + j * ld + d), V::load(q + size_t(r) * dp + d), total);
-      }
+      for (int d = 0; d < dp; d += W) total = V::fma(k.load(j, d), V::load(q + size_t(r) * dp + d), total);
       s[size_t(r) * KB + j] = V::reduce(total);
     }
   }
 }
 
-// o = c * o + P v for H rows and C vectors of value features.
-template <class V, int H, int C, class T>
-void dot_values(const float* s, int n, const T* v, int64_t ld, float* o, int dvp,
-                const float* c) {
+// o = c * o + P v for H rows and C vectors of value features from x0.
+template <class V, int H, int C, class R>
+void dot_values(const float* s, int n, const R& v, int x0, float* o, int dvp, const float* c) {
   using F = typename V::F;
   constexpr int W = V::lanes;
   F acc[H][C];
@@ -344,7 +398,7 @@ void dot_values(const float* s, int n, const T* v, int64_t ld, float* o, int dvp
   }
   for (int j = 0; j < n; j++) {
     F vv[C];
-    for (int x = 0; x < C; x++) vv[x] = load_as_float<V>(v + j * ld + x * W);
+    for (int x = 0; x < C; x++) vv[x] = v.load(j, x0 + x * W);
     for (int r = 0; r < H; r++) {
       F p = V::set1(s[size_t(r) * KB + j]);
       for (int x = 0; x < C; x++) acc[r][x] = V::fma(p, vv[x], acc[r][x]);
@@ -354,44 +408,25 @@ void dot_values(const float* s, int n, const T* v, int64_t ld, float* o, int dvp
     for (int x = 0; x < C; x++) V::store(o + size_t(r) * dvp + x * W, acc[r][x]);
 }
 
-// Rows [r0, r0 + H) of a tile: scores, then their values in chunks of up to 4 vectors.
-template <class V, class T, int H = 1>
-void dot_rows(int h, const float* q, int dp, const T* k, int64_t ldk, int n, float* s) {
+// H (at most dot_rows) query rows' scores; their values in chunks of up to 4 vectors.
+template <class V, class R, int H = 1>
+void dot_rows(int h, const float* q, int dp, const R& k, int n, float* s) {
   if constexpr (H < V::dot_rows) {
-    if (h > H) return dot_rows<V, T, H + 1>(h, q, dp, k, ldk, n, s);
+    if (h > H) return dot_rows<V, R, H + 1>(h, q, dp, k, n, s);
   }
-  dot_scores<V, H>(q, dp, k, ldk, n, s);
+  dot_scores<V, H>(q, dp, k, n, s);
 }
 
-template <class V, class T, int H = 1, int C = 1>
-void dot_rows_values(int h, int cv, const float* s, int n, const T* v, int64_t ld, float* o,
+template <class V, class R, int H = 1, int C = 1>
+void dot_rows_values(int h, int cv, const float* s, int n, const R& v, int x0, float* o,
                      int dvp, const float* c) {
   if constexpr (H < V::dot_rows) {
-    if (h > H) return dot_rows_values<V, T, H + 1, C>(h, cv, s, n, v, ld, o, dvp, c);
+    if (h > H) return dot_rows_values<V, R, H + 1, C>(h, cv, s, n, v, x0, o, dvp, c);
   }
   if constexpr (C < 4) {
-    if (cv > C) return dot_rows_values<V, T, H, C + 1>(h, cv, s, n, v, ld, o, dvp, c);
+    if (cv > C) return dot_rows_values<V, R, H, C + 1>(h, cv, s, n, v, x0, o, dvp, c);
   }
-  dot_values<V, H, C>(s, n, v, ld, o, dvp, c);
-}
-
-// Rows [j0, j0 + n) of a side as the dot kernel reads them: float16 in place when whole
-// vectors cover a row (`half` set), else as stage() makes them.
-struct DotRows {
-  const void* p;
-  int64_t ld;
-  bool half;
-};
-
-template <class V>
-DotRows dot_stage(const KVSide& s, int b, int g, int j0, int n, int width, float* buf) {
-  if (s.format == KVFormat::F16 && width == s.dim) {
-    const uint8_t* base = s.data + b * s.strides[0] + g * s.strides[1] + j0 * s.strides[2];
-    return {base, s.strides[2] / 2, true};
-  }
-  int64_t ld;
-  const float* rows = stage<V>(s, b, g, j0, n, width, buf, ld);
-  return {rows, ld, false};
+  dot_values<V, H, C>(s, n, v, x0, o, dvp, c);
 }
 
 // Row r's scores (n of them, padded with -inf to whole vectors) to softmax numerators.
@@ -443,17 +478,12 @@ void dot_unit(const Attend& a, const Unit& u, float* scratch, float* out) {
   const bool array_mask = a.mask_kind == MaskKind::Bool || a.mask_kind == MaskKind::Additive;
   for (int j0 = u.j0; j0 < rows.kend; j0 += KB) {
     const int n = std::min(KB, rows.kend - j0);
-    const DotRows k = dot_stage<V>(a.k, u.b, u.g, j0, n, dp, kbuf);
-    const DotRows v = dot_stage<V>(a.v, u.b, u.g, j0, n, dvp, vbuf);
-    for (int r = 0; r < real; r += V::dot_rows) {
-      const int h = std::min(V::dot_rows, real - r);
-      float* sr = s + size_t(r) * KB;
-      if (k.half) {
-        dot_rows<V>(h, q + size_t(r) * dp, dp, static_cast<const uint16_t*>(k.p), k.ld, n, sr);
-      } else {
-        dot_rows<V>(h, q + size_t(r) * dp, dp, static_cast<const float*>(k.p), k.ld, n, sr);
+    with_rows<V>(a.k, u.b, u.g, j0, n, dp, kbuf, [&](const auto& k) {
+      for (int r = 0; r < real; r += V::dot_rows) {
+        const int h = std::min(V::dot_rows, real - r);
+        dot_rows<V>(h, q + size_t(r) * dp, dp, k, n, s + size_t(r) * KB);
       }
-    }
+    });
     for (int r = 0; r < real; r++) {
       float* row = s + size_t(r) * KB;
       if (a.mask_kind == MaskKind::Causal) {
@@ -463,20 +493,15 @@ void dot_unit(const Attend& a, const Unit& u, float* scratch, float* out) {
       if (array_mask) apply_mask(a, u, rows, r, j0, n, row, 1);
       softmax_row<V>(row, n, top[r], sum[r], c[r]);
     }
-    for (int r = 0; r < real; r += V::dot_rows) {
-      const int h = std::min(V::dot_rows, real - r);
-      for (int x = 0; x < dvp; x += 4 * W) {
-        const int cv = std::min(4, (dvp - x) / W);
-        float* or_ = o + size_t(r) * dvp + x;
-        if (v.half) {
-          const uint16_t* vx = static_cast<const uint16_t*>(v.p) + x;
-          dot_rows_values<V>(h, cv, s + size_t(r) * KB, n, vx, v.ld, or_, dvp, c + r);
-        } else {
-          const float* vx = static_cast<const float*>(v.p) + x;
-          dot_rows_values<V>(h, cv, s + size_t(r) * KB, n, vx, v.ld, or_, dvp, c + r);
+    with_rows<V>(a.v, u.b, u.g, j0, n, dvp, vbuf, [&](const auto& v) {
+      for (int r = 0; r < real; r += V::dot_rows) {
+        const int h = std::min(V::dot_rows, real - r);
+        for (int x = 0; x < dvp; x += 4 * W) {
+          dot_rows_values<V>(h, std::min(4, (dvp - x) / W), s + size_t(r) * KB, n, v, x,
+                             o + size_t(r) * dvp + x, dvp, c + r);
         }
       }
-    }
+    });
   }
   write_rows(a, u, rows, real, o, dvp, 1, top, sum, out);
 }
