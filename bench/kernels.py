@@ -212,9 +212,9 @@ def attention_table(baseline) -> None:
             print(f"{length:>5} {keys:>5} {row}  {flops / ms['ours f32'] / 1e6:8.1f}")
 
 
-def model_forwards(gguf: Path, prefix: int = 5000) -> None:
-    """The demo model's forward of L tokens over a `prefix`-token float16 cache (zeros; the
-    demo's 3 KV heads of 64 features)."""
+def model_forwards(gguf: Path, prefix: int = 5000, dtype=mx.float16) -> None:
+    """The demo model's forward of L tokens over a `prefix`-token cache of zeros in `dtype`
+    (the demo's 3 KV heads of 64 features)."""
     from bench.profile import load_demo
 
     with tempfile.TemporaryDirectory(prefix="kernels-") as workdir:
@@ -227,8 +227,10 @@ def model_forwards(gguf: Path, prefix: int = 5000) -> None:
     for length in (40, 256):
         caches = [KVCache() for _ in range(layers)]
         for cache in caches:
-            zeros = mx.zeros((1, 3, prefix, 64), dtype=mx.float16)
+            # room for the new tokens: a KVCache that grows takes their dtype (float32)
+            zeros = mx.zeros((1, 3, prefix + length, 64), dtype=dtype)
             cache.update_and_fetch(zeros, zeros)
+            cache.trim(length)
         mx.eval([c.keys for c in caches])
         tokens = mx.array([[7] * length])
         times = []

@@ -35,11 +35,11 @@ size_t scratch_floats(const Attend& a, int rows, int lanes) {
 
 namespace {
 
-// Keys per unit: all of them, unless there are too few units to keep every thread busy
-// (decode of one sequence: one unit per KV head); then split in ranges of whole tiles, at
-// least 8 tiles each, and their parts combined after.
+// Keys per unit: all of them, unless there are too few units to share evenly between the
+// threads (decode of one sequence: one unit per KV head; 9 for 40 new tokens of SmolLM2);
+// then split in ranges of whole tiles, at least 8 tiles each, and their parts combined after.
 int key_chunk(const Attend& a, size_t units) {
-  const size_t wanted = 4 * size_t(Pool::shared()->threads());
+  const size_t wanted = 8 * size_t(Pool::shared()->threads());
   const int most = std::max(1, a.keys / (8 * attn::KB));
   if (units >= wanted || most == 1) return attn::round_up(std::max(a.keys, 1), attn::KB);
   const int splits = std::min(most, int((wanted + units - 1) / units));
