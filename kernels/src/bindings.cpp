@@ -39,7 +39,24 @@ NB_MODULE(_ext, m) {
       },
       "q"_a, "k"_a, "v"_a, nb::kw_only(), "scale"_a, "mask"_a = nb::none(),
       "stream"_a = nb::none(),
-      "mx.fast.scaled_dot_product_attention in float32, without sinks.");
+      "mx.fast.scaled_dot_product_attention in float32 (K/V float32 or float16), without sinks.");
+
+  m.def(
+      "quantized_attention",
+      [](const ck::mx::array& q, const ck::mx::array& k, const ck::mx::array& k_scales,
+         const ck::mx::array& k_biases, const ck::mx::array& v, const ck::mx::array& v_scales,
+         const ck::mx::array& v_biases, float scale,
+         std::optional<std::variant<std::string, ck::mx::array>> mask, int group_size, int bits,
+         ck::mx::StreamOrDevice s) {
+        std::variant<std::monostate, std::string, ck::mx::array> m;
+        if (mask && std::holds_alternative<std::string>(*mask)) m = std::get<std::string>(*mask);
+        if (mask && std::holds_alternative<ck::mx::array>(*mask)) m = std::get<ck::mx::array>(*mask);
+        return ck::quantized_attention(
+            q, k, k_scales, k_biases, v, v_scales, v_biases, scale, m, group_size, bits, s);
+      },
+      "q"_a, "k"_a, "k_scales"_a, "k_biases"_a, "v"_a, "v_scales"_a, "v_biases"_a, nb::kw_only(),
+      "scale"_a, "mask"_a = nb::none(), "group_size"_a = 64, "bits"_a = 8, "stream"_a = nb::none(),
+      "attention over K/V quantized as mlx-lm's QuantizedKVCache keeps them, in float32.");
 
   m.def("isa", [] { return std::string(ck::active_kernels().isa); },
         "The instruction set of the quantized matmul here: avx512, avx2 or generic.");

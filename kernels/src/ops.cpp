@@ -5,7 +5,6 @@
 #include <limits>
 #include <vector>
 
-#include "attention_impl.h"
 #include "qmm.h"
 #include "threads.h"
 #include "vecmath.h"
@@ -92,63 +91,6 @@ void rope_f32(const Rope& r, const float* x, float* out) {
       }
       for (int j = r.dims; j < r.dim; j++) dst[j] = src[j * step];
     }
-  });
-}
-
-namespace {
-
-// Head sizes the instruction sets' kernels lack: one query row at a time, plain loops.
-CPU_KERNELS_CLONES
-void attend_rows(const Attention& a, float* out, float* s, size_t i0, size_t i1) {
-  for (size_t i = i0; i < i1; i++) {
-    int l = int(i % a.length), h = int(i / a.length % a.q_heads);
-    int b = int(i / a.length / a.q_heads);
-    int g = h / (a.q_heads / a.kv_heads);
-    detail::Group at{b, g, l, a.keys};
-    if (a.mask_kind == MaskKind::Causal) at.visible = std::min(a.keys, l + a.keys - a.length + 1);
-    const float* q = a.q + b * a.q_strides[0] + h * a.q_strides[1] + l * a.q_strides[2];
-    const float* k = a.k + b * a.k_strides[0] + g * a.k_strides[1];
-    const float* v = a.v + b * a.v_strides[0] + g * a.v_strides[1];
-    for (int j = 0; j < at.visible; j++) {
-      const float* kj = k + j * a.k_strides[2];
-      float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-      for (int d = 0; d < a.dim; d++) dot += q[d] * kj[d];
-      s[j] = dot;
-    }
-    float inverse = detail::softmax_row(a, at, h, s);
-    float* o = out + i * a.value_dim;
-    std::fill(o, o + a.value_dim, 0.0f);
-    for (int j = 0; j < at.visible; j++) {
-      const float* vj = v + j * a.v_strides[2];
-      const float p = s[j] * inverse;
-#pragma omp simd
-      for (int d = 0; d < a.value_dim; d++) o[d] += p * vj[d];
-    }
-  }
-}
-
-}  // namespace
-
-void attention_f32(const Attention& a, float* out) {
-  const Kernels& kernels = active_kernels();
-  if (a.dim == a.value_dim && (a.dim == 64 || a.dim == 128)) {
-    // The instruction set's kernel, by key/value head: a group of query heads reads each
-    // key and value once.
-    const size_t units = size_t(a.batch) * a.kv_heads * a.length;
-    const size_t group = size_t(a.q_heads / a.kv_heads) * a.keys;
-    split(units, group * (a.dim + a.value_dim), 1, [&](size_t u0, size_t u1) {
-      thread_local std::vector<float> scores;
-      if (scores.size() < group) scores.resize(group);
-      kernels.attention(a, out, scores.data(), u0, u1);
-    });
-    return;
-  }
-  const size_t rows = size_t(a.batch) * a.q_heads * a.length;
-  split(rows, size_t(a.keys) * (a.dim + a.value_dim), 1, [&](size_t i0, size_t i1) {
-    thread_local std::vector<float> scores;
-    if (scores.size() < size_t(a.keys)) scores.resize(a.keys);
-    attend_rows(a, out, scores.data(), i0, i1);
   });
 }
 

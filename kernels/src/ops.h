@@ -28,6 +28,8 @@ struct Rope {
 };
 void rope_f32(const Rope& r, const float* x, float* out);
 
+// The first attention kernel's arguments (attention_impl.h, still referenced by qmm.h's
+// Kernels; attention.h's attend() replaced it: float16 and quantized K/V, tiles of keys).
 // softmax(scale * q k^T + mask) v for q [B, Hq, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv]
 // (element strides given; the last axis contiguous), Hq a multiple of Hkv. Mask: none,
 // causal (query i sees keys up to i + S - L), or an array read through `mask_strides` over
@@ -44,6 +46,5 @@ struct Attention {
   const void* mask;
   int64_t mask_strides[4];
 };
-void attention_f32(const Attention& a, float* out);
 
 }  // namespace cpu_kernels

@@ -1,5 +1,7 @@
 #include "primitives.h"
 
+#include <algorithm>
+#include <cstring>
 #include <functional>
 #include <sstream>
 #include <stdexcept>
@@ -8,6 +10,7 @@
 #include "mlx/allocator.h"
 #include "mlx/backend/cpu/encoder.h"
 #include "mlx/ops.h"
+#include "attention.h"
 #include "ops.h"
 #include "qmm.h"
 
@@ -260,18 +263,97 @@ mx::array rope(
 
 namespace {
 
-// q, k or v as attention_f32 reads it: its data and the strides of its first three axes, the
-// last axis contiguous (gathered into `buffer` when it is not).
-const float* heads_view(const mx::array& a, int64_t* strides, std::vector<float>& buffer) {
-  if (a.strides()[3] == 1) {
-    for (int d = 0; d < 3; d++) strides[d] = a.strides()[d];
-    return a.data<float>();
+// An array whose last axis is contiguous, as the attention kernels read it: itself, or its
+// values gathered row-major into `buffer`. Strides in bytes, for its first three axes.
+const uint8_t* rows_view(const mx::array& a, int64_t* strides, std::vector<uint8_t>& buffer) {
+  const int64_t item = int64_t(a.itemsize());
+  if (a.strides()[3] == 1 || a.shape(3) == 1) {
+    for (int d = 0; d < 3; d++) strides[d] = a.strides()[d] * item;
+    return a.data<uint8_t>();
   }
-  const float* data = dense(a, buffer);
-  strides[2] = a.shape(3);
+  buffer.resize(a.nbytes());
+  const uint8_t* base = a.data<uint8_t>();
+  for (size_t i = 0; i < a.size(); i++) {
+    int64_t offset = 0;
+    size_t rest = i;
+    for (int d = 3; d >= 0; d--) {
+      offset += int64_t(rest % a.shape(d)) * a.strides()[d];
+      rest /= a.shape(d);
+    }
+    std::memcpy(buffer.data() + i * item, base + offset * item, item);
+  }
+  strides[2] = a.shape(3) * item;
   strides[1] = strides[2] * a.shape(2);
   strides[0] = strides[1] * a.shape(1);
-  return data;
+  return buffer.data();
+}
+
+ParamType param_type(mx::Dtype dtype) {
+  if (dtype == mx::float32) return ParamType::F32;
+  if (dtype == mx::float16) return ParamType::F16;
+  if (dtype == mx::bfloat16) return ParamType::BF16;
+  refuse("quantized_attention", "scales and biases must be float32, float16 or bfloat16");
+}
+
+// The mask's input (appended to `inputs`) and kind; "causal" needs no input.
+MaskKind attention_mask(const char* op, const std::variant<std::monostate, std::string, mx::array>& mask,
+                        int B, int Hq, int L, int S, mx::Stream stream,
+                        std::vector<mx::array>& inputs) {
+  if (std::holds_alternative<std::string>(mask)) {
+    if (std::get<std::string>(mask) != "causal") refuse(op, "a string mask must be \"causal\"");
+    if (L > S) refuse(op, "a causal mask needs at least as many keys as queries");
+    return MaskKind::Causal;
+  }
+  if (!std::holds_alternative<mx::array>(mask)) return MaskKind::None;
+  const auto& m = std::get<mx::array>(mask);
+  MaskKind kind = m.dtype() == mx::bool_ ? MaskKind::Bool : MaskKind::Additive;
+  auto typed = kind == MaskKind::Bool ? m : f32(m, stream);
+  inputs.push_back(mx::broadcast_to(typed, {B, Hq, L, S}, stream));
+  return kind;
+}
+
+// The parts of Attend every kind of K/V shares: q, shapes, scale, the mask (inputs[mask_at]).
+Attend attend_args(const std::vector<mx::array>& in, float scale, MaskKind kind, size_t mask_at,
+                   std::vector<uint8_t>& q_buffer) {
+  Attend a{};
+  a.batch = in[0].shape(0);
+  a.q_heads = in[0].shape(1);
+  a.length = in[0].shape(2);
+  a.scale = scale;
+  int64_t strides[3];
+  a.q = reinterpret_cast<const float*>(rows_view(in[0], strides, q_buffer));
+  for (int d = 0; d < 3; d++) a.q_strides[d] = strides[d] / int64_t(sizeof(float));
+  a.mask_kind = kind;
+  if (in.size() > mask_at) {
+    a.mask = in[mask_at].data<void>();
+    for (int d = 0; d < 4; d++) a.mask_strides[d] = in[mask_at].strides()[d];
+  }
+  return a;
+}
+
+KVSide plain_side(const mx::array& x, std::vector<uint8_t>& buffer) {
+  KVSide s{};
+  s.format = x.dtype() == mx::float16 ? KVFormat::F16 : KVFormat::F32;
+  s.dim = x.shape(3);
+  s.data = rows_view(x, s.strides, buffer);
+  return s;
+}
+
+KVSide quantized_side(const mx::array& w, const mx::array& scales, const mx::array& biases,
+                      int group, int bits, std::vector<uint8_t>* buffers) {
+  KVSide s{};
+  s.format = bits == 8 ? KVFormat::Q8 : KVFormat::Q4;
+  s.dim = w.shape(3) * 32 / bits;
+  s.data = rows_view(w, s.strides, buffers[0]);
+  s.scales = rows_view(scales, s.scale_strides, buffers[1]);
+  s.biases = rows_view(biases, s.bias_strides, buffers[2]);
+  s.param_type = param_type(scales.dtype());
+  s.group = group;
+  return s;
+}
+
+mx::array kv_input(const mx::array& x, mx::Stream stream) {
+  return x.dtype() == mx::float16 ? x : f32(x, stream);
 }
 
 }  // namespace
@@ -292,41 +374,71 @@ mx::array attention(
     refuse(op, "shapes must be q [B, Hq, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv]");
   }
   auto stream = cpu_stream(op, s);
-  MaskKind kind = MaskKind::None;
-  std::vector<mx::array> inputs{f32(q, stream), f32(k, stream), f32(v, stream)};
-  if (std::holds_alternative<std::string>(mask)) {
-    if (std::get<std::string>(mask) != "causal") refuse(op, "a string mask must be \"causal\"");
-    if (L > S) refuse(op, "a causal mask needs at least as many keys as queries");
-    kind = MaskKind::Causal;
-  } else if (std::holds_alternative<mx::array>(mask)) {
-    const auto& m = std::get<mx::array>(mask);
-    kind = m.dtype() == mx::bool_ ? MaskKind::Bool : MaskKind::Additive;
-    auto typed = kind == MaskKind::Bool ? m : f32(m, stream);
-    inputs.push_back(mx::broadcast_to(typed, {B, Hq, L, S}, stream));
-  }
+  std::vector<mx::array> inputs{f32(q, stream), kv_input(k, stream), kv_input(v, stream)};
+  MaskKind kind = attention_mask(op, mask, B, Hq, L, S, stream, inputs);
   auto run = [scale, kind](const std::vector<mx::array>& in, mx::array& out) {
-    thread_local std::vector<float> buffers[3];
-    Attention a{};
-    a.batch = in[0].shape(0);
-    a.q_heads = in[0].shape(1);
-    a.length = in[0].shape(2);
-    a.dim = in[0].shape(3);
+    thread_local std::vector<uint8_t> buffers[3];
+    Attend a = attend_args(in, scale, kind, 3, buffers[0]);
     a.kv_heads = in[1].shape(1);
     a.keys = in[1].shape(2);
-    a.value_dim = in[2].shape(3);
-    a.scale = scale;
-    a.q = heads_view(in[0], a.q_strides, buffers[0]);
-    a.k = heads_view(in[1], a.k_strides, buffers[1]);
-    a.v = heads_view(in[2], a.v_strides, buffers[2]);
-    a.mask_kind = kind;
-    if (in.size() > 3) {
-      a.mask = in[3].data<void>();
-      for (int d = 0; d < 4; d++) a.mask_strides[d] = in[3].strides()[d];
-    }
-    attention_f32(a, out.data<float>());
+    a.k = plain_side(in[1], buffers[1]);
+    a.v = plain_side(in[2], buffers[2]);
+    attend(a, out.data<float>());
   };
   return make(
       {B, Hq, L, v.shape(3)}, stream, "CpuAttention", {scale, float(kind)}, run, std::move(inputs));
+}
+
+mx::array quantized_attention(
+    const mx::array& q,
+    const mx::array& k,
+    const mx::array& k_scales,
+    const mx::array& k_biases,
+    const mx::array& v,
+    const mx::array& v_scales,
+    const mx::array& v_biases,
+    float scale,
+    const std::variant<std::monostate, std::string, mx::array>& mask,
+    int group_size,
+    int bits,
+    mx::StreamOrDevice s) {
+  const char* op = "quantized_attention";
+  if (bits != 4 && bits != 8) refuse(op, "bits must be 4 or 8");
+  if (group_size != 32 && group_size != 64 && group_size != 128) {
+    refuse(op, "group_size must be 32, 64 or 128");
+  }
+  if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4) refuse(op, "q, k and v must be 4-D");
+  if (k.dtype() != mx::uint32 || v.dtype() != mx::uint32) refuse(op, "k and v must be uint32");
+  int B = q.shape(0), Hq = q.shape(1), L = q.shape(2), D = q.shape(3);
+  int Hkv = k.shape(1), S = k.shape(2), Dv = v.shape(3) * 32 / bits;
+  if (k.shape(0) != B || v.shape(0) != B || v.shape(1) != Hkv || v.shape(2) != S ||
+      k.shape(3) * 32 / bits != D || Hkv == 0 || Hq % Hkv != 0 || D % group_size ||
+      Dv % group_size) {
+    refuse(op, "shapes must be q [B, Hq, L, D], k packed [B, Hkv, S, D * bits / 32], "
+               "v [B, Hkv, S, Dv * bits / 32], D and Dv multiples of group_size");
+  }
+  for (const auto* p : {&k_scales, &k_biases, &v_scales, &v_biases}) {
+    const auto& side = (p == &k_scales || p == &k_biases) ? k : v;
+    mx::Shape want{B, Hkv, S, side.shape(3) * 32 / bits / group_size};
+    if (p->shape() != want) refuse(op, "scales and biases must be [B, Hkv, S, dim / group_size]");
+    if (p->dtype() != k_scales.dtype()) refuse(op, "scales and biases must share a dtype");
+  }
+  param_type(k_scales.dtype());
+  auto stream = cpu_stream(op, s);
+  std::vector<mx::array> inputs{f32(q, stream), k, k_scales, k_biases, v, v_scales, v_biases};
+  MaskKind kind = attention_mask(op, mask, B, Hq, L, S, stream, inputs);
+  auto run = [scale, kind, group_size, bits](const std::vector<mx::array>& in, mx::array& out) {
+    thread_local std::vector<uint8_t> buffers[7];
+    Attend a = attend_args(in, scale, kind, 7, buffers[0]);
+    a.kv_heads = in[1].shape(1);
+    a.keys = in[1].shape(2);
+    a.k = quantized_side(in[1], in[2], in[3], group_size, bits, buffers + 1);
+    a.v = quantized_side(in[4], in[5], in[6], group_size, bits, buffers + 4);
+    attend(a, out.data<float>());
+  };
+  return make(
+      {B, Hq, L, Dv}, stream, "CpuQuantizedAttention",
+      {scale, float(kind), float(group_size), float(bits)}, run, std::move(inputs));
 }
 
 }  // namespace cpu_kernels

@@ -44,13 +44,31 @@ mx::array rope(
     mx::StreamOrDevice s = {});
 
 // As mx.fast.scaled_dot_product_attention(q, k, v, scale=, mask=) without sinks; mask None,
-// "causal", or a boolean or float array broadcastable to [B, Hq, L, S].
+// "causal", or a boolean or float array broadcastable to [B, Hq, L, S]. K and V float32 or
+// float16 (read as they are), anything else made float32.
 mx::array attention(
     const mx::array& q,
     const mx::array& k,
     const mx::array& v,
     float scale,
     const std::variant<std::monostate, std::string, mx::array>& mask,
+    mx::StreamOrDevice s = {});
+
+// attention() over K and V in MLX's affine layout (mx.quantize along the last axis, as
+// mlx-lm's QuantizedKVCache keeps them): packed uint32 [B, Hkv, S, dim * bits / 32], scales
+// and biases [B, Hkv, S, dim / group_size]; bits 4 or 8.
+mx::array quantized_attention(
+    const mx::array& q,
+    const mx::array& k,
+    const mx::array& k_scales,
+    const mx::array& k_biases,
+    const mx::array& v,
+    const mx::array& v_scales,
+    const mx::array& v_biases,
+    float scale,
+    const std::variant<std::monostate, std::string, mx::array>& mask,
+    int group_size,
+    int bits,
     mx::StreamOrDevice s = {});
 
 }  // namespace cpu_kernels

@@ -3,9 +3,9 @@
 mlx-lm's models call module-level functions (`scaled_dot_product_attention` from
 models/base.py, `swiglu` from models/activations.py) rather than layers, so the swap happens
 in the model's own module: each name that still holds mlx-lm's function is pointed at a
-dispatcher that uses the kernel for float32 inputs it handles and mlx-lm's function otherwise
-(kernels turned off since, a float16 model in the same process, quantized KV caches,
-attention sinks).
+dispatcher that uses the kernel for float32 queries over K/V it reads (float32 or float16
+arrays, or a quantized cache's 8- or 4-bit tuples) and mlx-lm's function otherwise (kernels
+turned off since, a float16 model in the same process, attention sinks).
 """
 
 from __future__ import annotations
@@ -22,19 +22,57 @@ from inference.engine.cpu.status import in_use
 
 
 def attention(queries, keys, values, cache=None, scale=1.0, mask=None, sinks=None):
+    """mlx-lm's `scaled_dot_product_attention`: float32 queries over float32 or float16 K/V, or
+    over a quantized cache's (packed, scales, biases) tuples, run in the kernel."""
     plain_mask = mask is None or isinstance(mask, mx.array) or mask == "causal"
     if (
         in_use()
         and queries.dtype == mx.float32
         and sinks is None
-        and not hasattr(cache, "bits")
         and plain_mask
-        and queries.shape[2] <= keys.shape[2]
+        and queries.shape[2] <= _keys(keys).shape[2]
     ):
-        return ext.attention(queries, keys, values, scale=scale, mask=mask)
+        if _quantized_tuples(keys, values, cache):
+            return ext.quantized_attention(
+                queries,
+                *keys,
+                *values,
+                scale=scale,
+                mask=mask,
+                group_size=cache.group_size,
+                bits=cache.bits,
+            )
+        if _plain(keys, values, cache):
+            return ext.attention(queries, keys, values, scale=scale, mask=mask)
     return base.scaled_dot_product_attention(
         queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks
     )
+
+
+# K/V the kernel reads as they are (anything else goes to mlx-lm's function unchanged).
+_KV_DTYPES = (mx.float32, mx.float16)
+
+
+def _keys(keys):
+    return keys[0] if isinstance(keys, tuple) else keys
+
+
+def _plain(keys, values, cache) -> bool:
+    if hasattr(cache, "bits") or isinstance(keys, tuple) or isinstance(values, tuple):
+        return False
+    return keys.dtype in _KV_DTYPES and values.dtype in _KV_DTYPES
+
+
+def _quantized_tuples(keys, values, cache) -> bool:
+    """A quantized cache's K/V as mx.quantize packs them, in a format the kernel takes."""
+    if not (isinstance(keys, tuple) and isinstance(values, tuple) and hasattr(cache, "bits")):
+        return False
+    if len(keys) != 3 or len(values) != 3 or cache.bits not in (4, 8):
+        return False
+    if cache.group_size not in (32, 64, 128):
+        return False
+    params = (keys[1], keys[2], values[1], values[2])
+    return all(p.dtype in (mx.float32, mx.float16, mx.bfloat16) for p in params)
 
 
 def swiglu(gate, x):
