@@ -3,6 +3,7 @@
 from cpu_kernels._ext import (
     MLX_VERSION,
     attention,
+    int8_isa,
     isa,
     quantized_matmul,
     rms_norm,
@@ -10,12 +11,14 @@ from cpu_kernels._ext import (
     set_threads,
     swiglu,
     threads,
+    use_int8,
     use_isa,
 )
 
 __all__ = [
     "MLX_VERSION",
     "attention",
+    "int8_isa",
     "isa",
     "quantized_matmul",
     "rms_norm",
@@ -23,5 +26,6 @@ __all__ = [
     "set_threads",
     "swiglu",
     "threads",
+    "use_int8",
     "use_isa",
 ]
