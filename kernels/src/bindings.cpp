@@ -3,6 +3,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/variant.h>
 
+#include "int8.h"
 #include "primitives.h"
 #include "qmm.h"
 #include "threads.h"
@@ -63,6 +64,26 @@ NB_MODULE(_ext, m) {
 
   m.def("use_isa", [](const std::string& isa) { return ck::force_isa(isa.c_str()); }, "isa"_a,
         "Makes later products use one instruction set (tests); False if this CPU lacks it.");
+
+  m.def(
+      "use_int8",
+      [](const std::string& mode) {
+        if (mode == "auto") return ck::set_int8_mode(ck::Int8Mode::Auto);
+        if (mode == "always") return ck::set_int8_mode(ck::Int8Mode::Always);
+        if (mode == "never") return ck::set_int8_mode(ck::Int8Mode::Never);
+        throw nb::value_error("mode must be auto, always or never");
+      },
+      "mode"_a,
+      "Integer path of the matmul for many rows: auto (from its measured row threshold), "
+      "always or never (tests, benchmarks).");
+
+  m.def(
+      "int8_isa",
+      [] {
+        const ck::Int8Kernels* k = ck::int8_kernels_for(ck::active_kernels());
+        return std::string(k ? k->isa : "none");
+      },
+      "The integer path's instruction set under the active one: avx512vnni, avx2 or none.");
 
   m.def("set_threads", [](int threads) { ck::Pool::configure(threads); }, "threads"_a,
         "Threads per operation, the caller included (0: one per core).");

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "int8.h"
 #include "threads.h"
 
 namespace cpu_kernels {
@@ -33,6 +34,7 @@ bool has_avx2() {
 }
 
 std::atomic<const Kernels*> forced{nullptr};  // force_isa()'s choice
+std::atomic<Int8Mode> int8_setting{Int8Mode::Auto};
 
 }  // namespace
 
@@ -89,7 +91,39 @@ bool force_isa(const char* isa) {
   return k != nullptr;
 }
 
+void set_int8_mode(Int8Mode mode) {
+  int8_setting.store(mode);
+}
+
+Int8Mode int8_mode() {
+  return int8_setting.load(std::memory_order_relaxed);
+}
+
+const Int8Kernels* int8_kernels_for(const Kernels& kernels) {
+#ifndef CPU_KERNELS_GENERIC_ONLY
+  const std::string isa(kernels.isa);
+  if (isa == "avx512") {
+    // AVX-512 without VNNI (Skylake-X) still has AVX2's vpmaddubsw.
+    const Int8Kernels* vnni = vnni_int8_kernels();
+    return vnni != nullptr ? vnni : avx2_int8_kernels();
+  }
+  if (isa == "avx2") return avx2_int8_kernels();
+#else
+  (void)kernels;
+#endif
+  return nullptr;
+}
+
+const Int8Kernels* int8_choice(const Problem& p, const Kernels& kernels) {
+  const Int8Mode mode = int8_mode();
+  if (mode == Int8Mode::Never || p.K % 4 != 0) return nullptr;
+  const Int8Kernels* k = int8_kernels_for(kernels);
+  if (k == nullptr || mode == Int8Mode::Always) return k;
+  return p.M >= (p.bits == 4 ? k->min_rows_4bit : k->min_rows_8bit) ? k : nullptr;
+}
+
 void run_product(const Problem& p, const Kernels& kernels) {
+  if (const Int8Kernels* k = int8_choice(p, kernels)) return k->product(p);
   thread_local std::vector<float> staging;
   const float* xk = p.x;
   if (p.bits == 4 && kernels.lanes > 1) {

@@ -14,8 +14,12 @@ ck.use_isa(ISAS[0])
 
 @pytest.fixture(params=ISAS)
 def isa(request):
+    """One instruction set's float path (the integer one, for many rows, rounds activations
+    to int8: tests/unit/engine/test_int8_matmul.py bounds it)."""
     assert ck.use_isa(request.param)
+    ck.use_int8("never")
     yield request.param
+    ck.use_int8("auto")
     ck.use_isa(ISAS[0])
 
 
@@ -56,6 +60,14 @@ def reference(x, w, s, b):
     return mx.quantized_matmul(x, w, s, b, group_size=32, bits=4)
 
 
+@pytest.fixture
+def float_path():
+    ck.use_int8("never")
+    yield
+    ck.use_int8("auto")
+
+
+@pytest.mark.usefixtures("float_path")
 def test_quantized_matmul_takes_any_layout_and_leading_axes():
     w, s, b = quantized(96, 128, 4, 32, mx.float16, seed=1)
     x = mx.random.normal((128, 6), key=mx.random.key(2)).T  # not row-contiguous
