@@ -57,11 +57,7 @@ class ModelRunner:
         self._pacer = PrefillPacer(config.prefill_share)
         self._prefix_hits: dict[int, tuple[Any, list[int]]] = {}  # id(sequence) -> (cache, rest)
         self._copies = Copies()
-        self._prefixes = (
-            PrefixCache(loaded.spec.model_id, config.prompt_cache_bytes)
-            if config.prompt_cache_bytes
-            else None
-        )
+        self._prefixes = PrefixCache.of(loaded, config)
         self._recent: deque[tuple[float, int]] = deque()  # (when, tokens) of recent steps
 
     @property
@@ -89,6 +85,10 @@ class ModelRunner:
     @property
     def prefix_cache_bytes(self) -> int:
         return self._prefixes.nbytes if self._prefixes else 0
+
+    @property
+    def prefixes(self) -> PrefixCache | None:
+        return self._prefixes
 
     def add(self, sequence: Sequence) -> None:
         self.loaded.active += 1
@@ -192,7 +192,8 @@ class ModelRunner:
         once inserted, that stands for it (the trie drops cut-able prefixes), and a request
         that stops early still leaves its prompt behind."""
         if self._prefixes is not None and sequence.embeddings is None and sequence.prompt[1:]:
-            self._prefixes.insert(sequence.prompt[:-1], [share(layer) for layer in cache])
+            tokens, kept = sequence.prompt[:-1], [share(layer) for layer in cache]
+            self._prefixes.insert(tokens, kept, to_disk=True)
 
     def _remember(self, sequence: Sequence, cache: list[Any]) -> None:
         if self._prefixes is None or sequence.embeddings is not None:
