@@ -21,6 +21,7 @@ import json
 import mmap
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,9 +149,10 @@ def write(path: Path, prepared: Prepared) -> int:
             out.write(MAGIC + struct.pack("<I", len(header)) + bytes(16) + header)
             digest = xxhash.xxh3_128(header)
             for array in prepared.arrays:
-                data = memoryview(np.ascontiguousarray(array)).cast("B")
-                digest.update(data)
-                out.write(data)
+                for block in _blocks(array):
+                    data = memoryview(block).cast("B")
+                    digest.update(data)
+                    out.write(data)
             out.seek(len(MAGIC) + 4)
             out.write(digest.digest())
         os.replace(temporary, path)
@@ -158,6 +160,18 @@ def write(path: Path, prepared: Prepared) -> int:
         temporary.unlink(missing_ok=True)
         raise
     return PREAMBLE + len(header) + prepared.nbytes
+
+
+def _blocks(array: np.ndarray) -> Iterator[np.ndarray]:
+    """The array's bytes in order as contiguous pieces, without copying it whole: a KV view
+    cut to its tokens is contiguous per head (the tokens of one head follow each other)."""
+    if array.flags.c_contiguous:
+        yield array
+    elif array.ndim > 2:
+        for part in array:
+            yield from _blocks(part)
+    else:
+        yield np.ascontiguousarray(array)
 
 
 def read(path: Path, tokens: list[int]) -> list[Any]:

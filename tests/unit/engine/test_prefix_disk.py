@@ -7,6 +7,8 @@ same greedy tokens as a cold read."""
 from __future__ import annotations
 
 import os
+import resource
+import signal
 import stat
 import threading
 import time
@@ -170,18 +172,20 @@ def test_writes_are_atomic_and_owner_only(tmp_path):
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert sorted(folder.iterdir()) == [path]  # no temporary file left behind
 
-    # A write that fails halfway leaves neither the entry nor its temporary file.
-    class Unwritable:
-        nbytes = 8
-
-        def __array__(self, *args, **kwargs):
-            raise OSError("disk full")
-
+    # A write that fails halfway (the file may not grow past 4 KiB: the OS refuses the
+    # rest, as a full disk would) leaves neither the entry nor its temporary file.
     prepared = kv_file.prepare(list(range(20)), kv_cache(20))
-    broken = kv_file.Prepared(prepared.header, [*prepared.arrays[:2], Unwritable()])
+    assert prepared.nbytes > 4096
     target = folder / prefix_disk.entry_name(KEY, 20, kv_file.token_digest(list(range(20))))
-    with pytest.raises(OSError, match="disk full"):
-        kv_file.write(target, broken)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a kill
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+    try:
+        with pytest.raises(OSError, match="too large"):
+            kv_file.write(target, prepared)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
     assert sorted(folder.iterdir()) == [path]
 
 
