@@ -71,11 +71,14 @@ def measure(loaded: LoadedModel, size: int, new: int, repeats: int, folder: Path
         seconds, reused = turn(warm, loaded, follow_up)
         memory.append(seconds)
         cached.add(("memory", reused))
+        warm.prefixes.disk.flush()  # its prompt's write, done before the restart
         prefix_disk.shared(config).close()  # a restart: the next store reads the folder anew
         follow_up = base + [random.randrange(100, 40000) for _ in range(new)]
-        seconds, reused = turn(ModelRunner(loaded, config), loaded, follow_up)
+        restarted = ModelRunner(loaded, config)
+        seconds, reused = turn(restarted, loaded, follow_up)
         disk.append(seconds)
         cached.add(("disk", reused))
+        restarted.prefixes.disk.flush()
     (file,) = folder.glob(f"*-{size - 1}-{kv_file.token_digest(base[:-1])}.kv")
     return {
         "tokens": base[:-1],

@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import queue
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -42,6 +43,7 @@ from inference.engine.types import ModelSpec
 log = logging.getLogger(__name__)
 SUFFIX = ".kv"
 QUEUE_SIZE = 4  # entries waiting for the writer: each holds its KV arrays alive
+WRITER_NICENESS = 10
 STALE_TEMPORARY = 600.0  # seconds after which a temporary file is a crashed writer's
 _STOP = object()
 
@@ -262,6 +264,10 @@ class PrefixDisk:
             self._writer.start()
 
     def _write_loop(self) -> None:
+        if sys.platform == "linux":  # there a thread has its own nice value (not on macOS)
+            # Writing a file must not slow the engine's steps: on a busy CPU the engine wins.
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICENESS)
         while True:
             item = self._queue.get()
             try:

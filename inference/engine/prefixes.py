@@ -126,7 +126,7 @@ class PrefixCache:
         but the prompt's last token, which generation feeds itself)."""
         found = disk.longest(self._disk_key, prompt, len(prompt) - 1)
         if found is None or found.length <= len(prompt) - len(rest):
-            if cache is None:
+            if cache is None and len(prompt) > disk.min_tokens:  # one it could have held
                 disk.misses += 1
             return cache, rest
         layers = disk.read(found, prompt)

@@ -40,7 +40,7 @@ class PrefixDiskState:
     entries: int
     max_bytes: int
     hits: int  # lookups served from disk
-    misses: int  # memory misses disk could not serve either (no entry, or unreadable)
+    misses: int  # memory misses of prompts disk could hold that it did not serve either
     failed_reads: int  # unreadable files (corrupt, truncated), deleted
     writes: int
     dropped_writes: int  # offered while the writer's queue was full

@@ -349,3 +349,15 @@ def test_no_folder_no_disk_tier(model_dir):
     assert runner.prefixes is not None and runner.prefixes.disk is None
     off = EngineConfig(prefix_cache_dir="/nonexistent-but-unused", prefix_cache_disk_bytes=0)
     assert prefix_disk.shared(off) is None
+
+
+def test_an_unusable_folder_leaves_prefixes_in_memory(model_dir, tmp_path):
+    (tmp_path / "a-file").write_text("")
+    config = disk_config(tmp_path / "a-file" / "cache")  # a folder that cannot be made
+    loaded = load(model_dir)
+    runner = ModelRunner(loaded, config)
+    assert runner.prefixes is not None and runner.prefixes.disk is None
+    ids = list(loaded.tokenizer.encode(LONG))
+    first, _ = generate(runner, loaded, ids)
+    again, done = generate(runner, loaded, ids)
+    assert done.cached_tokens == len(ids) - 1 and again.fed == first.fed
