@@ -144,6 +144,12 @@ ENGINE_PREFILL_SHARE = env.float("ENGINE_PREFILL_SHARE", default=0.5)
 ENGINE_PREFILL_STEP = env.int("ENGINE_PREFILL_STEP", default=2048)
 # Reusable prompt KV cache per model: a conversation's next turn prefills only its new tokens.
 PROMPT_CACHE_BYTES = byte_size("PROMPT_CACHE_BYTES", "1GiB")
+# The prefix cache's disk tier: prompts' KV kept in this folder across restarts and the pool's
+# evictions, the least recently used going first past PREFIX_CACHE_DISK_BYTES (0 turns it off);
+# only prompts of at least PREFIX_CACHE_DISK_MIN_TOKENS are worth a file.
+PREFIX_CACHE_DIR = Path(env.str("PREFIX_CACHE_DIR", default=str(VAR_DIR / "prefix-cache")))
+PREFIX_CACHE_DISK_BYTES = byte_size("PREFIX_CACHE_DISK_BYTES", "8GiB")
+PREFIX_CACHE_DISK_MIN_TOKENS = env.int("PREFIX_CACHE_DISK_MIN_TOKENS", default=512)
 # Seconds after which an unused, unpinned model is unloaded (0: keep until evicted).
 MODEL_IDLE_TTL = env.float("MODEL_IDLE_TTL", default=0)
 # The vectorized CPU kernels (kernels/) for quantized models on a Linux CPU, and their threads

@@ -126,6 +126,15 @@ def tiny_entry(db, tiny_dir):
     return CatalogModel.objects.create(public_id="tiny", location=str(tiny_dir))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def prefix_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The in-process engine's prefix cache on disk: in a folder of the run, not in var/."""
+    from django.conf import settings
+
+    settings.PREFIX_CACHE_DIR = tmp_path_factory.mktemp("prefix-cache")
+    return settings.PREFIX_CACHE_DIR
+
+
 @pytest.fixture(autouse=True)
 def open_api(settings):
     """/v1 behaviour is tested without keys; tests/edge/test_api_keys.py turns them on."""

@@ -66,11 +66,7 @@ class ModelRunner:
         # Finished sequences' caches, kept for the prefix cache once their events are out.
         self._finished: list[tuple[Sequence, list[Any]]] = []
         self._copies = Copies()
-        self._prefixes = (
-            PrefixCache(loaded.spec.model_id, config.prompt_cache_bytes)
-            if config.prompt_cache_bytes
-            else None
-        )
+        self._prefixes = PrefixCache.of(loaded, config)
         self._recent: deque[tuple[float, int]] = deque()  # (when, tokens) of recent steps
 
     @property
@@ -98,6 +94,10 @@ class ModelRunner:
     @property
     def prefix_cache_bytes(self) -> int:
         return self._prefixes.nbytes if self._prefixes else 0
+
+    @property
+    def prefixes(self) -> PrefixCache | None:
+        return self._prefixes
 
     def add(self, sequence: Sequence) -> None:
         self.loaded.active += 1
@@ -204,7 +204,8 @@ class ModelRunner:
         once inserted, that stands for it (the trie drops cut-able prefixes), and a request
         that stops early still leaves its prompt behind."""
         if self._prefixes is not None and sequence.embeddings is None and sequence.prompt[1:]:
-            self._prefixes.insert(sequence.prompt[:-1], [share(layer) for layer in cache])
+            tokens, kept = sequence.prompt[:-1], [share(layer) for layer in cache]
+            self._prefixes.insert(tokens, kept, to_disk=True)
 
     def _settle(self) -> None:
         """Keeps finished conversations' KV for their later turns. Done after their last

@@ -16,6 +16,11 @@ class EngineConfig:
     max_request_prompt_tokens: int = 0
     # Bytes of reusable prompt KV cache kept per model (0 turns prefix reuse off).
     prompt_cache_bytes: int = 2 * 2**30
+    # The prefix cache's disk tier (engine/prefix_disk.py): its folder ("" turns it off), the
+    # bytes it may hold (0 turns it off), and the shortest prompt worth a file.
+    prefix_cache_dir: str = ""
+    prefix_cache_disk_bytes: int = 8 * 2**30
+    prefix_cache_disk_min_tokens: int = 512
     # Sequences that may wait for a decode slot before new requests are refused (429).
     max_queued: int = 256
     # Unpinned models unused this many seconds are unloaded (0: never).

@@ -23,10 +23,27 @@ class ModelState:
     queued_sequences: int  # admitted to the batch, still prefilling
     tokens_per_second: float
     prefix_cache_bytes: int
+    prefix_disk_hits: int = 0  # prompts that reused a prefix read from the disk tier
+    prefix_disk_tokens: int = 0  # prompt tokens those prefixes held
 
     @property
     def idle_seconds(self) -> float:
         return max(0.0, time.monotonic() - self.last_used)
+
+
+@dataclass(frozen=True)
+class PrefixDiskState:
+    """The prefix cache's disk tier (engine/prefix_disk.py), over every model of the process:
+    what the folder holds, and what this process read and wrote."""
+
+    bytes: int
+    entries: int
+    max_bytes: int
+    hits: int  # lookups served from disk
+    misses: int  # memory misses of prompts disk could hold that it did not serve either
+    failed_reads: int  # unreadable files (corrupt, truncated), deleted
+    writes: int
+    dropped_writes: int  # offered while the writer's queue was full
 
 
 @dataclass(frozen=True)
@@ -38,6 +55,7 @@ class EngineState:
     kernels: str = ""  # the CPU kernels in use ("avx512, 2 threads") or why not
     models: tuple[ModelState, ...] = ()
     evictions: int = 0  # models unloaded to make room or for being idle
+    prefix_disk: PrefixDiskState | None = None  # None: no disk tier
 
     @property
     def running(self) -> int:

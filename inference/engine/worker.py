@@ -17,7 +17,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from inference.engine import cpu, fastmath
+from inference.engine import cpu, fastmath, prefix_disk
 from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
 from inference.engine.embedding.runner import EmbeddingRunner
@@ -58,9 +58,14 @@ class Engine:
     abandon() and fail_inflight(), and read `state` and the supervisor's counters."""
 
     def __init__(self, config: EngineConfig, link: Any = None) -> None:
-        self.config = config
         # Solo, or this process's place in a distributed group (engine/lockstep.py).
         self.link = link or current_link()
+        if self.link.distributed:
+            # Ranks must find the same prefixes, and what a rank's writer thread has written
+            # by a given turn is a matter of timing: a group keeps prefixes in memory only.
+            config = replace(config, prefix_cache_disk_bytes=0)
+        self.config = config
+        self._disk = prefix_disk.shared(config)
         cpu.configure(config.cpu_kernels, config.cpu_kernel_threads)
         self.pool = ModelPool(
             config.pool_budget_bytes,
@@ -194,6 +199,8 @@ class Engine:
         clear_streams = getattr(mx, "clear_streams", None)
         if clear_streams is not None:
             clear_streams()
+        if self._disk is not None:  # prompts read just before a stop are worth keeping
+            self._disk.flush(timeout=10)
 
     def _decide(self, block: bool) -> Turn:
         """This turn's work, decided here (alone, or as a group's leader): what the inbox
@@ -373,12 +380,14 @@ class Engine:
             kernels=self._kernels,
             models=tuple(self._model_state(m) for m in self.pool.loaded()),
             evictions=self.pool.evictions,
+            prefix_disk=self._disk.state() if self._disk is not None else None,
         )
 
     def _model_state(self, loaded: LoadedModel) -> ModelState:
         runner = self._runners.get(loaded.spec.model_id)
         sequences = runner.sequences if runner else []
         queued = runner.waiting if runner else 0
+        prefixes = runner.prefixes if isinstance(runner, ModelRunner) else None
         return ModelState(
             id=loaded.spec.model_id,
             bytes=loaded.nbytes,
@@ -392,6 +401,8 @@ class Engine:
             queued_sequences=queued,
             tokens_per_second=round(runner.tokens_per_second(), 2) if runner else 0.0,
             prefix_cache_bytes=runner.prefix_cache_bytes if runner else 0,
+            prefix_disk_hits=prefixes.stats.disk_hits if prefixes else 0,
+            prefix_disk_tokens=prefixes.stats.disk_tokens if prefixes else 0,
         )
 
     def _start(self, jobs: list[GenerationJob] | list[EmbeddingJob]) -> None:

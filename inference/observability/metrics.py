@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
-from inference.engine.state import EngineHealth
+from inference.engine.state import EngineHealth, PrefixDiskState
 from inference.runtime import current_health
 
 registry = CollectorRegistry()
@@ -85,6 +85,28 @@ class EngineCollector(Collector):
         evictions.add_metric([], health.evictions if health else 0)
         restarts.add_metric([], health.restarts if health else 0)
         yield from (running, queued, loaded, memory, evictions, restarts)
+        disk = health.state.prefix_disk if health else None
+        if disk is not None:
+            yield from prefix_disk_metrics(disk)
+
+
+def prefix_disk_metrics(disk: PrefixDiskState) -> Iterator:
+    """The prefix cache's disk tier: its folder's size, and its reads and writes."""
+    gauges = {
+        "bytes": ("Bytes of prompt KV in the prefix cache's folder.", disk.bytes),
+        "entries": ("Prompt prefixes kept in the prefix cache's folder.", disk.entries),
+    }
+    counters = {
+        "hits": ("Prompt prefixes read from the disk tier.", disk.hits),
+        "misses": ("Memory misses the disk tier could not serve either.", disk.misses),
+        "failed_reads": ("Unreadable files (corrupt, truncated), deleted.", disk.failed_reads),
+        "writes": ("Prompt prefixes written to the disk tier.", disk.writes),
+        "dropped_writes": ("Prefixes not written: the writer was behind.", disk.dropped_writes),
+    }
+    for name, (text, number) in gauges.items():
+        yield GaugeMetricFamily(f"inference_prefix_cache_disk_{name}", text, value=number)
+    for name, (text, number) in counters.items():
+        yield CounterMetricFamily(f"inference_prefix_cache_disk_{name}", text, value=number)
 
 
 class InstanceCollector(Collector):

@@ -15,7 +15,7 @@ from django.conf import settings
 
 from catalog.models import CatalogModel
 from inference.engine.handle import EngineHandle
-from inference.engine.state import EngineHealth, ModelState
+from inference.engine.state import EngineHealth, ModelState, PrefixDiskState
 from inference.engine.types import EngineError
 from inference.protocol.errors import model_not_found
 from inference.serving.drain import drain
@@ -92,6 +92,24 @@ def health_document(health: EngineHealth) -> dict:
         "cpu_kernels": health.state.kernels,
         # rank, size, backend when this is rank 0 of an MLX group (engine/lockstep.py)
         "distributed": health.group,
+        "prefix_cache_disk": prefix_disk_document(health.state.prefix_disk),
+    }
+
+
+def prefix_disk_document(disk: PrefixDiskState | None) -> dict | None:
+    """The prefix cache's disk tier (None: off): what its folder holds, what was read and
+    written since this process started."""
+    if disk is None:
+        return None
+    return {
+        "bytes": disk.bytes,
+        "max_bytes": disk.max_bytes,
+        "entries": disk.entries,
+        "hits": disk.hits,
+        "misses": disk.misses,
+        "failed_reads": disk.failed_reads,
+        "writes": disk.writes,
+        "dropped_writes": disk.dropped_writes,
     }
 
 
@@ -109,6 +127,8 @@ def model_document(model: ModelState) -> dict:
         "queued_sequences": model.queued_sequences,
         "tokens_per_second": model.tokens_per_second,
         "prefix_cache_bytes": model.prefix_cache_bytes,
+        "prefix_disk_hits": model.prefix_disk_hits,
+        "prefix_disk_tokens": model.prefix_disk_tokens,
     }
 
 
@@ -151,6 +171,7 @@ async def dashboard_document(health: EngineHealth, recent: list[dict]) -> dict:
             "running": health.state.decoding,
             "queued": health.queued,
             "tokens_per_second": round(health.tokens_per_second, 1),
+            "prefix_cache_disk": prefix_disk_document(health.state.prefix_disk),
         },
         "pool": await pool_document(health),
         "recent": recent,

@@ -95,6 +95,7 @@ def test_dashboard_requires_staff_and_shows_the_pool(client, admin_client, tiny_
     state = admin_client.get("/dashboard/state").json()
     assert state["engine"]["ready"] is True
     assert state["backend"]["device"]
+    assert state["engine"]["prefix_cache_disk"]["max_bytes"] > 0  # the disk tier, on by default
     # The process's engine may still hold models earlier tests loaded.
     assert "tiny" in [m["id"] for m in state["pool"]["models"]]
     assert state["pool"]["catalog"][0]["loaded"] is True

@@ -32,8 +32,18 @@ function loadedRow(m) {
   format.title = m.format_reason;
   tr.append(cell(m.id), cell(mib(m.bytes)), format, cell(m.pinned ? "yes" : ""),
     cell(m.active_sequences), cell(m.queued_sequences), cell(m.tokens_per_second),
+    cell(m.prefix_disk_hits ? `${m.prefix_disk_hits} (${m.prefix_disk_tokens} tokens)` : ""),
     cell(`${m.idle_seconds.toFixed(0)} s`));
   return tr;
+}
+
+// The prefix cache's disk tier: its folder's size and this process's reads and writes.
+function prefixDisk(disk) {
+  if (!disk) return "off";
+  const dropped = disk.dropped_writes ? ` · ${disk.dropped_writes} writes dropped` : "";
+  const failed = disk.failed_reads ? ` · ${disk.failed_reads} unreadable` : "";
+  return `${disk.entries} prefixes · ${mib(disk.bytes)} of ${mib(disk.max_bytes)} · ` +
+    `${disk.hits} hits, ${disk.misses} misses · ${disk.writes} written${dropped}${failed}`;
 }
 
 function catalogRow(entry) {
@@ -99,10 +109,11 @@ async function refresh() {
   document.getElementById("queued").textContent = engine.queued;
   document.getElementById("tokens-per-second").textContent = engine.tokens_per_second;
   document.getElementById("memory").textContent = `${mib(pool.used_bytes)} of ${mib(pool.budget_bytes)}`;
+  document.getElementById("prefix-disk").textContent = prefixDisk(engine.prefix_cache_disk);
   document.getElementById("backend").textContent =
     `${backend.device} · BLAS: ${backend.blas} · CPU kernels: ${backend.cpu_kernels || "starting"}` +
     (backend.distributed ? ` · rank 0 of ${backend.distributed.size} (${backend.distributed.backend})` : "");
-  fill(document.querySelector("#loaded-models tbody"), pool.models.map(loadedRow), "No model loaded.", 8);
+  fill(document.querySelector("#loaded-models tbody"), pool.models.map(loadedRow), "No model loaded.", 9);
   fill(document.querySelector("#catalog tbody"), pool.catalog.map(catalogRow), "The catalog is empty.", 4);
   fill(document.querySelector("#recent-requests tbody"), recent.map(recentRow), "No requests yet.", 9);
   document.getElementById("updated").textContent = `Updated ${new Date().toLocaleTimeString()}`;

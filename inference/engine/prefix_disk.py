@@ -1,0 +1,354 @@
+"""The prefix cache's disk tier: prompts' KV kept in a folder, so that it outlives the process
+and the pool's evictions.
+
+One file per entry (`kv_file`), named for the model's identity (`model_key`: its id and a
+fingerprint of its weights and of the formats it computes and keeps KV in, so a changed model
+never reads another's KV), the prefix's length and the hash of its tokens. An index of those
+names, read from the folder when the store opens, answers a lookup by hashing the prompt's
+prefixes only at the lengths stored for its model. The folder keeps at most `max_bytes`, the
+least recently used entries (file times, touched on use) going first.
+
+Entries are written by one writer thread: the engine hands over evaluated arrays through a
+bounded queue, and an entry that finds the queue full is dropped (counted), never waited for.
+A file that cannot be read whole and intact is deleted and counted as a miss: nothing here
+raises into a request. One store per folder per process (`shared`), so every engine and runner
+of the process agrees on the index and the cap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import queue
+import sys
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx_lm
+import xxhash
+
+from inference.engine import kv_file
+from inference.engine.config import EngineConfig
+from inference.engine.state import PrefixDiskState
+from inference.engine.types import ModelSpec
+
+log = logging.getLogger(__name__)
+SUFFIX = ".kv"
+QUEUE_SIZE = 4  # entries waiting for the writer: each holds its KV arrays alive
+WRITER_NICENESS = 10
+STALE_TEMPORARY = 600.0  # seconds after which a temporary file is a crashed writer's
+_STOP = object()
+
+
+@dataclass
+class Stored:
+    key: str
+    length: int
+    digest: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Found:
+    name: str
+    length: int
+
+
+def _weight_files(location: str, from_hub: bool) -> list[tuple[str, int, int]]:
+    """(name, size, mtime) of the files beside the model's config: a changed file changes
+    the model's key."""
+    folder = Path(location)
+    if from_hub:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(location, "config.json")
+        except Exception:
+            found = None
+        if not isinstance(found, str):
+            return []
+        folder = Path(found).parent
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        return [(e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in entries if e.is_file()]
+    except OSError:
+        return []
+
+
+def model_key(spec: ModelSpec, compute_format: str, kernels: bool) -> str:
+    """The identity of what a model's KV is computed by (its weights, the format it computes
+    in, as asked and as chosen, the CPU kernels or not) and kept as (`kv_cache`)."""
+    facts = {
+        "format": kv_file.MAGIC.hex(),
+        "model": spec.model_id,
+        "location": spec.location,
+        "files": _weight_files(spec.location, spec.from_hub),
+        "kv_cache": spec.kv_cache,
+        "compute_format": [spec.compute_format, compute_format, kernels],
+        "parallel": spec.parallel,
+        "libraries": [mx.__version__, mlx_lm.__version__],
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def entry_name(key: str, length: int, digest: str) -> str:
+    return f"{key}-{length}-{digest}{SUFFIX}"
+
+
+def _parse(name: str, size: int) -> Stored | None:
+    if not name.endswith(SUFFIX) or name.startswith("."):
+        return None
+    parts = name[: -len(SUFFIX)].split("-")
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    return Stored(parts[0], int(parts[1]), parts[2], size)
+
+
+class PrefixDisk:
+    """Lookups and reads on the engine thread; writes on its own thread; any thread may
+    read `state()`."""
+
+    def __init__(self, folder: Path, max_bytes: int, min_tokens: int = 512) -> None:
+        self.folder = folder
+        self.max_bytes = max_bytes
+        self.min_tokens = min_tokens
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, Stored] = OrderedDict()  # least recently used first
+        self._lengths: dict[str, dict[int, set[str]]] = {}  # key -> length -> digests
+        self._bytes = 0
+        self._queued: set[str] = set()
+        self._queue: queue.Queue = queue.Queue(QUEUE_SIZE)
+        self._writer: threading.Thread | None = None
+        self.hits = self.misses = self.failed_reads = 0
+        self.writes = self.dropped_writes = self.failed_writes = 0
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._load()
+
+    def _load(self) -> None:
+        found = []
+        now = time.time()
+        for item in os.scandir(self.folder):
+            try:
+                info = item.stat()
+            except OSError:
+                continue
+            if item.name.endswith(".tmp") and now - info.st_mtime > STALE_TEMPORARY:
+                Path(item.path).unlink(missing_ok=True)
+            stored = _parse(item.name, info.st_size)
+            if stored is not None and item.is_file():
+                found.append((info.st_mtime, item.name, stored))
+        with self._lock:
+            for _, name, stored in sorted(found):
+                self._add(name, stored)
+            victims = self._over_cap()
+        self._delete(victims)
+        log.info("prefix cache on disk: %d entries, %.1f MiB", len(found), self._bytes / 2**20)
+
+    def _add(self, name: str, stored: Stored) -> None:
+        self._entries[name] = stored
+        self._lengths.setdefault(stored.key, {}).setdefault(stored.length, set()).add(stored.digest)
+        self._bytes += stored.size
+
+    def _forget(self, name: str) -> Stored | None:
+        stored = self._entries.pop(name, None)
+        if stored is not None:
+            self._bytes -= stored.size
+            lengths = self._lengths.get(stored.key, {})
+            lengths.get(stored.length, set()).discard(stored.digest)
+            if not lengths.get(stored.length, True):
+                del lengths[stored.length]
+        return stored
+
+    def _over_cap(self) -> list[str]:
+        """Under the lock: forgets least recently used entries until the folder fits."""
+        victims = []
+        while self._bytes > self.max_bytes and self._entries:
+            name = next(iter(self._entries))
+            self._forget(name)
+            victims.append(name)
+        return victims
+
+    def _delete(self, names: list[str]) -> None:
+        for name in names:
+            (self.folder / name).unlink(missing_ok=True)
+
+    def longest(self, key: str, prompt: list[int], limit: int) -> Found | None:
+        """The longest stored prefix of `prompt` no longer than `limit` tokens: the prompt is
+        hashed once, read up to each length stored for the model."""
+        with self._lock:
+            stored = {n: set(d) for n, d in self._lengths.get(key, {}).items() if n <= limit}
+        if not stored:
+            return None
+        data = kv_file.token_bytes(prompt[: max(stored)])
+        digest, done, best = xxhash.xxh3_128(), 0, None
+        for length in sorted(stored):
+            digest.update(data[done * 4 : length * 4])
+            done = length
+            if digest.hexdigest() in stored[length]:
+                best = Found(entry_name(key, length, digest.hexdigest()), length)
+        return best
+
+    def read(self, found: Found, prompt: list[int]) -> list[Any] | None:
+        """The stored cache of `found`, or None (an unreadable file is deleted)."""
+        path = self.folder / found.name
+        try:
+            layers = kv_file.read(path, prompt[: found.length])
+        except FileNotFoundError:  # another process's store evicted it
+            self.misses += 1
+            self._drop(found.name)
+            return None
+        except Exception as exc:
+            log.warning("prefix cache entry %s unreadable, deleted: %s", found.name, exc)
+            self.misses += 1
+            self.failed_reads += 1
+            self._drop(found.name)
+            path.unlink(missing_ok=True)
+            return None
+        self.hits += 1
+        self._touch(found.name, path)
+        return layers
+
+    def _drop(self, name: str) -> None:
+        with self._lock:
+            self._forget(name)
+
+    def _touch(self, name: str, path: Path) -> None:
+        """Marks the entry used now, in the index and on disk (the next process's order)."""
+        with self._lock:
+            if name in self._entries:
+                self._entries.move_to_end(name)
+        with contextlib.suppress(OSError):
+            os.utime(path)
+
+    def offer(self, key: str, tokens: list[int], cache: list[Any]) -> bool:
+        """Engine thread: queues the KV of `tokens` for writing, if it is worth a file and
+        not stored yet. Returns whether it was queued."""
+        if len(tokens) < self.min_tokens:
+            return False
+        name = entry_name(key, len(tokens), kv_file.token_digest(tokens))
+        with self._lock:
+            if name in self._entries:
+                self._entries.move_to_end(name)
+                return False
+            if name in self._queued:
+                return False
+        if self._queue.full():
+            self.dropped_writes += 1
+            return False
+        prepared = kv_file.prepare(tokens, cache)
+        if prepared.nbytes > self.max_bytes:
+            return False
+        self._start_writer()
+        try:
+            self._queue.put_nowait((name, prepared))
+        except queue.Full:
+            self.dropped_writes += 1
+            return False
+        with self._lock:
+            self._queued.add(name)
+        return True
+
+    def _start_writer(self) -> None:
+        if self._writer is None or not self._writer.is_alive():
+            self._writer = threading.Thread(
+                target=self._write_loop, name="prefix-disk-writer", daemon=True
+            )
+            self._writer.start()
+
+    def _write_loop(self) -> None:
+        if sys.platform == "linux":  # there a thread has its own nice value (not on macOS)
+            # Writing a file must not slow the engine's steps: on a busy CPU the engine wins.
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICENESS)
+        while True:
+            item = self._queue.get()
+            try:
+                if item is _STOP:
+                    return
+                self._write(*item)
+            finally:
+                self._queue.task_done()
+
+    def _write(self, name: str, prepared: kv_file.Prepared) -> None:
+        try:
+            size = kv_file.write(self.folder / name, prepared)
+        except Exception:
+            log.exception("writing prefix cache entry %s failed", name)
+            self.failed_writes += 1
+            with self._lock:
+                self._queued.discard(name)
+            return
+        stored = _parse(name, size)
+        assert stored is not None
+        with self._lock:
+            self._queued.discard(name)
+            self._forget(name)
+            self._add(name, stored)
+            victims = self._over_cap()
+        self.writes += 1
+        self._delete(victims)
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Waits until every queued entry is written (or `timeout`); whether it was."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
+    def close(self) -> None:
+        """Writes what is queued, stops the writer, and leaves the process's stores."""
+        with _stores_lock:
+            if _stores.get(self.folder) is self:
+                del _stores[self.folder]
+        if self._writer is not None and self._writer.is_alive():
+            self._queue.put(_STOP)
+            self._writer.join()
+
+    def state(self) -> PrefixDiskState:
+        with self._lock:
+            entries, nbytes = len(self._entries), self._bytes
+        return PrefixDiskState(
+            bytes=nbytes,
+            entries=entries,
+            max_bytes=self.max_bytes,
+            hits=self.hits,
+            misses=self.misses,
+            failed_reads=self.failed_reads,
+            writes=self.writes,
+            dropped_writes=self.dropped_writes,
+        )
+
+
+_stores: dict[Path, PrefixDisk] = {}
+_stores_lock = threading.Lock()
+
+
+def shared(config: EngineConfig) -> PrefixDisk | None:
+    """This process's store for the configured folder (None when the tier is off, or the
+    folder cannot be used: prefix reuse then stays in memory)."""
+    if not config.prefix_cache_dir or config.prefix_cache_disk_bytes <= 0:
+        return None
+    folder = Path(config.prefix_cache_dir).expanduser().resolve()
+    with _stores_lock:
+        store = _stores.get(folder)
+        if store is None:
+            try:
+                store = _stores[folder] = PrefixDisk(
+                    folder, config.prefix_cache_disk_bytes, config.prefix_cache_disk_min_tokens
+                )
+            except OSError as exc:
+                log.warning("prefix cache folder %s unusable, kept in memory only: %s", folder, exc)
+                return None
+        store.max_bytes = config.prefix_cache_disk_bytes
+        store.min_tokens = config.prefix_cache_disk_min_tokens
+        return store
