@@ -66,14 +66,41 @@ def serve_ours(root: Path, env: dict, probe: str) -> tuple[subprocess.Popen, str
     return process, url
 
 
-def start_ours(gguf: Path, workdir: Path, env: dict) -> tuple[subprocess.Popen, str, Path]:
-    env = {
+def rss_mib(pid: int) -> float | None:
+    """What a server holds now (VmRSS), its child processes included; None off Linux."""
+    if not Path(f"/proc/{pid}/status").exists():
+        return None
+    total, pending = 0, [pid]
+    while pending:
+        current = pending.pop()
+        try:  # a child may end while it is being read: it then holds nothing
+            status = Path(f"/proc/{current}/status").read_text().splitlines()
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pending += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) for line in status if line.startswith("VmRSS:")), 0)
+    return total / 1024
+
+
+def bench_env(workdir: Path, env: dict) -> dict:
+    """What our server runs with in the benchmarks (every start and restart on `workdir`)."""
+    return {
         **ours_env(workdir, env),
         # Loopback only, like the peers: no key (it defaults to required outside DEBUG).
         "REQUIRE_API_KEY": "false",
         # The abusive-request scenario sends 128k prompt tokens in one request on purpose.
         "MAX_REQUEST_PROMPT_TOKENS": "200000",
     }
+
+
+def start_ours(
+    gguf: Path, workdir: Path, env: dict, context_length: int | None = None
+) -> tuple[subprocess.Popen, str, Path]:
+    """Ours on the demo GGUF imported into `workdir`; `context_length` stretches its catalog
+    context (the model loads on the first request, with the catalog's context then)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = bench_env(workdir, env)
     manage = [sys.executable, str(ROOT / "manage.py")]
     subprocess.run([*manage, "migrate", "-v0"], env=env, check=True)
     subprocess.run(
@@ -83,8 +110,28 @@ def start_ours(gguf: Path, workdir: Path, env: dict) -> tuple[subprocess.Popen, 
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    if context_length is not None:
+        stretch = "from catalog.models import CatalogModel as M; "
+        stretch += f"M.objects.update(context_length={context_length})"
+        subprocess.run(
+            [*manage, "shell", "-c", stretch], env=env, check=True, stdout=subprocess.DEVNULL
+        )
     process, url = serve_ours(ROOT, env, "/v1/models")
     return process, url, workdir / "models" / DEMO_ID
+
+
+def restart_ours(workdir: Path, env: dict) -> tuple[subprocess.Popen, str]:
+    """Ours again on a `workdir` start_ours prepared: same catalog, models and var/."""
+    return serve_ours(ROOT, bench_env(workdir, env), "/v1/models")
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def start_peer(model_dir: Path, env: dict) -> tuple[subprocess.Popen, str]:
@@ -139,8 +186,11 @@ def llama_server_binary() -> Path:
     return Path(found.stdout.strip().splitlines()[-1])
 
 
-def start_llama_server(gguf: Path, slots: int, env: dict) -> tuple[subprocess.Popen, str]:
-    """llama-server on the demo GGUF with a slot per client (what a Linux CPU user runs)."""
+def start_llama_server(
+    gguf: Path, slots: int, env: dict, slot_context: int = 1024, jinja: bool = False
+) -> tuple[subprocess.Popen, str]:
+    """llama-server on the demo GGUF with a slot per client (what a Linux CPU user runs), each
+    slot `slot_context` tokens; `jinja` renders the GGUF's chat template with tools."""
     port = free_port()
     threads = str(len(os.sched_getaffinity(0)))
     command = [
@@ -154,10 +204,11 @@ def start_llama_server(gguf: Path, slots: int, env: dict) -> tuple[subprocess.Po
         "--parallel",
         str(slots),
         "--ctx-size",
-        str(1024 * slots),
+        str(slot_context * slots),
         "--threads",
         threads,
         "--no-webui",
+        *(["--jinja"] if jinja else []),
     ]
     process = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
