@@ -112,10 +112,10 @@ def test_streams_keep_flowing_while_a_long_prompt_is_read(paced_engine, long_spe
 
 
 def test_a_request_cancelled_mid_prefill_leaves_within_a_step(paced_engine, long_spec):
-    job = long_job(long_spec, 6000)
+    job = long_job(long_spec, 8000)
     paced_engine.submit(job)
     assert isinstance(job.events.get(timeout=60), Started)
-    time.sleep(0.3)
+    time.sleep(0.05)  # its prompt takes ~0.3 s in 64-token steps here
     assert paced_engine.state.models[0].active_sequences == 1  # still reading its prompt
     assert paced_engine.state.running == 1
     job.cancelled.set()

@@ -190,7 +190,9 @@ def test_a_sliding_window_keeps_float16_through_the_batch():
 
 
 def stored_arrays(runner: ModelRunner) -> dict[tuple, mx.array]:
-    """A copy of every array the prefix cache's entries hold, by entry, layer and name."""
+    """A copy of every array the prefix cache's entries hold, by entry, layer and name (after
+    the finished conversations went in, as the next step or request would put them)."""
+    runner._settle()
     arrays = {}
     for entry in iter_entries(runner):
         for i, layer in enumerate(entry.prompt_cache):
