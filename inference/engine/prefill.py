@@ -53,9 +53,7 @@ class Reading:
 
 
 class PrefillBatch:
-    def __init__(
-        self, model: nn.Module, make_cache: Callable[[], list[Any]] | None = None
-    ) -> None:
+    def __init__(self, model: nn.Module, make_cache: Callable[[], list[Any]] | None = None) -> None:
         self.model = model
         # A new prompt's empty cache, in the model's KV format (engine/kv.py).
         self._make_cache = make_cache or (lambda: make_prompt_cache(model))
