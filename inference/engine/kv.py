@@ -1,7 +1,8 @@
 """How a chat model's KV cache is kept: the catalog's `kv_cache` made into cache layers.
 
-- "auto": float16 when the model computes in float32 on the CPU (its K/V would otherwise be
-  float32, twice llama.cpp's f16), else as the model computes them ("native").
+- "auto": float16 when the model computes in float32 on the CPU with the CPU kernels (its K/V
+  would otherwise be float32, twice llama.cpp's f16), else as the model computes them
+  ("native").
 - "float16": float16 K/V everywhere: mlx-lm's cache classes, casting what comes in, and
   keeping their float16 class through merge, extend, filter and extract.
 - "8bit" / "4bit": MLX's affine quantized layout, group 64 (kv_quantized.py), for plain
@@ -35,9 +36,9 @@ log = logging.getLogger(__name__)
 NATIVE = "native"  # engine-only kind: K/V as the model computes them (the float32 reference)
 BITS = {"8bit": 8, "4bit": 4}
 KINDS = (NATIVE, "float16", *BITS)
-# What "auto" is on a CPU computing in float32. Until the attention kernel reads float16 K/V
-# itself, cpu/hooks.py's route widens the whole cache to float32 on every call (about 5x the
-# float32 attention's time at 2k tokens): NATIVE here keeps the old float32 K/V.
+# What "auto" is on a CPU computing in float32: half the memory, and the attention kernel
+# (cpu/hooks.py) reads float16 K/V itself. Without the kernels MLX's own attention widens the
+# whole cache to float32 on every call (about 5x its float32 time at 2k tokens): NATIVE there.
 CPU_AUTO = "float16"
 _logged: set[str] = set()
 
@@ -126,7 +127,8 @@ def resolve(loaded: Any) -> str:
     if requested != "auto":
         _once("unknown kv_cache %r for %s: auto", requested, loaded.spec.model_id)
     on_cpu = mx.default_device() == mx.cpu
-    return CPU_AUTO if on_cpu and computes_in_float32(loaded) else NATIVE
+    kernels = getattr(loaded, "kernels", False)  # their attention reads float16 K/V itself
+    return CPU_AUTO if on_cpu and kernels and computes_in_float32(loaded) else NATIVE
 
 
 def head_dims(model: nn.Module) -> set[int]:

@@ -79,6 +79,8 @@ def test_auto_is_float16_for_a_model_computing_in_float32(models):
     assert loaded.compute_format == "float32"
     assert ModelRunner(loaded, EngineConfig()).kv.kind == "float16"
     assert ModelRunner(with_kv(loaded, NATIVE), EngineConfig()).kv.kind == NATIVE
+    # Without the kernels MLX's attention would widen float16 K/V back on every call.
+    assert ModelRunner(replace(loaded, kernels=False), EngineConfig()).kv.kind == NATIVE
 
 
 def test_float16_kv_gives_float32_kv_s_greedy_tokens(models):
