@@ -20,6 +20,7 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from inference.adapters import FamilyProfile, get_adapter
+from inference.engine.kv import NATIVE
 from inference.engine.types import (
     Delta,
     Done,
@@ -357,8 +358,14 @@ def _reference_logprobs(location: Path, image) -> dict[str, float]:
 def test_engine_matches_mlx_vlm_forward_pass(engine, family_dir: Path) -> None:
     """Prefill from embeddings + the decode step give mlx-vlm's own logits for the prompt (for
     Gemma 3 this also shows sqrt(hidden) is applied once: its language model scales
-    inputs_embeds, and get_input_embeddings pre-divides the image features)."""
-    spec = ModelSpec(model_id=f"vl-{family_dir.name}-ref", location=str(family_dir), vision=True)
+    inputs_embeds, and get_input_embeddings pre-divides the image features). K/V kept as the
+    model computes them, as mlx-vlm does: float16 K/V (the CPU's default) moves logprobs ~1e-3."""
+    spec = ModelSpec(
+        model_id=f"vl-{family_dir.name}-ref",
+        location=str(family_dir),
+        vision=True,
+        kv_cache=NATIVE,
+    )
     red = _image(RED)
     ours = _first_logprobs(engine, spec, (red,))
     theirs = _reference_logprobs(family_dir, red)
