@@ -102,6 +102,23 @@ class Float16BatchRotatingKVCache(BatchRotatingKVCache):
 
 
 FLOAT16 = {KVCache: Float16KVCache, RotatingKVCache: Float16RotatingKVCache}
+_BATCH_OF = {KVCache: BatchKVCache, Float16KVCache: Float16BatchKVCache}
+
+
+def batch_of_one(layer: Any) -> Any:
+    """One sequence's cache layer as a batch of one. A plain K/V layer hands its arrays over
+    as they are: merge would copy them into exact-size arrays, which the first decode step
+    then grows (a second copy); at 5k tokens each costs tens of ms of a next turn. Its arrays
+    are this sequence's alone (a prefix-cache twin's grew into new ones while its new tokens
+    were read; MLX copies any array still shared before writing into it)."""
+    batch_type = _BATCH_OF.get(type(layer))
+    if batch_type is None or layer.keys is None:
+        return type(layer).merge([layer])
+    batch = batch_type([0])
+    batch.keys, batch.values = layer.keys, layer.values
+    batch.offset += layer.offset
+    batch._idx = layer.offset
+    return batch
 
 
 def computes_in_float32(loaded: Any) -> bool:

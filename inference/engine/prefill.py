@@ -21,12 +21,15 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
+from inference.engine.kv import batch_of_one
 from inference.engine.scheduling import MIN_CHUNK, group_of
 from inference.engine.sequence import Sequence
 
 
 def merge(caches: list[list[Any]]) -> list[Any]:
     """Single-sequence caches (one list of layers each) into one batched cache per layer."""
+    if len(caches) == 1:  # an agent's turn, alone: no copy of its (long) cache
+        return [batch_of_one(layer) for layer in caches[0]]
     return [type(layers[0]).merge(list(layers)) for layers in zip(*caches, strict=True)]
 
 

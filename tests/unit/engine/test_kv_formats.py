@@ -10,7 +10,13 @@ from pathlib import Path
 
 import mlx.core as mx
 import pytest
-from mlx_lm.models.cache import ArraysCache, CacheList, KVCache, QuantizedKVCache, RotatingKVCache
+from mlx_lm.models.cache import (
+    ArraysCache,
+    CacheList,
+    KVCache,
+    QuantizedKVCache,
+    RotatingKVCache,
+)
 
 from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
@@ -21,6 +27,7 @@ from inference.engine.kv import (
     Float16KVCache,
     Float16RotatingKVCache,
     KVFormat,
+    batch_of_one,
 )
 from inference.engine.kv_quantized import BatchQuantizedKVCache, QuantizedKV
 from inference.engine.pool import LoadedModel, ModelPool
@@ -279,3 +286,23 @@ def step(batch: BatchQuantizedKVCache, history: list, seed: int) -> None:
     batch.update_and_fetch(keys, values)
     for i in range(rows):
         history[i].append((keys[i : i + 1], values[i : i + 1]))
+
+
+@pytest.mark.parametrize("layer_type", [KVCache, Float16KVCache])
+def test_a_lone_sequence_joins_decoding_without_a_copy_of_its_cache(layer_type):
+    layer = layer_type()
+    keys, values = stored(300, seed=3)
+    layer.update_and_fetch(keys, values)  # a 512-slot buffer holding 300 positions
+    batch = batch_of_one(layer)
+    assert batch.keys is layer.keys and batch.values is layer.values
+    assert type(batch) is type(layer_type.merge([layer_type()]))
+    # It reads and grows as a merged batch would.
+    merged = layer_type.merge([layer])
+    new_keys, new_values = stored(1, seed=4)
+    ours, theirs = (
+        batch.update_and_fetch(new_keys, new_values),
+        merged.update_and_fetch(new_keys, new_values),
+    )
+    assert all(mx.array_equal(a, b).item() for a, b in zip(ours, theirs, strict=True))
+    assert batch.offset.tolist() == merged.offset.tolist() == [301]
+    assert mx.array_equal(batch.make_mask(1), merged.make_mask(1)).item()
