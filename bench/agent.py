@@ -179,6 +179,8 @@ def fmt(seconds: float | None, extra: float | None, unit: str) -> str:
 
 def run_replay(args: argparse.Namespace, work: Path) -> None:
     turns = session(args.replay, DEMO_ID, REPLAY_MAX_TOKENS)
+    if args.no_tools:  # llama-server's SmolLM2 template drops them: prompts alike without
+        turns = [(what, {k: v for k, v in body.items() if k != "tools"}) for what, body in turns]
     rows: list[tuple[str, dict[str, tuple[Turn, float | None]]]] = []
     with servers(work / "replay", args, LONG_CONTEXT, 1, jinja=True) as started:
         for number, (what, body) in enumerate(turns, 1):
@@ -188,7 +190,8 @@ def run_replay(args: argparse.Namespace, work: Path) -> None:
                 row[name] = (turn, rss_mib(process.pid))
                 print(f"  turn {number} {name}: {turn.describe()}", flush=True)
             rows.append((what, row))
-    print(f"\nScripted Claude Code session, {args.replay} turns (Messages, streamed):\n")
+    without = ", tools left out" if args.no_tools else ""
+    print(f"\nScripted Claude Code session, {args.replay} turns (Messages, streamed{without}):\n")
     print(replay_table(rows, args.servers))
 
 
@@ -252,6 +255,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--servers", default="ours,llama-server", type=lambda v: v.split(","))
     parser.add_argument("--sizes", type=lambda v: [int(s) for s in v.split(",")])
     parser.add_argument("--replay", type=int, nargs="?", const=8, metavar="N")
+    parser.add_argument(
+        "--no-tools", action="store_true", help="--replay without the tools' schemas"
+    )
     parser.add_argument("--restart", action="store_true")
     parser.add_argument("--restart-size", type=int, default=5000)
     parser.add_argument("--recorded", action="store_true")

@@ -14,6 +14,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_ID = "smollm2-135m-instruct"
+DEMO_TRAINED_CONTEXT = 8192  # the demo GGUF's llama.context_length
 
 
 def free_port() -> int:
@@ -210,6 +211,8 @@ def start_llama_server(
         "--no-webui",
         *(["--jinja"] if jinja else []),
     ]
+    if slot_context > DEMO_TRAINED_CONTEXT:  # else llama-server caps each slot at it
+        command += ["--override-kv", f"llama.context_length=int:{slot_context}"]
     process = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
