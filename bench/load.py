@@ -11,6 +11,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 
@@ -36,6 +37,8 @@ GREEDY = {"temperature": 0}
 # SmolLM2's <|endoftext|> and <|im_end|>: banned in churn so that every server generates the
 # drawn length and the work is the same everywhere.
 NO_EOS = {"0": -100, "2": -100}
+# The code-edit workload's file: a frozen copy of this module (237 lines, ~2.2k tokens).
+CODE_EDIT_SOURCE = Path(__file__).parent / "fixtures/code_edit_source.txt"
 
 
 @dataclass
@@ -124,6 +127,39 @@ async def burst(url: str, model: str, concurrency: int, max_tokens: int) -> dict
         started = time.perf_counter()
         outcomes = await asyncio.gather(
             *(one_stream(client, url, model, p, max_tokens) for p in prompts),
+            return_exceptions=True,
+        )
+        elapsed = time.perf_counter() - started
+    return summarise(list(outcomes), elapsed)
+
+
+async def code_edit(url: str, model: str, streams: int, max_tokens: int, extra: dict) -> dict:
+    """`streams` greedy streams asked to return a file of a few hundred lines with one name
+    changed: an agent's code edit, whose answer repeats its prompt (what n-gram drafts
+    predict). `extra`: body fields a server needs for speculation (none: without)."""
+    source = CODE_EDIT_SOURCE.read_text()
+    ask = (
+        f"Here is a Python file:\n\n```python\n{source}```\n\nRename the function "
+        "`percentile` to `quantile` everywhere. Return the whole file, nothing else."
+    )
+    messages = [{"role": "user", "content": ask}]
+    limits = httpx.Limits(max_connections=streams)
+    async with httpx.AsyncClient(timeout=1800, limits=limits) as client:
+        # The file read once first, on every server: the rows measure the answers' decoding.
+        await one_stream(client, url, model, messages, 1)
+        started = time.perf_counter()
+        outcomes = await asyncio.gather(
+            *(
+                one_stream(
+                    client,
+                    url,
+                    model,
+                    messages,
+                    max_tokens,
+                    {**GREEDY, **extra},
+                )
+                for _ in range(streams)
+            ),
             return_exceptions=True,
         )
         elapsed = time.perf_counter() - started

@@ -188,10 +188,16 @@ def llama_server_binary() -> Path:
 
 
 def start_llama_server(
-    gguf: Path, slots: int, env: dict, slot_context: int = 1024, jinja: bool = False
+    gguf: Path,
+    slots: int,
+    env: dict,
+    slot_context: int = 1024,
+    jinja: bool = False,
+    extra: tuple[str, ...] = (),
 ) -> tuple[subprocess.Popen, str]:
     """llama-server on the demo GGUF with a slot per client (what a Linux CPU user runs), each
-    slot `slot_context` tokens; `jinja` renders the GGUF's chat template with tools."""
+    slot `slot_context` tokens; `jinja` renders the GGUF's chat template with tools; `extra`:
+    more of its options (e.g. its n-gram drafting)."""
     port = free_port()
     threads = str(len(os.sched_getaffinity(0)))
     command = [
@@ -210,6 +216,7 @@ def start_llama_server(
         threads,
         "--no-webui",
         *(["--jinja"] if jinja else []),
+        *extra,
     ]
     if slot_context > DEMO_TRAINED_CONTEXT:  # else llama-server caps each slot at it
         command += ["--override-kv", f"llama.context_length=int:{slot_context}"]

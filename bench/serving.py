@@ -11,7 +11,10 @@ case on a CPU) and llama.cpp's llama-server on the very GGUF we import, with a s
 - churn N: N clients in a closed loop for --churn-seconds, answers of 16-160 tokens drawn from
   a seeded generator (end tokens banned, so every server generates the same lengths), sampling
   sent explicitly (--temperature, --top-p) so every server samples alike;
-- multi-turn: a 1,000-token system prompt over four turns (cold vs warm TTFT).
+- multi-turn: a 1,000-token system prompt over four turns (cold vs warm TTFT);
+- code edit c=N (--code-edit): N greedy streams returning a 237-line file with a name changed
+  (answers cut at --code-edit-tokens), ours also with n-gram speculation asked per request
+  (`edit c=N spec`), llama-server-ngram being llama-server with its own `--spec-type`.
 Prints raw mlx_lm.stream_generate speed, each row as it comes, then one table of every server
 and mode, and ours/peer ratios. Loopback only; every loop is bounded.
 """
@@ -26,7 +29,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from load import NO_EOS, abuse, burst, churn, multi_turn
+from load import NO_EOS, abuse, burst, churn, code_edit, multi_turn
 from peers import (
     DEMO_ID,
     ROOT,
@@ -37,7 +40,16 @@ from peers import (
     start_peer_float32,
 )
 
-SERVERS = ("ours", "ours-no-kernels", "mlx_lm.server", "mlx_lm.server-f32", "llama-server")
+SERVERS = (
+    "ours",
+    "ours-no-kernels",
+    "mlx_lm.server",
+    "mlx_lm.server-f32",
+    "llama-server",
+    "llama-server-ngram",
+)
+SPECULATIVE = {"speculative": "ngram"}  # ours: prompt-lookup drafts, asked per request
+LLAMA_NGRAM = ("--spec-type", "ngram-simple", "--spec-draft-n-max", "8")
 Servers = dict[str, tuple[subprocess.Popen, str, str]]
 
 
@@ -73,6 +85,8 @@ def parse_args() -> argparse.Namespace:
         "setup: stored 4-bit weights, bundled BLAS)",
     )
     parser.add_argument("--skip-multi-turn", action="store_true")
+    parser.add_argument("--code-edit", default="", help="code-edit stream counts, e.g. 1,8")
+    parser.add_argument("--code-edit-tokens", type=int, default=256)
     parser.add_argument(
         "--abuse",
         type=float,
@@ -82,6 +96,7 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     args.levels = [int(c) for c in args.concurrency.split(",") if c]
     args.churn_clients = [int(c) for c in args.churn.split(",") if c]
+    args.edit_levels = [int(c) for c in args.code_edit.split(",") if c]
     unknown = set(args.servers.split(",")) - set(SERVERS)
     if unknown:
         parser.error(f"unknown servers: {', '.join(sorted(unknown))}")
@@ -109,10 +124,12 @@ def start_servers(args: argparse.Namespace, workdir: Path, env: dict, servers: S
     if "mlx_lm.server-f32" in wanted:
         peer, peer_url = start_peer_float32(model_dir, workdir, env)
         servers["mlx_lm.server-f32"] = (peer, peer_url, str(workdir / "float32"))
-    if "llama-server" in wanted:
-        slots = max([*args.levels, *args.churn_clients, 1])
-        peer, peer_url = start_llama_server(args.gguf, slots, env)
-        servers["llama-server"] = (peer, peer_url, DEMO_ID)
+    slots = max([*args.levels, *args.churn_clients, *args.edit_levels, 1])
+    for name, extra in (("llama-server", ()), ("llama-server-ngram", LLAMA_NGRAM)):
+        if name in wanted:  # the code edit's prompt and answer need slots of 4k
+            context = 4096 if args.edit_levels else 1024
+            peer, peer_url = start_llama_server(args.gguf, slots, env, context, extra=extra)
+            servers[name] = (peer, peer_url, DEMO_ID)
     return model_dir
 
 
@@ -151,6 +168,13 @@ def measure(name: str, url: str, model: str, args: argparse.Namespace) -> dict[s
         row = asyncio.run(churn(url, model, clients, args.churn_seconds, sampling, args.seed))
         rows[f"churn {clients}"] = row
         show(name, f"churn {clients}", row)
+    for streams in args.edit_levels:
+        asks = {f"edit c={streams}": {}}
+        if name == "ours":
+            asks[f"edit c={streams} spec"] = SPECULATIVE
+        for mode, extra in asks.items():
+            rows[mode] = asyncio.run(code_edit(url, model, streams, args.code_edit_tokens, extra))
+            show(name, mode, rows[mode])
     if args.abuse and name == "ours":
         report_abuse(asyncio.run(abuse(url, model, seconds=args.abuse)))
     if not args.skip_multi_turn:
@@ -165,7 +189,7 @@ def measure(name: str, url: str, model: str, args: argparse.Namespace) -> dict[s
 def print_table(table: dict[str, dict[str, dict]], rss: dict[str, float]) -> None:
     modes = list(dict.fromkeys(mode for rows in table.values() for mode in rows))
     print(
-        f"\n{'mode':<10}{'server':<19}{'tok/s':>7}{'TTFT p50':>10}{'p95':>7}"
+        f"\n{'mode':<15}{'server':<19}{'tok/s':>7}{'TTFT p50':>10}{'p95':>7}"
         f"{'ITL p95':>9}{'failed':>8}{'peak RSS':>10}"
     )
     for mode in modes:
@@ -173,7 +197,7 @@ def print_table(table: dict[str, dict[str, dict]], rss: dict[str, float]) -> Non
             if mode in rows:
                 r = rows[mode]
                 print(
-                    f"{mode:<10}{name:<19}{r['tok_s']:7.1f}{r['ttft_p50']:9.2f}s"
+                    f"{mode:<15}{name:<19}{r['tok_s']:7.1f}{r['ttft_p50']:9.2f}s"
                     f"{r['ttft_p95']:6.2f}s{r['itl_p95'] * 1000:7.0f}ms{r['failed']:8d}"
                     f"{rss.get(name, float('nan')):8.0f}MiB"
                 )
