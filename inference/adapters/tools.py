@@ -44,7 +44,10 @@ def with_tool_prompt(messages: list[dict], prompt: str) -> list[dict]:
 
 
 def inline_tool_history(messages: list[dict], tools: list[dict]) -> list[dict]:
-    """Writes tool calls and results as plain text for templates without tool support."""
+    """Writes tool calls and results as plain text for templates without tool support. With
+    no tools offered the system prompt stays as sent: an empty function list says nothing,
+    and appearing once the first call is in the history would change the prompt's head
+    between turns (the prefix cache would then reuse nothing past it)."""
     out: list[dict] = []
     schemas = parameter_schemas(tools)
     for message in messages:
@@ -74,7 +77,7 @@ def inline_tool_history(messages: list[dict], tools: list[dict]) -> list[dict]:
         else:
             plain = {"role": message["role"], "content": message.get("content") or ""}
             out.append(_with_reasoning(plain, message))
-    return with_tool_prompt(out, tool_system_prompt(tools))
+    return with_tool_prompt(out, tool_system_prompt(tools)) if tools else out
 
 
 def _with_reasoning(out: dict, message: dict) -> dict:

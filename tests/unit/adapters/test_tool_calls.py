@@ -247,6 +247,19 @@ def test_template_without_tools_gets_them_in_a_system_message(hf_tokenizer):
     assert text.rstrip().endswith("<|im_start|>assistant")
 
 
+def test_tool_history_without_tools_keeps_the_prompt_head_across_turns(hf_tokenizer):
+    """No tools offered, calls in the history: they are inlined, and no (empty) function list
+    joins the system prompt once the first call appears, so turn 2 extends turn 1's tokens."""
+    adapter = get_adapter(FamilyProfile(adapter="chatml"))
+    system = {"role": "system", "content": "You are an agent."}
+    first = adapter.render_prompt(hf_tokenizer, [system, HISTORY[0]], None)
+    second = adapter.render_prompt(hf_tokenizer, [system, *HISTORY], None)
+    text = hf_tokenizer.decode(second)
+    assert "<tools>" not in text and "<tool_response>\n22C\n</tool_response>" in text
+    head = first[: len(first) - 3]  # less the generation prompt's tokens
+    assert second[: len(head)] == head
+
+
 def test_template_with_tools_receives_them_natively(hf_tokenizer):
     template = (
         "{% for t in tools %}TOOL:{{ t.function.name }}\n{% endfor %}"
