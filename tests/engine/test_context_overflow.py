@@ -33,6 +33,20 @@ def call(i: int) -> dict:
     return {"id": f"call_{i}", "type": "function", "function": function}
 
 
+READ_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "read",
+        "description": "Reads a file of the project and returns its text.",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string", "description": "the file's path"}},
+            "required": ["path"],
+        },
+    },
+}
+
+
 def agent_session() -> list[dict]:
     """A coding agent's session: two human turns, the second a chain of tool calls."""
     messages = [SYSTEM, {"role": "user", "content": "Fix the bug."}]
@@ -283,9 +297,11 @@ def test_truncated_response_usage(client, truncating):
 
 
 def test_truncation_with_tool_calls_through_chat(client, truncating):
-    # Inlined into this template's text, the session's calls take more than the tiny model's
-    # 512 tokens: the first human turn goes, then the oldest exchanges (3 messages each).
-    response = post(client, CHAT, {**chat_body(), "messages": agent_session()})
+    # Inlined into this template's text, the session's calls and its tool take more than the
+    # tiny model's 512 tokens: the first human turn goes, then the oldest exchanges (3 messages
+    # each).
+    body = {**chat_body(), "messages": agent_session(), "tools": [READ_TOOL]}
+    response = post(client, CHAT, body)
     assert response.status_code == 200, response.content
     assert response.json()["usage"]["prompt_tokens"] <= 512 - 4
     assert int(response[TRUNCATED_HEADER]) in (2, 5, 8, 11)
