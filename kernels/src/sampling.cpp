@@ -19,8 +19,9 @@ constexpr float INF = std::numeric_limits<float>::infinity();
 constexpr float SMALLEST = -87.0f;
 // How far below the most likely logit candidates are gathered, tried in turn: a trained
 // model's top_p nucleus is almost always within the first few nats; a flat row reaches
-// further, and the last reach takes every finite logit.
-constexpr float REACHES[] = {4.0f, 8.0f, 16.0f, INF};
+// further (in small steps: a gathering skips the spans below it, but sorts all it takes),
+// and the last reach takes every finite logit.
+constexpr float REACHES[] = {4.0f, 6.0f, 8.0f, 10.0f, 12.0f, 16.0f, 24.0f, INF};
 // Values per block of the unfiltered draw's running sum: the block sums vectorize, and only
 // the block the draw lands in is walked token by token.
 constexpr size_t BLOCK = 512;
@@ -33,14 +34,20 @@ struct Candidate {
   int32_t index;
 };
 
-// Most likely first; equal values by lower index (the order a stable sort gives).
-bool before(const Candidate& a, const Candidate& b) {
-  return a.value > b.value || (a.value == b.value && a.index < b.index);
-}
+// Most likely first; equal values by lower index (the order a stable sort gives). An object
+// rather than a function, so that the sorts inline it.
+constexpr struct {
+  bool operator()(const Candidate& a, const Candidate& b) const {
+    return a.value > b.value || (a.value == b.value && a.index < b.index);
+  }
+} before;
 
 inline float weight(float x, float top, float inverse_temperature) {
-  float t = (x - top) * inverse_temperature;
-  return t >= SMALLEST ? exp_nonpositive(t) : 0.0f;  // NaN and -inf weigh nothing
+  const float t = (x - top) * inverse_temperature;
+  // The loops over this vectorize only without trapping math (CMakeLists.txt): GCC will not
+  // compute the exp for lanes a select then drops.
+  const float e = exp_nonpositive(t > SMALLEST ? t : SMALLEST);
+  return e * float(t >= SMALLEST);  // NaN and -inf weigh nothing
 }
 
 // The largest value of each SPAN of x (NaN ignored; -inf for a span without a number).
@@ -111,8 +118,9 @@ double gather(const Row& r, float threshold, std::vector<Candidate>& out) {
 // How many of the sorted candidates mlx-lm's filters keep, a prefix: top_p keeps a token
 // while the probability before it is below top_p, min_p those within log(min_p) of the most
 // likely, top_k the first k.
-size_t kept_prefix(const std::vector<Candidate>& c, const RowParams& p, float top, double total) {
-  size_t limit = c.size();
+size_t kept_prefix(const std::vector<Candidate>& c, size_t count, const RowParams& p, float top,
+                   double total) {
+  size_t limit = count;
   if (p.top_k > 0 && p.top_k < float(limit)) limit = size_t(p.top_k);
   const float floor = p.min_p > 0 ? top + std::log(p.min_p) : NEG_INF;
   double before_mass = 0.0;
@@ -142,6 +150,22 @@ int32_t draw_kept(const std::vector<Candidate>& c, size_t kept, const RowParams&
   return c[size_t(it - running.begin())].index;
 }
 
+// The filters' prefix, with the candidates sorted only as far as it needs: the first `want`
+// in order, then twice as many, until a filter stops inside the sorted ones (or all are).
+size_t sort_and_keep(
+    std::vector<Candidate>& c, const RowParams& p, float top, double total, size_t want) {
+  size_t sorted = 0;
+  for (;; want *= 2) {
+    const size_t end = std::min(want, c.size());
+    const auto first = c.begin() + ptrdiff_t(sorted), last = c.begin() + ptrdiff_t(end);
+    if (end < c.size()) std::nth_element(first, last, c.end(), before);
+    std::sort(first, last, before);
+    sorted = end;
+    const size_t kept = kept_prefix(c, sorted, p, top, total);
+    if (kept < sorted || sorted == c.size()) return kept;
+  }
+}
+
 // A row with filters: candidates within a reach of the most likely token, sorted, widened
 // until the filters cut inside them (what lies beyond ranks lower and would be cut too).
 int32_t draw_filtered(const Row& r, const RowParams& p, std::vector<Candidate>& c) {
@@ -150,6 +174,7 @@ int32_t draw_filtered(const Row& r, const RowParams& p, std::vector<Candidate>& 
   const double total = weight_sum(r.x, n, top, 1.0f);
   const float floor = p.min_p > 0 ? top + std::log(p.min_p) : NEG_INF;
   const bool top_k = p.top_k > 0 && p.top_k < float(n);
+  size_t short_of = 0;  // candidates of the last reach too short for the filters to stop in
   for (float reach : REACHES) {
     const float threshold = std::max(top - reach, floor);
     // min_p cuts everything below its floor: gathered down to it, nothing beyond can matter.
@@ -157,15 +182,18 @@ int32_t draw_filtered(const Row& r, const RowParams& p, std::vector<Candidate>& 
     const double mass = gather(r, threshold, c);
     const bool k_cuts = top_k && float(c.size()) >= p.top_k;
     // Too little mass for top_p to stop inside, and no other filter can: reach further.
-    if (!complete && !k_cuts && !(p.top_p < 1 && mass / total >= p.top_p - 1e-6)) continue;
-    auto end = c.end();
-    if (k_cuts) {
-      end = c.begin() + ptrdiff_t(p.top_k);
-      std::partial_sort(c.begin(), end, c.end(), before);
-    } else {
-      std::sort(c.begin(), c.end(), before);
+    if (!complete && !k_cuts && !(p.top_p < 1 && mass / total >= p.top_p - 1e-6)) {
+      short_of = c.size();
+      continue;
     }
-    const size_t kept = kept_prefix(c, p, top, total);
+    size_t kept;
+    if (k_cuts) {
+      std::partial_sort(c.begin(), c.begin() + ptrdiff_t(p.top_k), c.end(), before);
+      kept = kept_prefix(c, c.size(), p, top, total);
+    } else {
+      // Every token of the reach before is inside top_p's nucleus: sort past it first.
+      kept = sort_and_keep(c, p, top, total, std::max<size_t>(256, 2 * short_of));
+    }
     if (complete || k_cuts || kept < c.size()) return draw_kept(c, kept, p, top);
   }
   return first_top(r);  // not reached: the last reach is complete
