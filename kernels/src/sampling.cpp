@@ -17,11 +17,15 @@ constexpr float INF = std::numeric_limits<float>::infinity();
 // Below this exp() leaves float32's exponent range: the weight is exactly 0, as the engine's
 // fast exp has it (and as a token masked with -inf must be).
 constexpr float SMALLEST = -87.0f;
-// How far below the most likely logit candidates are gathered, tried in turn: a trained
-// model's top_p nucleus is almost always within the first few nats; a flat row reaches
-// further (in small steps: a gathering skips the spans below it, but sorts all it takes),
-// and the last reach takes every finite logit.
-constexpr float REACHES[] = {4.0f, 6.0f, 8.0f, 10.0f, 12.0f, 16.0f, 24.0f, INF};
+// How far below the most likely logit candidates are gathered first: a trained model's top_p
+// nucleus is almost always within a few nats. A flat row's reach comes from a histogram.
+constexpr float FIRST_REACH = 4.0f;
+// The histogram: tokens counted by how far below the most likely they lie, in bins of BIN
+// nats, as far as BINS * BIN; what lies further is reached by taking every finite logit.
+constexpr int BINS = 96;
+constexpr float BIN = 0.25f;
+// top_k_indices' reaches, tried in turn.
+constexpr float REACHES[] = {4.0f, 8.0f, 16.0f, INF};
 // Values per block of the unfiltered draw's running sum: the block sums vectorize, and only
 // the block the draw lands in is walked token by token.
 constexpr size_t BLOCK = 512;
@@ -166,37 +170,66 @@ size_t sort_and_keep(
   }
 }
 
-// A row with filters: candidates within a reach of the most likely token, sorted, widened
-// until the filters cut inside them (what lies beyond ranks lower and would be cut too).
+// How far a flat row must reach for top_p or top_k to stop, from a histogram of its tokens
+// by distance below the most likely (each token's probability taken at its bin's middle, and
+// one bin more for what that misjudges), and how many tokens lie in the bins before.
+struct Reach {
+  float nats;
+  size_t inside;
+};
+
+Reach histogram_reach(const Row& r, const RowParams& p, double total) {
+  uint32_t count[BINS] = {};
+  const float lowest = r.top - float(BINS) * BIN;
+  for (size_t s = 0; s < r.spans.size(); s++) {
+    if (!(r.spans[s] > lowest)) continue;
+    for (size_t i = s * SPAN; i < std::min(r.n, (s + 1) * SPAN); i++) {
+      const float bins = (r.top - r.x[i]) * (1.0f / BIN);
+      if (bins < float(BINS)) count[int(bins)]++;  // NaN and -inf fail the test
+    }
+  }
+  double mass = 0.0;
+  size_t counted = 0;
+  for (int b = 0; b < BINS; b++) {
+    const size_t before = counted;
+    counted += count[b];
+    mass += double(count[b]) * std::exp(-(double(b) + 0.5) * BIN) / total;
+    const bool p_stops = p.top_p < 1 && mass >= p.top_p;
+    const bool k_stops = p.top_k > 0 && float(counted) >= p.top_k;
+    if (p_stops || k_stops) return {float(b + 1 + (p_stops ? 1 : 0)) * BIN + 0.01f, before};
+  }
+  return {INF, counted};
+}
+
+// A row with filters: candidates within a reach of the most likely token, sorted as far as
+// the filters need, reaching further until the filters stop inside them (what lies beyond
+// ranks lower and would be cut too): 4 nats, then the histogram's reach, then further.
 int32_t draw_filtered(const Row& r, const RowParams& p, std::vector<Candidate>& c) {
-  const size_t n = r.n;
   const float top = r.top;
-  const double total = weight_sum(r.x, n, top, 1.0f);
+  const double total = weight_sum(r.x, r.n, top, 1.0f);
   const float floor = p.min_p > 0 ? top + std::log(p.min_p) : NEG_INF;
-  const bool top_k = p.top_k > 0 && p.top_k < float(n);
-  size_t short_of = 0;  // candidates of the last reach too short for the filters to stop in
-  for (float reach : REACHES) {
-    const float threshold = std::max(top - reach, floor);
+  const bool top_k = p.top_k > 0 && p.top_k < float(r.n);
+  Reach reach{FIRST_REACH, 0};
+  for (int attempt = 0;; attempt++) {
+    const float threshold = std::max(top - reach.nats, floor);
     // min_p cuts everything below its floor: gathered down to it, nothing beyond can matter.
     const bool complete = threshold <= floor;
     const double mass = gather(r, threshold, c);
     const bool k_cuts = top_k && float(c.size()) >= p.top_k;
-    // Too little mass for top_p to stop inside, and no other filter can: reach further.
-    if (!complete && !k_cuts && !(p.top_p < 1 && mass / total >= p.top_p - 1e-6)) {
-      short_of = c.size();
-      continue;
+    // Enough probability for top_p to stop inside (or another filter can): sort and filter.
+    if (complete || k_cuts || (p.top_p < 1 && mass / total >= p.top_p - 1e-6)) {
+      size_t kept;
+      if (k_cuts) {
+        std::partial_sort(c.begin(), c.begin() + ptrdiff_t(p.top_k), c.end(), before);
+        kept = kept_prefix(c, c.size(), p, top, total);
+      } else {
+        kept = sort_and_keep(c, p, top, total, std::max<size_t>(256, reach.inside * 5 / 4));
+      }
+      if (complete || k_cuts || kept < c.size()) return draw_kept(c, kept, p, top);
     }
-    size_t kept;
-    if (k_cuts) {
-      std::partial_sort(c.begin(), c.begin() + ptrdiff_t(p.top_k), c.end(), before);
-      kept = kept_prefix(c, c.size(), p, top, total);
-    } else {
-      // Every token of the reach before is inside top_p's nucleus: sort past it first.
-      kept = sort_and_keep(c, p, top, total, std::max<size_t>(256, 2 * short_of));
-    }
-    if (complete || k_cuts || kept < c.size()) return draw_kept(c, kept, p, top);
+    reach = attempt == 0 ? histogram_reach(r, p, total) : Reach{reach.nats + 4.0f, c.size()};
+    if (reach.nats > float(BINS) * BIN) reach.nats = INF;
   }
-  return first_top(r);  // not reached: the last reach is complete
 }
 
 // A row without filters draws from the whole vocabulary in index order (the same

@@ -75,6 +75,31 @@ def test_kernel_draws_mlx_lm_distribution(params, sharpness):
     assert np.abs(counts - expected * GRID).max() <= 2.5
 
 
+def misjudged_row() -> np.ndarray:
+    """A row whose reach the kernel's histogram (bins of 0.25 nats, each token taken at its
+    bin's middle) guesses short: 400 tokens at the far edge of the bin 4.49 nats below the
+    most likely hold less than the histogram thinks, and top_p 0.9 reaches past them to the
+    20,000 tokens 10 nats below. All values distinct (no ties for the filters to break)."""
+    near = -4.49 - 1e-5 * np.arange(400)
+    far = -10.0 - 1e-5 * np.arange(20_000)
+    return np.concatenate([[0.0], near, far]).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    "logits, params",
+    [
+        (misjudged_row(), SamplingParams(temperature=1.0, top_p=0.9)),
+        (logits_of(49152, 3.0), SamplingParams(temperature=0.7, top_p=0.95)),  # wide nucleus
+        (logits_of(49152, 3.0), SamplingParams(temperature=0.7, top_k=3000)),
+    ],
+)
+def test_kernel_reaches_far_rows_exactly(logits, params):
+    expected = mlx_lm_probabilities(logits, params)
+    counts = kernel_counts(logits, params)
+    assert counts[expected == 0].sum() == 0, "drew a token the filters remove"
+    assert np.abs(counts - expected * GRID).max() <= 2.5
+
+
 def numpy_top_k(x: np.ndarray, k: int) -> np.ndarray:
     """A stable sort, largest first: equal values by lower index, -inf after the rest."""
     return np.argsort(-x, axis=-1, kind="stable")[:, :k]
