@@ -17,9 +17,10 @@ constexpr float INF = std::numeric_limits<float>::infinity();
 // Below this exp() leaves float32's exponent range: the weight is exactly 0, as the engine's
 // fast exp has it (and as a token masked with -inf must be).
 constexpr float SMALLEST = -87.0f;
-// How far below the most likely logit candidates are gathered first: a trained model's top_p
-// nucleus is almost always within a few nats. A flat row's reach comes from a histogram.
-constexpr float FIRST_REACH = 4.0f;
+// How far below the most likely logit candidates are gathered first, then second: a trained
+// model's top_p nucleus is almost always within a few nats. A flatter row's reach comes from
+// a histogram (a scalar pass over the row: dearer than a gathering that skips most spans).
+constexpr float FIRST_REACHES[] = {4.0f, 8.0f};
 // The histogram: tokens counted by how far below the most likely they lie, in bins of BIN
 // nats, as far as BINS * BIN; what lies further is reached by taking every finite logit.
 constexpr int BINS = 96;
@@ -203,13 +204,13 @@ Reach histogram_reach(const Row& r, const RowParams& p, double total) {
 
 // A row with filters: candidates within a reach of the most likely token, sorted as far as
 // the filters need, reaching further until the filters stop inside them (what lies beyond
-// ranks lower and would be cut too): 4 nats, then the histogram's reach, then further.
+// ranks lower and would be cut too): 4 nats, 8, then the histogram's reach, then further.
 int32_t draw_filtered(const Row& r, const RowParams& p, std::vector<Candidate>& c) {
   const float top = r.top;
   const double total = weight_sum(r.x, r.n, top, 1.0f);
   const float floor = p.min_p > 0 ? top + std::log(p.min_p) : NEG_INF;
   const bool top_k = p.top_k > 0 && p.top_k < float(r.n);
-  Reach reach{FIRST_REACH, 0};
+  Reach reach{FIRST_REACHES[0], 0};
   for (int attempt = 0;; attempt++) {
     const float threshold = std::max(top - reach.nats, floor);
     // min_p cuts everything below its floor: gathered down to it, nothing beyond can matter.
@@ -227,7 +228,15 @@ int32_t draw_filtered(const Row& r, const RowParams& p, std::vector<Candidate>& 
       }
       if (complete || k_cuts || kept < c.size()) return draw_kept(c, kept, p, top);
     }
-    reach = attempt == 0 ? histogram_reach(r, p, total) : Reach{reach.nats + 4.0f, c.size()};
+    const float last = reach.nats;
+    if (attempt == 0) {
+      reach = {FIRST_REACHES[1], c.size()};
+    } else if (attempt == 1) {
+      reach = histogram_reach(r, p, total);
+      reach.nats = std::max(reach.nats, last + BIN);
+    } else {
+      reach = {last + 4.0f, c.size()};
+    }
     if (reach.nats > float(BINS) * BIN) reach.nats = INF;
   }
 }
