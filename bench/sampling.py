@@ -6,8 +6,10 @@
 
 The logits are the demo model's next-token logits in the middle of short stories (a trained
 model's nucleus, not a random one), one story per row, or with --synthetic normal * 3 over
-the demo vocabulary. Each repeat times both paths back to back, alternating which goes first;
-the table gives medians.
+the demo vocabulary. Each repeat times a block of calls of each path back to back,
+alternating which goes first (a block, not one call: a call right after the other path's
+ran slower, its caches and threads cold, for both paths); the table gives the medians of
+all calls.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from inference.engine.pool import ModelPool  # noqa: E402
 from inference.engine.types import ModelSpec, SamplingParams  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+BLOCK = 5  # calls of one path in a row
 MODES = {
     "top_p": SamplingParams(temperature=0.7, top_p=0.9),
     "top_k": SamplingParams(temperature=0.7, top_k=40),
@@ -83,7 +86,7 @@ def compare(logits: mx.array, params: SamplingParams, repeats: int) -> tuple[flo
         seconds(logits, rows, kernel)
     for r in range(repeats):
         for kernel in (r % 2 == 0, r % 2 == 1):
-            times[kernel].append(seconds(logits, rows, kernel))
+            times[kernel].extend(seconds(logits, rows, kernel) for _ in range(BLOCK))
     sampling.USE_KERNEL = True
     return statistics.median(times[False]), statistics.median(times[True])
 
@@ -95,7 +98,7 @@ def main() -> None:
     )
     parser.add_argument("--batch", default="1,8,32")
     parser.add_argument("--modes", default="top_p", help=f"from {', '.join(MODES)}")
-    parser.add_argument("--repeats", type=int, default=40)
+    parser.add_argument("--repeats", type=int, default=10, help=f"blocks of {BLOCK} calls")
     parser.add_argument("--synthetic", action="store_true")
     args = parser.parse_args()
     status = kernel_status()

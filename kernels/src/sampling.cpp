@@ -180,15 +180,19 @@ struct Reach {
 };
 
 Reach histogram_reach(const Row& r, const RowParams& p, double total) {
-  uint32_t count[BINS] = {};
+  // Four histograms, by index mod 4, so that neighbours in one bin (the usual case) do not
+  // wait on each other's increments.
+  uint32_t counts[4][BINS] = {};
   const float lowest = r.top - float(BINS) * BIN;
   for (size_t s = 0; s < r.spans.size(); s++) {
     if (!(r.spans[s] > lowest)) continue;
     for (size_t i = s * SPAN; i < std::min(r.n, (s + 1) * SPAN); i++) {
       const float bins = (r.top - r.x[i]) * (1.0f / BIN);
-      if (bins < float(BINS)) count[int(bins)]++;  // NaN and -inf fail the test
+      if (bins < float(BINS)) counts[i & 3][int(bins)]++;  // NaN and -inf fail the test
     }
   }
+  uint32_t count[BINS];
+  for (int b = 0; b < BINS; b++) count[b] = counts[0][b] + counts[1][b] + counts[2][b] + counts[3][b];
   double mass = 0.0;
   size_t counted = 0;
   for (int b = 0; b < BINS; b++) {
