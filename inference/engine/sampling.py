@@ -7,6 +7,10 @@ past the candidates (a flat distribution, or no filter at all) is drawn from the
 vocabulary, so every row samples from exactly the distribution mlx-lm's per-row filters give.
 Each request draws its uniforms from its own generator: a seed reproduces its output whatever
 runs beside it.
+
+On a CPU with the cpu_kernels extension in use, the whole batch is drawn in one primitive
+(`sample_rows`, kernels/src/sampling.cpp) with the same filters, order and uniforms: MLX's
+argpartition over the vocabulary cost about 2 ms a row there.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import mlx.core as mx
 from mlx_lm.sample_utils import make_logits_processors
 
 from inference.engine import fastmath
+from inference.engine.cpu.ext import ext
+from inference.engine.cpu.status import in_use
 from inference.engine.types import SamplingParams
 
 # OpenAI's penalties look at the whole answer; mlx-lm's default window is 20 tokens.
@@ -34,6 +40,10 @@ GREEDY_TEMPERATURE = 1e-30
 # the first tier; rows whose filters reach past it try the next, then the sorted vocabulary.
 # (Finding 1,024 candidates costs as much as 256; sorting the whole vocabulary is 10x both.)
 CANDIDATE_TIERS = (1024, 8192)
+# Whether rows are drawn in the kernel where it is in use (off: MLX's path, for A/B runs).
+USE_KERNEL = True
+# A greedy row's parameters as the kernel takes them (inverse temperature 0: the argmax).
+_GREEDY_ROW = [0.0, 1.0, 0.0, 0.0, 0.0]
 
 
 @dataclass
@@ -87,8 +97,10 @@ def sample(
     if not drawing and not want_logprobs:
         return mx.argmax(logits, axis=-1).tolist(), None
     logprobs = logits - fastmath.logsumexp(logits)
-    greedy = mx.argmax(logits, axis=-1)
     uniforms = {i: rows[i].uniform() for i in drawing}
+    if drawing and _kernel_usable(logits):
+        return _from_kernel(logits, rows, uniforms), logprobs
+    greedy = mx.argmax(logits, axis=-1)
     filtered = [i for i in drawing if rows[i].filtered]
     plain = [i for i in drawing if not rows[i].filtered]
     picked: list[tuple[list[int], mx.array]] = [(list(range(len(rows))), greedy)]
@@ -111,6 +123,23 @@ def sample(
         for i, token in zip(indices, tokens.tolist(), strict=True):
             out[i] = token
     return out, logprobs
+
+
+def _kernel_usable(logits: mx.array) -> bool:
+    # An extension built before sample_rows existed lacks it: MLX's path then.
+    return USE_KERNEL and in_use() and logits.ndim == 2 and hasattr(ext, "sample_rows")
+
+
+def _from_kernel(logits: mx.array, rows: list[RowSampler], uniforms: dict[int, float]) -> list[int]:
+    """Every row in one primitive: greedy rows take the argmax, the others their filters and
+    their uniform (the kernel keeps mlx-lm's filters without sorting the vocabulary)."""
+    params = [
+        [r.inverse_temperature, r.top_p, r.min_p, float(r.top_k), uniforms[i]]
+        if i in uniforms
+        else _GREEDY_ROW
+        for i, r in enumerate(rows)
+    ]
+    return ext.sample_rows(logits, mx.array(params, dtype=mx.float32)).tolist()
 
 
 def _subset(logprobs: mx.array, rows: list[RowSampler], uniforms: dict, indices: list[int]):

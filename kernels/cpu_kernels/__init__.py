@@ -9,9 +9,11 @@ from cpu_kernels._ext import (
     quantized_matmul,
     rms_norm,
     rope,
+    sample_rows,
     set_threads,
     swiglu,
     threads,
+    top_k_indices,
     use_int8,
     use_isa,
 )
@@ -25,9 +27,11 @@ __all__ = [
     "quantized_matmul",
     "rms_norm",
     "rope",
+    "sample_rows",
     "set_threads",
     "swiglu",
     "threads",
+    "top_k_indices",
     "use_int8",
     "use_isa",
 ]

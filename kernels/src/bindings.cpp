@@ -59,6 +59,15 @@ NB_MODULE(_ext, m) {
       "scale"_a, "mask"_a = nb::none(), "group_size"_a = 64, "bits"_a = 8, "stream"_a = nb::none(),
       "attention over K/V quantized as mlx-lm's QuantizedKVCache keeps them, in float32.");
 
+  m.def("sample_rows", &ck::sample_rows, "logits"_a, "params"_a, nb::kw_only(),
+        "stream"_a = nb::none(),
+        "Each row's next token (int32): params [rows, 5] = inverse temperature (0: greedy), "
+        "top_p, min_p, top_k, uniform; mlx-lm's filters without sorting the vocabulary.");
+
+  m.def("top_k_indices", &ck::top_k_indices, "logits"_a, "k"_a, nb::kw_only(),
+        "stream"_a = nb::none(),
+        "Indices of each row's k largest logits (int32), largest first, ties by lower index.");
+
   m.def("isa", [] { return std::string(ck::active_kernels().isa); },
         "The instruction set of the quantized matmul here: avx512, avx2 or generic.");
 

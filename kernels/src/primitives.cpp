@@ -13,6 +13,7 @@
 #include "attention.h"
 #include "ops.h"
 #include "qmm.h"
+#include "sampling.h"
 
 namespace cpu_kernels {
 
@@ -69,10 +70,11 @@ mx::array make(
     const char* name,
     std::vector<float> params,
     CpuPrimitive::Run run,
-    std::vector<mx::array> inputs) {
+    std::vector<mx::array> inputs,
+    mx::Dtype dtype = mx::float32) {
   return mx::array(
       std::move(shape),
-      mx::float32,
+      dtype,
       std::make_shared<CpuPrimitive>(stream, name, std::move(params), std::move(run)),
       std::move(inputs));
 }
@@ -439,6 +441,52 @@ mx::array quantized_attention(
   return make(
       {B, Hq, L, Dv}, stream, "CpuQuantizedAttention",
       {scale, float(kind), float(group_size), float(bits)}, run, std::move(inputs));
+}
+
+mx::array sample_rows(const mx::array& logits, const mx::array& params, mx::StreamOrDevice s) {
+  const char* op = "sample_rows";
+  if (logits.ndim() != 2) refuse(op, "logits must be [rows, vocabulary]");
+  if (params.ndim() != 2 || params.shape(0) != logits.shape(0) || params.shape(1) != ROW_PARAMS) {
+    refuse(op, "params must be [rows, 5]: inverse temperature, top_p, min_p, top_k, uniform");
+  }
+  auto stream = cpu_stream(op, s);
+  auto run = [](const std::vector<mx::array>& in, mx::array& out) {
+    thread_local std::vector<float> gl, gp;
+    const size_t rows = size_t(in[0].shape(0)), vocab = size_t(in[0].shape(1));
+    if (vocab == 0) {
+      std::fill_n(out.data<int32_t>(), rows, 0);
+      return;
+    }
+    sample_rows_f32(dense(in[0], gl), dense(in[1], gp), out.data<int32_t>(), rows, vocab);
+  };
+  return make(
+      {logits.shape(0)},
+      stream,
+      "CpuSampleRows",
+      {},
+      run,
+      {f32(logits, stream), f32(params, stream)},
+      mx::int32);
+}
+
+mx::array top_k_indices(const mx::array& logits, int k, mx::StreamOrDevice s) {
+  const char* op = "top_k_indices";
+  if (logits.ndim() != 2) refuse(op, "logits must be [rows, vocabulary]");
+  if (k < 1 || k > logits.shape(1)) refuse(op, "k must be in [1, vocabulary]");
+  auto stream = cpu_stream(op, s);
+  auto run = [k](const std::vector<mx::array>& in, mx::array& out) {
+    thread_local std::vector<float> gl;
+    const size_t rows = size_t(in[0].shape(0)), vocab = size_t(in[0].shape(1));
+    top_k_indices_f32(dense(in[0], gl), out.data<int32_t>(), rows, vocab, size_t(k));
+  };
+  return make(
+      {logits.shape(0), k},
+      stream,
+      "CpuTopKIndices",
+      {float(k)},
+      run,
+      {f32(logits, stream)},
+      mx::int32);
 }
 
 }  // namespace cpu_kernels

@@ -71,4 +71,11 @@ mx::array quantized_attention(
     int bits,
     mx::StreamOrDevice s = {});
 
+// The token each row of logits [rows, vocabulary] draws, int32 [rows]: params [rows, 5] hold
+// each row's inverse temperature (0: greedy), top_p, min_p, top_k and uniform (sampling.h).
+mx::array sample_rows(const mx::array& logits, const mx::array& params, mx::StreamOrDevice s = {});
+
+// The indices of each row's k largest logits, int32 [rows, k], largest first, ties by index.
+mx::array top_k_indices(const mx::array& logits, int k, mx::StreamOrDevice s = {});
+
 }  // namespace cpu_kernels

@@ -114,6 +114,11 @@ def _self_test(ck) -> str | None:
         for name, (ours, theirs) in checks.items():
             if not mx.allclose(ours, theirs, rtol=1e-4, atol=1e-4).item():
                 return f"{name} disagrees with MLX"
+        # Greedy rows (inverse temperature 0) of the sampler; a build from before it has none.
+        if hasattr(ck, "sample_rows"):
+            greedy = ck.sample_rows(x, mx.zeros((3, 5))).tolist()
+            if greedy != mx.argmax(x, axis=-1).tolist():
+                return "sample_rows disagrees with MLX's argmax"
     except Exception as exc:  # a broken build must not take the engine down
         return f"{type(exc).__name__}: {exc}"
     return None
