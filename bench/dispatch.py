@@ -6,7 +6,7 @@ layers (inference/engine/cpu/fused.py) and without, per batch size.
 For each batch size: graph nodes of one step (mx.export_to_dot of the logits), Python graph
 building against evaluation (the model called on the runner's cache, then mx.eval), and whole
 engine steps (ModelRunner.step: model, sampling, per-token Python), the two ways alternated
-round by round (the machine may be shared; medians). Then the weights read per second at one
+step by step (the machine may be shared; medians). Then the weights read per second at one
 stream, against the machine's copy bandwidth.
 """
 
@@ -48,48 +48,52 @@ def graph_nodes(model, cache: list, batch: int) -> int:
     return len(re.findall(r"shape=rectangle|shape=box", text)) or text.count("->")
 
 
-def build_and_eval(model, cache: list, batch: int, steps: int) -> tuple[float, float]:
-    """Median seconds building one step's graph and evaluating it (advances the cache)."""
-    building, evaluating = [], []
-    tokens = mx.zeros((batch, 1), dtype=mx.uint32)
+def build_and_eval(runners: dict, steps: int) -> dict[str, tuple[float, float]]:
+    """Median seconds building one step's graph and evaluating it, per way, alternated step
+    by step (each on its runner's cache, which it advances)."""
+    times = {way: ([], []) for way in runners}
     for _ in range(steps):
-        started = time.perf_counter()
-        logits = model(tokens, cache=cache)[:, -1, :]
-        built = time.perf_counter()
-        mx.eval(logits)
-        building.append(built - started)
-        evaluating.append(time.perf_counter() - built)
-    return statistics.median(building), statistics.median(evaluating)
+        for way, runner in runners.items():
+            cpu.use_fused(WAYS[way])
+            cache = runner._decode.cache
+            tokens = mx.zeros((len(cache[0].keys), 1), dtype=mx.uint32)
+            started = time.perf_counter()
+            logits = runner.loaded.model(tokens, cache=cache)[:, -1, :]
+            built = time.perf_counter()
+            mx.eval(logits)
+            times[way][0].append(built - started)
+            times[way][1].append(time.perf_counter() - built)
+    cpu.use_fused(True)
+    return {way: (statistics.median(b), statistics.median(e)) for way, (b, e) in times.items()}
 
 
 def step_times(runners: dict, rounds: int, steps: int) -> dict[str, float]:
-    """Median seconds of one engine step per way, the ways alternated round by round."""
-    medians: dict[str, list[float]] = {way: [] for way in runners}
-    for _ in range(rounds):
+    """Median seconds of one engine step per way, the ways alternated step by step (the
+    machine may be shared: both see the same moments of it)."""
+    times: dict[str, list[float]] = {way: [] for way in runners}
+    for _ in range(rounds * steps):
         for way, runner in runners.items():
             cpu.use_fused(WAYS[way])
-            times = []
-            for _ in range(steps):
-                started = time.perf_counter()
-                runner.step()
-                times.append(time.perf_counter() - started)
-            medians[way].append(statistics.median(times))
+            started = time.perf_counter()
+            runner.step()
+            times[way].append(time.perf_counter() - started)
     cpu.use_fused(True)
-    return {way: statistics.median(m) for way, m in medians.items()}
+    return {way: statistics.median(t) for way, t in times.items()}
 
 
 def measure(loaded, batch: int, rounds: int, steps: int) -> dict:
     runners = {way: filled_runner(loaded, batch, MODES["greedy"]) for way in WAYS}
     try:
         step = step_times(runners, rounds, steps)
-        out = {}
+        nodes = {}
         for way, runner in runners.items():
             cpu.use_fused(WAYS[way])
-            cache = runner._decode.cache
-            nodes = graph_nodes(loaded.model, cache, batch)
-            build, run = build_and_eval(loaded.model, cache, batch, steps)
-            out[way] = {"step": step[way], "nodes": nodes, "build": build, "eval": run}
-        return out
+            nodes[way] = graph_nodes(loaded.model, runner._decode.cache, batch)
+        parts = build_and_eval(runners, rounds * steps)
+        return {
+            way: {"step": step[way], "nodes": nodes[way], "build": b, "eval": e}
+            for way, (b, e) in parts.items()
+        }
     finally:
         cpu.use_fused(True)
         for runner in runners.values():

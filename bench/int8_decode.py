@@ -7,7 +7,7 @@ thresholds (kernels/src/int8_vnni.cpp, int8_avx2.cpp).
         [--bits 4,8] [--isa avx2]
 
 Each step feeds every row one token over a 64-token float16 batch cache, model and lm_head
-evaluated; the two paths alternate round by round (the machine may be shared; medians).
+evaluated; the two paths alternate step by step (the machine may be shared; medians).
 """
 
 from __future__ import annotations
@@ -54,18 +54,15 @@ def step_ms(model, batch: int, rounds: int, steps: int) -> dict[str, float]:
     prompt = mx.random.randint(3, 1000, (batch, 64), key=mx.random.key(batch))
     mx.eval(model(prompt, cache=cache))
     tokens = mx.zeros((batch, 1), dtype=mx.uint32)
-    medians: dict[str, list[float]] = {path: [] for path in PATHS}
-    for _ in range(rounds):
+    times: dict[str, list[float]] = {path: [] for path in PATHS}
+    for _ in range(rounds * steps):
         for path in PATHS:
             cpu_kernels.use_int8(path)
-            times = []
-            for _ in range(steps):
-                started = time.perf_counter()
-                mx.eval(model(tokens, cache=cache))
-                times.append(time.perf_counter() - started)
-            medians[path].append(statistics.median(times))
+            started = time.perf_counter()
+            mx.eval(model(tokens, cache=cache))
+            times[path].append(time.perf_counter() - started)
     cpu_kernels.use_int8("auto")
-    return {path: statistics.median(m) * 1e3 for path, m in medians.items()}
+    return {path: statistics.median(t) * 1e3 for path, t in times.items()}
 
 
 def table(model, label: str, batches: list[int], rounds: int, steps: int) -> None:
