@@ -43,18 +43,23 @@ def use_fused(on: bool) -> None:
 
 
 def _parts(block: nn.Module) -> tuple | None:
-    """The block's linears, norms and RoPE when all are the kernels' (else None)."""
+    """The block's linears as the kernels take them (weight, scales, biases, group size,
+    bits), norms and RoPE, when all are the kernels' (else None). One loop, no helpers: it
+    runs for every layer of every step."""
     attn, mlp = block["self_attn"], block["mlp"]
-    linears = tuple(attn[n] for n in ("q_proj", "k_proj", "v_proj", "o_proj")) + tuple(
-        mlp[n] for n in ("gate_proj", "up_proj", "down_proj")
-    )
-    norms = (block["input_layernorm"], block["post_attention_layernorm"])
+    norm, norm_mlp = block["input_layernorm"], block["post_attention_layernorm"]
     rope = attn.get("rope")
-    if not all(type(m) is KernelLinear and "bias" not in m for m in linears):
+    if type(norm) is not KernelRMSNorm or type(norm_mlp) is not KernelRMSNorm:
         return None
-    if not all(type(n) is KernelRMSNorm for n in norms) or type(rope) is not KernelRoPE:
+    if type(rope) is not KernelRoPE:
         return None
-    return linears, norms, rope
+    linears = []
+    for m in (attn["q_proj"], attn["k_proj"], attn["v_proj"], attn["o_proj"], mlp["gate_proj"],
+              mlp["up_proj"], mlp["down_proj"]):  # fmt: skip
+        if type(m) is not KernelLinear or "bias" in m:
+            return None
+        linears.append((m["weight"], m["scales"], m["biases"], m.group_size, m.bits))
+    return linears, (norm, norm_mlp), rope
 
 
 def _fits(x: mx.array, mask: Any, cache: Any) -> bool:
@@ -72,10 +77,6 @@ def _fits(x: mx.array, mask: Any, cache: Any) -> bool:
     start = cache._idx if kind in _BATCHED else cache.offset
     # A full buffer grows in mlx-lm's update_and_fetch (once per 256 steps): its path then.
     return keys.shape[0] == x.shape[0] and start + x.shape[1] <= keys.shape[2]
-
-
-def _linear(m: nn.Module) -> tuple:
-    return m["weight"], m["scales"], m["biases"], m.group_size, m.bits
 
 
 class FusedLlamaBlock(llama.TransformerBlock):
@@ -98,8 +99,8 @@ class FusedLlamaBlock(llama.TransformerBlock):
             "rope_scale": rope.scale,
         }
         weight = norm["weight"]
-        keys = ext.project_kv(x, weight, norm.eps, _linear(k), cache.keys, start, offset, **turn)
-        values = ext.project_kv(x, weight, norm.eps, _linear(v), cache.values, start, offset)
+        keys = ext.project_kv(x, weight, norm.eps, k, cache.keys, start, offset, **turn)
+        values = ext.project_kv(x, weight, norm.eps, v, cache.values, start, offset)
         # Rebinding drops the cache's own reference, so the old buffers can be donated.
         cache.keys, cache.values = keys, values
         cache.offset = cache.offset + length
@@ -107,7 +108,7 @@ class FusedLlamaBlock(llama.TransformerBlock):
             cache._idx += length
         return ext.decoder_layer(
             x, keys, values, start + length, offset, mask, weight, norm_mlp["weight"],
-            _linear(q), _linear(o), _linear(gate), _linear(up), _linear(down),
+            q, o, gate, up, down,
             q_heads=attn.n_heads, eps_attn=norm.eps, eps_mlp=norm_mlp.eps, scale=attn.scale,
             **turn,
         )  # fmt: skip

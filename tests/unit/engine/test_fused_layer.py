@@ -18,6 +18,9 @@ from inference.engine import cpu
 from inference.engine.cpu.fused import FusedLlamaBlock
 from inference.engine.kv import Float16BatchKVCache, Float16KVCache
 
+ISAS = [isa for isa in ("avx512", "avx2", "generic") if ck.use_isa(isa)]
+ck.use_isa(ISAS[0])
+
 ARGS = {
     "model_type": "llama",
     "hidden_size": 256,
@@ -78,6 +81,15 @@ def assert_identical(ours: list[mx.array], theirs: list[mx.array]) -> None:
         assert mx.array_equal(a, b).item(), f"logits {i} differ: {mx.abs(a - b).max().item()}"
 
 
+@pytest.fixture(params=ISAS)
+def isa(request):
+    """Each instruction set's kernels (the integer path included, from its row threshold)."""
+    assert ck.use_isa(request.param)
+    yield request.param
+    ck.use_isa(ISAS[0])
+
+
+@pytest.mark.usefixtures("isa")
 @pytest.mark.parametrize("cache_class", [Float16KVCache, KVCache])
 def test_one_sequence_matches_the_per_op_path(model, cache_class):
     # 100 tokens (mlx-lm allocates 256 rows), 120 more through the fused layer (a causal
@@ -89,6 +101,7 @@ def test_one_sequence_matches_the_per_op_path(model, cache_class):
     assert_identical(fused, plain)
 
 
+@pytest.mark.usefixtures("isa")
 @pytest.mark.parametrize("cache_class", [Float16BatchKVCache, BatchKVCache])
 def test_left_padded_batch_matches_the_per_op_path(model, cache_class):
     tokens = prompt(3, 40, seed=1)
