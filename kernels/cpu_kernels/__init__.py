@@ -3,8 +3,10 @@
 from cpu_kernels._ext import (
     MLX_VERSION,
     attention,
+    decoder_layer,
     int8_isa,
     isa,
+    project_kv,
     quantized_attention,
     quantized_matmul,
     rms_norm,
@@ -21,8 +23,10 @@ from cpu_kernels._ext import (
 __all__ = [
     "MLX_VERSION",
     "attention",
+    "decoder_layer",
     "int8_isa",
     "isa",
+    "project_kv",
     "quantized_attention",
     "quantized_matmul",
     "rms_norm",

@@ -1,9 +1,11 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/variant.h>
 
 #include "int8.h"
+#include "layer.h"
 #include "primitives.h"
 #include "qmm.h"
 #include "threads.h"
@@ -11,6 +13,67 @@
 namespace nb = nanobind;
 using namespace nb::literals;
 namespace ck = cpu_kernels;
+
+namespace {
+
+// A linear layer as Python passes it: (w, scales, biases, group_size, bits).
+using PyLinear = std::tuple<ck::mx::array, ck::mx::array, ck::mx::array, int, int>;
+
+ck::Linear linear(const PyLinear& l) {
+  return ck::Linear{std::get<0>(l), std::get<1>(l), std::get<2>(l), std::get<3>(l), std::get<4>(l)};
+}
+
+ck::RopeSpec rope_spec(int dims, bool traditional, float base, float scale) {
+  return ck::RopeSpec{dims, traditional, base, scale};
+}
+
+using PyMask = std::optional<std::variant<std::string, ck::mx::array>>;
+
+std::variant<std::monostate, std::string, ck::mx::array> mask_of(const PyMask& mask) {
+  std::variant<std::monostate, std::string, ck::mx::array> m;
+  if (mask && std::holds_alternative<std::string>(*mask)) m = std::get<std::string>(*mask);
+  if (mask && std::holds_alternative<ck::mx::array>(*mask)) m = std::get<ck::mx::array>(*mask);
+  return m;
+}
+
+void bind_layer(nb::module_& m) {
+  m.def(
+      "project_kv",
+      [](const ck::mx::array& x, const ck::mx::array& norm_weight, float eps, const PyLinear& proj,
+         const ck::mx::array& cache, int start, const ck::mx::array& offset, int rope_dims,
+         bool traditional, float base, float rope_scale, ck::mx::StreamOrDevice s) {
+        return ck::project_kv(x, norm_weight, eps, linear(proj), cache, start, offset,
+                              rope_spec(rope_dims, traditional, base, rope_scale), s);
+      },
+      "x"_a, "norm_weight"_a, "eps"_a, "proj"_a, "cache"_a, "start"_a, "offset"_a, nb::kw_only(),
+      "rope_dims"_a = 0, "traditional"_a = false, "base"_a = 10000.0f, "rope_scale"_a = 1.0f,
+      "stream"_a = nb::none(),
+      "rope(rms_norm(x) @ dequantize(proj).T) per head written at rows [start, start + L) of a "
+      "KV cache buffer [B, H, S, D]; returns the buffer (donated when nothing else holds it).");
+
+  m.def(
+      "decoder_layer",
+      [](const ck::mx::array& x, const ck::mx::array& keys, const ck::mx::array& values,
+         int n_keys, const ck::mx::array& offset, PyMask mask, const ck::mx::array& norm_attn,
+         const ck::mx::array& norm_mlp, const PyLinear& q, const PyLinear& o, const PyLinear& gate,
+         const PyLinear& up, const PyLinear& down, int q_heads, float eps_attn, float eps_mlp,
+         float scale, int rope_dims, bool traditional, float base, float rope_scale,
+         ck::mx::StreamOrDevice s) {
+        ck::LayerSpec spec{eps_attn, eps_mlp, scale, q_heads,
+                           rope_spec(rope_dims, traditional, base, rope_scale)};
+        return ck::decoder_layer(x, keys, values, n_keys, offset, mask_of(mask), norm_attn,
+                                 norm_mlp, linear(q), linear(o), linear(gate), linear(up),
+                                 linear(down), spec, s);
+      },
+      "x"_a, "keys"_a, "values"_a, "n_keys"_a, "offset"_a, "mask"_a.none(), "norm_attn"_a,
+      "norm_mlp"_a, "q"_a, "o"_a, "gate"_a, "up"_a, "down"_a, nb::kw_only(), "q_heads"_a,
+      "eps_attn"_a, "eps_mlp"_a, "scale"_a, "rope_dims"_a = 0, "traditional"_a = false,
+      "base"_a = 10000.0f, "rope_scale"_a = 1.0f, "stream"_a = nb::none(),
+      "The rest of a llama decoder layer after project_kv: query, attention over "
+      "keys/values[:, :, :n_keys], output projection, SwiGLU MLP, both residuals.");
+}
+
+}  // namespace
 
 NB_MODULE(_ext, m) {
   m.doc() = "Fused and quantized kernels for MLX's CPU backend (x86 AVX-512 / AVX2)";
@@ -67,6 +130,7 @@ NB_MODULE(_ext, m) {
   m.def("top_k_indices", &ck::top_k_indices, "logits"_a, "k"_a, nb::kw_only(),
         "stream"_a = nb::none(),
         "Indices of each row's k largest logits (int32), largest first, ties by lower index.");
+  bind_layer(m);
 
   m.def("isa", [] { return std::string(ck::active_kernels().isa); },
         "The instruction set of the quantized matmul here: avx512, avx2 or generic.");

@@ -72,7 +72,10 @@ bool has_vnni() {
 }  // namespace
 
 const Int8Kernels* vnni_int8_kernels() {
-  static const Int8Kernels k{"avx512vnni", int8::product<Vnni>, 4, 8};
+  // Whole decode steps of the demo model, integer path / float path (bench/int8_decode.py,
+  // 2-core AVX-512 VNNI, shared machine): 4-bit 1.02-1.21 at 4 rows, 1.08 at 5, 0.82-1.00 at
+  // 6, 0.81-0.93 at 8; 8-bit 1.10-1.15 at 4, 1.02 at 6, 0.98-1.02 at 8, 0.90 at 10.
+  static const Int8Kernels k{"avx512vnni", int8::product<Vnni>, 6, 8};
   static const bool ok = has_vnni();
   return ok ? &k : nullptr;
 }

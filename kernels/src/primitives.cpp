@@ -11,17 +11,18 @@
 #include "mlx/backend/cpu/encoder.h"
 #include "mlx/ops.h"
 #include "attention.h"
+#include "primitive_parts.h"
 #include "ops.h"
 #include "qmm.h"
 #include "sampling.h"
 
 namespace cpu_kernels {
 
-namespace {
-
 [[noreturn]] void refuse(const char* op, const std::string& what) {
   throw std::invalid_argument(std::string("[cpu_kernels.") + op + "] " + what);
 }
+
+namespace {
 
 // A CPU-only primitive whose work is `run(inputs, out)` on the stream, out freshly allocated
 // and contiguous. The arrays travel with the task, so their buffers live until it has run.
@@ -58,11 +59,15 @@ class CpuPrimitive : public mx::UnaryPrimitive {
   Run run_;
 };
 
+}  // namespace
+
 mx::Stream cpu_stream(const char* op, mx::StreamOrDevice s) {
   auto stream = mx::to_stream(s, mx::Device::cpu);
   if (stream.device != mx::Device::cpu) refuse(op, "runs on the CPU device only");
   return stream;
 }
+
+namespace {
 
 mx::array make(
     mx::Shape shape,
@@ -79,7 +84,8 @@ mx::array make(
       std::move(inputs));
 }
 
-// The array as dense row-major floats: itself when row-contiguous, else gathered by strides.
+}  // namespace
+
 const float* dense(const mx::array& x, std::vector<float>& buffer) {
   if (x.flags().row_contiguous) return x.data<float>();
   buffer.resize(x.size());
@@ -102,6 +108,8 @@ ScaleType scale_type(mx::Dtype dtype) {
   if (dtype == mx::bfloat16) return ScaleType::BF16;
   refuse("quantized_matmul", "scales and biases must be float32, float16 or bfloat16");
 }
+
+namespace {
 
 mx::array f32(const mx::array& a, mx::Stream s) {
   return mx::astype(a, mx::float32, s);
@@ -333,6 +341,8 @@ Attend attend_args(const std::vector<mx::array>& in, float scale, MaskKind kind,
   return a;
 }
 
+}  // namespace
+
 KVSide plain_side(const mx::array& x, std::vector<uint8_t>& buffer) {
   KVSide s{};
   s.format = x.dtype() == mx::float16 ? KVFormat::F16 : KVFormat::F32;
@@ -340,6 +350,8 @@ KVSide plain_side(const mx::array& x, std::vector<uint8_t>& buffer) {
   s.data = rows_view(x, s.strides, buffer);
   return s;
 }
+
+namespace {
 
 KVSide quantized_side(const mx::array& w, const mx::array& scales, const mx::array& biases,
                       int group, int bits, std::vector<uint8_t>* buffers) {

@@ -7,11 +7,11 @@ or where the extension is missing or fails its self-test, nothing changes (`kern
 says why, once in the log).
 """
 
+from inference.engine.cpu.fused import accelerate, use_fused
 from inference.engine.cpu.layers import (
     QUANTIZED_LAYERS,
     Float32Twins,
     QuantizedKernelLayer,
-    accelerate,
     supports_quantized,
     to_float32,
 )
@@ -27,4 +27,5 @@ __all__ = [
     "kernel_status",
     "supports_quantized",
     "to_float32",
+    "use_fused",
 ]

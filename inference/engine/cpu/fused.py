@@ -1,0 +1,134 @@
+"""A llama decoder layer as three kernel primitives instead of about 28 MLX ops.
+
+mlx-lm's llama layer, with the kernels' layers swapped in, still makes a graph node of every
+reshape, transpose, cast, cache slice and residual add: about 850 per decode step of a 30-layer
+model, each paying MLX's dispatch, and as many Python calls building them. A block whose parts
+are all the kernels' (quantized linears without bias, RMSNorm, plain RoPE) becomes a
+`FusedLlamaBlock`: the key and the value projections each write their rows straight into the
+KV cache's buffer (`project_kv`, donating it as MLX's slice update would), and one
+`decoder_layer` primitive computes the rest. The same kernels run in the same order on the
+same values, so the result is bit-for-bit the per-op path's (tests compare them).
+
+Anything else (another cache class, a cache that must grow this step, kernels turned off, a
+float16 input, layers swapped back to float32 for timing) runs mlx-lm's own code unchanged.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models import llama
+from mlx_lm.models.cache import BatchKVCache, KVCache
+
+from inference.engine.cpu import layers
+from inference.engine.cpu.ext import ext
+from inference.engine.cpu.layers import KernelLinear, KernelRMSNorm, KernelRoPE
+from inference.engine.cpu.status import in_use
+from inference.engine.kv import Float16BatchKVCache, Float16KVCache
+
+# Caches whose update_and_fetch writes the new rows at the write position, cast to the buffer's
+# dtype (what project_kv does), and whose keys_and_values are the buffer's first rows.
+_SINGLE = (KVCache, Float16KVCache)
+_BATCHED = (BatchKVCache, Float16BatchKVCache)
+_KV_DTYPES = (mx.float16, mx.float32)
+_switch = {"on": True}
+
+
+def use_fused(on: bool) -> None:
+    """Turns the fused layers on or off for later steps (tests and benchmarks compare both)."""
+    _switch["on"] = on
+
+
+def _parts(block: nn.Module) -> tuple | None:
+    """The block's linears as the kernels take them (weight, scales, biases, group size,
+    bits), norms and RoPE, when all are the kernels' (else None). One loop, no helpers: it
+    runs for every layer of every step."""
+    attn, mlp = block["self_attn"], block["mlp"]
+    norm, norm_mlp = block["input_layernorm"], block["post_attention_layernorm"]
+    rope = attn.get("rope")
+    if type(norm) is not KernelRMSNorm or type(norm_mlp) is not KernelRMSNorm:
+        return None
+    if type(rope) is not KernelRoPE:
+        return None
+    linears = []
+    for m in (attn["q_proj"], attn["k_proj"], attn["v_proj"], attn["o_proj"], mlp["gate_proj"],
+              mlp["up_proj"], mlp["down_proj"]):  # fmt: skip
+        if type(m) is not KernelLinear or "bias" in m:
+            return None
+        linears.append((m["weight"], m["scales"], m["biases"], m.group_size, m.bits))
+    return linears, (norm, norm_mlp), rope
+
+
+def _fits(x: mx.array, mask: Any, cache: Any) -> bool:
+    """Whether this call can take the fused path (cache class, room, dtypes, mask kind)."""
+    kind = type(cache)
+    if kind not in _SINGLE and kind not in _BATCHED:
+        return False
+    if not (_switch["on"] and in_use()) or x.dtype != mx.float32 or x.ndim != 3:
+        return False
+    if not (mask is None or isinstance(mask, mx.array) or mask == "causal"):
+        return False
+    keys, values = cache.keys, cache.values
+    if keys is None or keys.dtype not in _KV_DTYPES or values.dtype not in _KV_DTYPES:
+        return False
+    start = cache._idx if kind in _BATCHED else cache.offset
+    # A full buffer grows in mlx-lm's update_and_fetch (once per 256 steps): its path then.
+    return keys.shape[0] == x.shape[0] and start + x.shape[1] <= keys.shape[2]
+
+
+class FusedLlamaBlock(llama.TransformerBlock):
+    """mlx-lm's llama TransformerBlock (same parameters), decoding through the fused kernels."""
+
+    def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
+        parts = _parts(self) if _fits(x, mask, cache) else None
+        if parts is None:
+            return super().__call__(x, mask, cache)
+        (q, k, v, o, gate, up, down), (norm, norm_mlp), rope = parts
+        attn, length = self["self_attn"], x.shape[1]
+        batched = type(cache) in _BATCHED
+        start = cache._idx if batched else cache.offset
+        # RoPE positions of x's first row: one per batch row for a batched cache.
+        offset = cache.offset if batched else mx.array(start, dtype=mx.int32)
+        turn = {
+            "rope_dims": rope.dims,
+            "traditional": rope.traditional,
+            "base": rope.base,
+            "rope_scale": rope.scale,
+        }
+        weight = norm["weight"]
+        keys = ext.project_kv(x, weight, norm.eps, k, cache.keys, start, offset, **turn)
+        values = ext.project_kv(x, weight, norm.eps, v, cache.values, start, offset)
+        # Rebinding drops the cache's own reference, so the old buffers can be donated.
+        cache.keys, cache.values = keys, values
+        cache.offset = cache.offset + length
+        if batched:
+            cache._idx += length
+        return ext.decoder_layer(
+            x, keys, values, start + length, offset, mask, weight, norm_mlp["weight"],
+            q, o, gate, up, down,
+            q_heads=attn.n_heads, eps_attn=norm.eps, eps_mlp=norm_mlp.eps, scale=attn.scale,
+            **turn,
+        )  # fmt: skip
+
+
+def install(model: nn.Module) -> Counter:
+    """Makes every llama block whose parts are the kernels' a FusedLlamaBlock; idempotent."""
+    fused = Counter()
+    if ext is None or not hasattr(ext, "decoder_layer"):  # a build from before the fused layer
+        return fused
+    for _, module in model.named_modules():
+        if type(module) in (llama.TransformerBlock, FusedLlamaBlock) and _parts(module):
+            module.__class__ = FusedLlamaBlock
+            fused["FusedLlamaBlock"] += 1
+    return fused
+
+
+def accelerate(model: nn.Module) -> Counter:
+    """layers.accelerate (the kernels' layers and functions swapped in), then the llama blocks
+    fused; returns what it swapped, by kind."""
+    swapped = layers.accelerate(model)
+    swapped.update(install(model))
+    return swapped

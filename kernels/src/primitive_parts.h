@@ -1,0 +1,33 @@
+// What the primitives' files share (primitives.cpp defines them): argument checks, the CPU
+// stream, and reading evaluated arrays as the kernels take them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "attention.h"
+#include "mlx/array.h"
+#include "mlx/stream.h"
+#include "mlx/utils.h"
+#include "qmm.h"
+
+namespace cpu_kernels {
+
+namespace mx = mlx::core;
+
+// Throws invalid_argument as "[cpu_kernels.<op>] <what>" (ValueError in Python).
+[[noreturn]] void refuse(const char* op, const std::string& what);
+
+// MLX's CPU stream for `s`; refuses any other device.
+mx::Stream cpu_stream(const char* op, mx::StreamOrDevice s);
+
+// The float32 array as dense row-major floats: itself when row-contiguous, else gathered.
+const float* dense(const mx::array& x, std::vector<float>& buffer);
+
+// The kernels' name for a scales/biases dtype (refuses anything but float32/16, bfloat16).
+ScaleType scale_type(mx::Dtype dtype);
+
+// A float32 or float16 K/V array [B, H, S, D] as the attention kernels read it.
+KVSide plain_side(const mx::array& x, std::vector<uint8_t>& buffer);
+
+}  // namespace cpu_kernels
