@@ -163,6 +163,20 @@ class DecodeBatch:
             start += n
         return mx.concatenate(rows, axis=0)
 
+    def _process(self, inputs: mx.array, logits: mx.array) -> mx.array:
+        """Penalties, logit_bias and grammars: per row, only for rows that have them."""
+        if not any(self._contexts):
+            return logits
+        rows = []
+        for i, context in enumerate(self._contexts):
+            row = logits[i : i + 1]
+            if context is not None:
+                seen = context.update_and_fetch(inputs[i : i + 1])
+                for process in self.rows[i].processors:
+                    row = process(seen, row)
+            rows.append(row)
+        return mx.concatenate(rows, axis=0)
+
     def keep(self, indices: list[int]) -> None:
         """Drops every row not in `indices`, with its KV memory."""
         if len(indices) == len(self.rows):

@@ -8,8 +8,10 @@ distribution), whatever its drafts; the n-gram drafter proposes what prompt look
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 import pytest
@@ -100,22 +102,10 @@ def test_right_drafts_are_accepted_and_wrong_ones_cost_nothing(loaded):
             assert stats.accepted == stats.drafted
 
 
-def test_a_mixed_batch_keeps_every_rows_tokens(loaded):
-    """Speculating rows (n-gram and scripted), plain greedy rows and a sampled row share the
-    batch; rows join late and leave at different times; each row's tokens are its own run's."""
-    asks = [
-        (REPEAT, greedy(24, **NGRAM)),
-        (SHORT, greedy(9)),
-        (LONG, greedy(17, **NGRAM)),
-        (SHORT, SamplingParams(temperature=0.8, top_p=0.9, seed=7, max_tokens=12, **NGRAM)),
-        (REPEAT, greedy(20)),
-    ]
-    alone = [solo(loaded, text, params) for text, params in asks]
-    scripted_plain = solo(loaded, LONG, greedy(15))
+def schedule(loaded: LoadedModel, sequences: list[Sequence]) -> tuple[list[Outcome], Any]:
+    """The first two sequences decode, the others join after five tokens; every one runs to
+    its end (they leave at different times). Each one's outcome, and the runner's counts."""
     runner = ModelRunner(loaded, NO_CACHE)
-    sequences = [make_sequence(loaded, ids_of(loaded, t), p) for t, p in asks]
-    script = scripted_plain.sequence.fed[1:] + [0] * 10
-    sequences.append(with_oracle(loaded, LONG, greedy(15), script, {5}))
     outcomes = {id(s): Outcome(s) for s in sequences}
 
     def step() -> None:
@@ -132,10 +122,37 @@ def test_a_mixed_batch_keeps_every_rows_tokens(loaded):
         if all(s.finished for s in sequences):
             break
         step()
-    outcomes = [outcomes[id(s)] for s in sequences]
-    for outcome, reference in zip(outcomes, [*alone, scripted_plain], strict=True):
+    assert all(s.finished for s in sequences)
+    return [outcomes[id(s)] for s in sequences], runner.speculation
+
+
+def test_a_mixed_batch_keeps_every_rows_tokens(loaded):
+    """Speculating rows (n-gram and scripted), plain greedy rows and a sampled row share the
+    batch; rows join late and leave at different times; each row's tokens are those of the
+    same schedule without speculation, and the greedy rows' those of their own run alone."""
+    sampled = SamplingParams(temperature=0.5, top_k=8, seed=7, max_tokens=12)
+    asks = [
+        (REPEAT, greedy(24), True),
+        (SHORT, greedy(9), False),
+        (LONG, greedy(17), True),
+        (SHORT, sampled, True),
+        (REPEAT, greedy(20), False),
+        (LONG, greedy(15), False),
+    ]
+    script = solo(loaded, LONG, greedy(15)).sequence.fed[1:] + [0] * 10
+    plain, _ = schedule(loaded, [make_sequence(loaded, ids_of(loaded, t), p) for t, p, _ in asks])
+    speculating = [
+        make_sequence(loaded, ids_of(loaded, t), replace(p, **NGRAM) if ngram else p)
+        for t, p, ngram in asks[:-1]
+    ]
+    speculating.append(with_oracle(loaded, LONG, greedy(15), script, {5}))
+    outcomes, stats = schedule(loaded, speculating)
+    for outcome, reference in zip(outcomes, plain, strict=True):
         same(outcome, reference)
-    assert runner.speculation.accepted > 0
+    for outcome, (text, params, _) in zip(outcomes, asks, strict=True):
+        if params.temperature == 0:
+            same(outcome, solo(loaded, text, params))
+    assert stats.accepted > 0
 
 
 def test_quantized_and_float16_kv_roll_back_rejected_positions(loaded):
@@ -192,13 +209,16 @@ def test_logprobs_ride_with_every_accepted_token(loaded):
         assert [c.token for c in a.top] == [c.token for c in b.top]
 
 
-def test_a_seed_draws_the_same_tokens_whatever_the_drafts(loaded):
+@pytest.mark.parametrize("filters", [{}, {"top_k": 8}])
+def test_a_seed_draws_the_same_tokens_whatever_the_drafts(loaded, filters):
     """Each position draws with the row's next uniform, and only kept positions use theirs:
     drafts right, wrong or from prompt lookup, a seed gives the tokens it gives without
-    speculation (so they come from the same distribution)."""
-    for seed in range(6):
+    speculation (so they come from the same distribution). (top_p over this random model's
+    flat distribution would not show it: its sort orders near-equal logits by their last
+    bits, which a wider forward changes; the next test covers top_p by distribution.)"""
+    for seed in range(4):
         params = SamplingParams(
-            temperature=0.9, top_p=0.95, seed=seed, max_tokens=16, logit_bias=NO_EOS
+            temperature=0.9, seed=seed, max_tokens=16, logit_bias=NO_EOS, **filters
         )
         plain = solo(loaded, REPEAT, params)
         script = plain.sequence.fed[1:] + [0] * 10
@@ -208,6 +228,36 @@ def test_a_seed_draws_the_same_tokens_whatever_the_drafts(loaded):
             same(out, plain)
             assert runner.speculation.accepted > 0
         same(solo(loaded, REPEAT, replace(params, **NGRAM)), plain)
+
+
+def first_tokens(loaded: LoadedModel, params: SamplingParams, script: list[int] | None):
+    """The first two tokens of 150 seeded runs, in one batch (drafting `script` if given)."""
+    runner, sequences = ModelRunner(loaded, replace(NO_CACHE, max_batch=150)), []
+    for seed in range(150):
+        ask = replace(params, seed=1000 + seed)
+        sequence = make_sequence(loaded, ids_of(loaded, SHORT), ask, group=str(seed))
+        if script is not None:
+            sequence.drafter = Oracle(sequence.prompt, script)
+        sequences.append(sequence)
+    run(runner, *sequences)
+    return Counter(tuple(s.fed[1:3]) for s in sequences)
+
+
+def test_top_p_rows_keep_their_distribution_with_drafts(loaded):
+    """Low temperature and top_p 0.9 on the tiny model: a few likely first tokens. Drafting
+    the greedy answer, the first two tokens' counts over 150 seeds match those without drafts
+    (chi-square homogeneity over the pairs seen 5 times or more, p = 0.001)."""
+    params = SamplingParams(temperature=0.05, top_p=0.9, max_tokens=3, logit_bias=NO_EOS)
+    script = solo(loaded, SHORT, greedy(3)).sequence.fed[1:] + [0] * 4
+    plain = first_tokens(loaded, params, None)
+    drafted = first_tokens(loaded, params, script)
+    keys = [k for k in plain.keys() | drafted.keys() if plain[k] + drafted[k] >= 10]
+    rest = (150 - sum(plain[k] for k in keys), 150 - sum(drafted[k] for k in keys))
+    table = [(plain[k], drafted[k]) for k in keys] + ([rest] if sum(rest) else [])
+    assert len(table) >= 2  # the test needs more than one outcome to compare
+    chi2 = sum((a - b) ** 2 / (a + b) for a, b in table)  # equal totals: the 2xk formula
+    limits = {2: 10.8, 3: 13.8, 4: 16.3, 5: 18.5, 6: 20.5, 7: 22.5, 8: 24.3}
+    assert chi2 < limits.get(len(table), 30.0), (chi2, table)
 
 
 def test_the_acceptance_rule_keeps_the_target_distribution():
