@@ -69,8 +69,12 @@ def prompt_of(loaded: LoadedModel, variant: int) -> tuple[tuple[int, ...], froze
         f"the whole file, with no explanation.\n\n```python\n{source_file(variant)}```"
     )
     messages = [{"role": "user", "content": ask}]
-    ids = tuple(adapter.render_prompt(loaded.tokenizer, messages))
-    return ids, adapter.stop_token_ids(loaded.tokenizer)
+    ids = adapter.render_prompt(loaded.tokenizer, messages)
+    # The answer's opening, as an agent's prefill would give it: a model this small would
+    # otherwise describe the file rather than write it back.
+    opening = "```python\n" + source_file(variant).split("\n@dataclass")[0]
+    ids = [*ids, *loaded.tokenizer.encode(opening, add_special_tokens=False)]
+    return tuple(ids), adapter.stop_token_ids(loaded.tokenizer)
 
 
 def decode(loaded: LoadedModel, streams: int, params: SamplingParams) -> dict:
@@ -141,6 +145,12 @@ def report(streams: int, results: dict[str, list[dict]]) -> None:
             f"steps {last['steps']}  drafted {last['drafted']} accepted {last['accepted']} "
             f"({rate:.0%})"
         )
+    pairs = zip(results["off"], results["ngram"], strict=True)
+    ratios = sorted(b["tok_s"] / a["tok_s"] for a, b in pairs)
+    print(
+        f"streams {streams:>2} ngram/off, adjacent pairs: median "
+        f"{statistics.median(ratios):.2f}x ({', '.join(f'{r:.2f}' for r in ratios)})"
+    )
     same = results["off"][-1]["answers"] == results["ngram"][-1]["answers"]
     print(f"streams {streams:>2} greedy answers identical with and without: {same}")
 

@@ -23,6 +23,7 @@ from inference.engine.speculative import (
     block,
     can_roll_back,
     kept,
+    plain_numerics,
     roll_back,
 )
 
@@ -96,8 +97,9 @@ class DecodeBatch:
         own samples confirm, plus the sample after them (speculative.py)."""
         fed = block(self._inputs, drafts)
         width = len(fed[0])
-        logits = self.model(mx.array(fed, dtype=mx.uint32), cache=self.cache)
-        tokens, logprobs = self._sample_block(fed, drafts, logits)
+        with plain_numerics(len(self.rows)):  # sampling evaluates the pass
+            logits = self.model(mx.array(fed, dtype=mx.uint32), cache=self.cache)
+            tokens, logprobs = self._sample_block(fed, drafts, logits)
         out, drops, start = [], [], 0
         for i, (row, draft) in enumerate(zip(self.rows, drafts, strict=True)):
             n = kept(tokens[start : start + len(draft)], draft)

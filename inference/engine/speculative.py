@@ -20,14 +20,20 @@ at a time.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from mlx_lm.models.cache import BatchKVCache, TokenBuffer
 
+from inference.engine.cpu.ext import ext
 from inference.engine.kv_quantized import BatchQuantizedKVCache
 
 ROLLBACK = (BatchKVCache, BatchQuantizedKVCache)
+# Below this many rows every instruction set's quantized matmul takes its float path
+# (kernels/src/int8_*.cpp: the integer path starts at 4 rows at the least).
+FLOAT_ROWS = 4
 
 
 @dataclass
@@ -57,6 +63,23 @@ class Context(TokenBuffer):
 
     def trim(self, n: int) -> None:
         self._size -= n
+
+
+@contextmanager
+def plain_numerics(rows: int) -> Iterator[None]:
+    """A verification pass of a batch of `rows` computed as their plain step would be: a
+    step of fewer than FLOAT_ROWS rows runs the CPU kernels' float matmul, which gives each
+    row the same result however many rows it computes (the integer path rounds activations
+    to 8 bits: its logits differ by ~1e-3 and greedy ties could break the other way). Wide
+    batches take the integer path either way. Everything must be evaluated inside."""
+    if ext is None or rows >= FLOAT_ROWS:
+        yield
+        return
+    ext.use_int8("never")
+    try:
+        yield
+    finally:
+        ext.use_int8("auto")
 
 
 def can_roll_back(cache: list[Any]) -> bool:
