@@ -26,6 +26,7 @@ from inference.engine.prefill import PrefillBatch
 from inference.engine.prefixes import PrefixCache, share
 from inference.engine.scheduling import PrefillPacer, admit, preemptible, starved, weight
 from inference.engine.sequence import Sequence
+from inference.engine.speculative import SpeculationStats
 from inference.engine.types import Event
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,11 @@ class ModelRunner:
     def prefixes(self) -> PrefixCache | None:
         return self._prefixes
 
+    @property
+    def speculation(self) -> SpeculationStats:
+        """Draft tokens fed and accepted by this model's speculating sequences."""
+        return self._decode.stats
+
     def add(self, sequence: Sequence) -> None:
         self.loaded.active += 1
         self._enqueue(sequence)
@@ -127,7 +133,7 @@ class ModelRunner:
         started = time.perf_counter()
         produced = self._decode.step()
         self._pacer.decoded(time.perf_counter() - started)
-        self._count(len(produced))
+        self._count(sum(len(tokens) for _, tokens in produced))
         return self._deliver(produced)
 
     def _admit(self) -> None:
@@ -183,9 +189,13 @@ class ModelRunner:
     def _deliver(self, produced) -> list[tuple[Sequence, list[Event]]]:
         # Cancelled rows never get here: the engine drops them (cancel) before each step.
         out, keep = [], []
-        for index, (sequence, token, logprobs) in enumerate(produced):
-            last = sequence.completion_tokens + 1 >= sequence.max_tokens
-            events = sequence.on_token(token, logprobs, last)
+        for index, (sequence, tokens) in enumerate(produced):
+            events: list[Event] = []
+            for token, logprobs in tokens:  # several when a draft was accepted
+                last = sequence.completion_tokens + 1 >= sequence.max_tokens
+                events.extend(sequence.on_token(token, logprobs, last))
+                if sequence.finished:  # a stop or max_tokens: the rest is not the answer's
+                    break
             out.append((sequence, events))
             if sequence.finished:
                 if self._prefixes is not None and sequence.embeddings is None:

@@ -3,7 +3,9 @@
 Replaces mlx-lm's GenerationBatch (its KV cache classes and model code stay): the whole batch
 is sampled in one vectorized call (sampling.sample) instead of one sampler call per row, and
 newcomers join with their prompt's last token still to feed, so their first token comes out of
-the shared step rather than a forward pass of their own.
+the shared step rather than a forward pass of their own. Rows that speculate (a drafter, from
+SamplingParams.speculative) feed their draft in the same step and may get several tokens
+(speculative.py).
 """
 
 from __future__ import annotations
@@ -12,10 +14,21 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import TokenBuffer
 
 from inference.engine.sampling import RowSampler, sample
 from inference.engine.sequence import Sequence
+from inference.engine.speculative import (
+    Context,
+    SpeculationStats,
+    block,
+    can_roll_back,
+    kept,
+    plain_numerics,
+    roll_back,
+)
+
+# A token a row produced in a step, with its log probabilities when some row wants them.
+Produced = tuple[int, mx.array | None]
 
 
 class DecodeBatch:
@@ -24,7 +37,9 @@ class DecodeBatch:
         self.rows: list[Sequence] = []
         self.cache: list[Any] = []  # one batched cache per layer, rows in self.rows' order
         self._inputs: list[int] = []  # the token each row feeds next
-        self._contexts: list[TokenBuffer | None] = []  # tokens seen, for logits processors
+        self._contexts: list[Context | None] = []  # tokens seen, for logits processors
+        self._rollback = False  # whether the cache can drop rejected draft positions
+        self.stats = SpeculationStats()
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -38,12 +53,15 @@ class DecodeBatch:
                 mine.extend(theirs)
         self.rows.extend(rows)
         self._inputs.extend(last_tokens)
-        self._contexts.extend(
-            TokenBuffer(row.prompt[:-1]) if row.processors else None for row in rows
-        )
+        self._contexts.extend(Context(row.prompt[:-1]) if row.processors else None for row in rows)
+        self._rollback = can_roll_back(self.cache)
 
-    def step(self) -> list[tuple[Sequence, int, mx.array | None]]:
-        """Feeds every row its next input; returns (row, sampled token, row's logprobs)."""
+    def step(self) -> list[tuple[Sequence, list[Produced]]]:
+        """Feeds every row its next input (and its draft, when some row has one); returns
+        each row's new tokens, with their logprobs."""
+        drafts = self._drafts()
+        if any(drafts):
+            return self._verify(drafts)
         inputs = mx.array(self._inputs, dtype=mx.uint32)
         logits = self.model(inputs[:, None], cache=self.cache)[:, -1, :]
         logits = self._process(inputs, logits)
@@ -53,10 +71,99 @@ class DecodeBatch:
         for row, fed in zip(self.rows, self._inputs, strict=True):
             row.fed.append(fed)
         self._inputs = list(tokens)
-        return [
-            (row, token, None if logprobs is None else logprobs[i])
-            for i, (row, token) in enumerate(zip(self.rows, tokens, strict=True))
-        ]
+        out = []
+        for i, (row, token) in enumerate(zip(self.rows, tokens, strict=True)):
+            if row.drafter is not None:
+                row.drafter.extend([token])
+            out.append((row, [(token, None if logprobs is None else logprobs[i])]))
+        return out
+
+    def _drafts(self) -> list[list[int]]:
+        """Each row's draft for this step: none for rows that do not speculate, have a
+        grammar (its matcher cannot take tokens back), or have one token left to produce."""
+        if not self._rollback:
+            return [[] for _ in self.rows]
+        drafts = []
+        for row in self.rows:
+            room = row.max_tokens - row.completion_tokens - 1
+            if row.drafter is None or row.job.params.grammar or room <= 0:
+                drafts.append([])
+            else:
+                drafts.append(row.drafter.propose(room))
+        return drafts
+
+    def _verify(self, drafts: list[list[int]]) -> list[tuple[Sequence, list[Produced]]]:
+        """One forward over every row's input and draft; each row keeps the draft tokens its
+        own samples confirm, plus the sample after them (speculative.py)."""
+        fed = block(self._inputs, drafts)
+        width = len(fed[0])
+        with plain_numerics(len(self.rows)):  # sampling evaluates the pass
+            logits = self.model(mx.array(fed, dtype=mx.uint32), cache=self.cache)
+            tokens, logprobs = self._sample_block(fed, drafts, logits)
+        out, drops, start = [], [], 0
+        for i, (row, draft) in enumerate(zip(self.rows, drafts, strict=True)):
+            n = kept(tokens[start : start + len(draft)], draft)
+            new = tokens[start : start + n + 1]
+            lps = [None if logprobs is None else logprobs[start + j] for j in range(n + 1)]
+            out.append((row, list(zip(new, lps, strict=True))))
+            self._advance(i, fed[i][: n + 1], new, len(draft) - n)
+            drops.append(width - n - 1)
+            self.stats.count(len(draft), n)
+            start += len(draft) + 1
+        roll_back(self.cache, drops)
+        self.stats.steps += 1
+        return out
+
+    def _sample_block(
+        self, fed: list[list[int]], drafts: list[list[int]], logits: mx.array
+    ) -> tuple[list[int], mx.array | None]:
+        """Samples each row at its input's position and its draft's (not its padding's), in
+        row order; every position of a sampling row draws with its own next uniform."""
+        width = len(fed[0])
+        positions = [(i, j) for i, d in enumerate(drafts) for j in range(len(d) + 1)]
+        where = mx.array([i * width + j for i, j in positions])
+        flat = self._process_block(fed, drafts, logits.reshape(-1, logits.shape[-1])[where])
+        samplers = [self.rows[i].sampler for i, _ in positions]
+        given: list[float | None] = []
+        for row, draft in zip(self.rows, drafts, strict=True):
+            n = len(draft) + 1
+            given.extend([None] * n if row.sampler.greedy else row.sampler.peek(n))
+        want = any(row.job.params.logprobs for row in self.rows)
+        return sample(flat, samplers, want, given)
+
+    def _advance(self, i: int, fed: list[int], new: list[int], rejected: int) -> None:
+        """Row `i` kept `fed` in its cache and produced `new`; its last token feeds next."""
+        row = self.rows[i]
+        row.fed.extend(fed)
+        if not row.sampler.greedy:
+            row.sampler.consume(len(new))
+        if row.drafter is not None:
+            row.drafter.extend(new)
+        context = self._contexts[i]
+        if context is not None:
+            context.trim(rejected)
+        self._inputs[i] = new[-1]
+
+    def _process_block(self, fed: list[list[int]], drafts: list[list[int]], flat: mx.array):
+        """Processors (penalties, logit_bias) at each fed position, each position seeing the
+        draft tokens before it (grammar rows have no draft: one position)."""
+        if not any(self._contexts):
+            return flat
+        rows, start = [], 0
+        for i, (context, draft) in enumerate(zip(self._contexts, drafts, strict=True)):
+            n = len(draft) + 1
+            if context is None:
+                rows.append(flat[start : start + n])
+            else:
+                base = context.size
+                seen = context.update_and_fetch(mx.array(fed[i][:n], dtype=mx.int32))
+                for j in range(n):
+                    row = flat[start + j : start + j + 1]
+                    for process in self.rows[i].processors:
+                        row = process(seen[: base + j + 1], row)
+                    rows.append(row)
+            start += n
+        return mx.concatenate(rows, axis=0)
 
     def _process(self, inputs: mx.array, logits: mx.array) -> mx.array:
         """Penalties, logit_bias and grammars: per row, only for rows that have them."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import random
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 from mlx_lm.sample_utils import make_logits_processors
@@ -56,14 +56,30 @@ class RowSampler:
     min_p: float = 0.0
     top_k: int = 0
     rng: random.Random | None = None
+    # Uniforms drawn ahead for a speculative step's positions and not yet used.
+    ahead: list[float] = field(default_factory=list)
 
     @property
     def filtered(self) -> bool:
         return self.top_p < 1 or self.min_p > 0 or self.top_k > 0
 
     def uniform(self) -> float:
+        if self.ahead:
+            return self.ahead.pop(0)
         assert self.rng is not None
         return self.rng.random()
+
+    def peek(self, n: int) -> list[float]:
+        """The next `n` uniforms, left in place: a speculative step draws one per position
+        but uses only those of the tokens it keeps (consume), so a seed gives the same
+        tokens with or without speculation."""
+        assert self.rng is not None
+        while len(self.ahead) < n:
+            self.ahead.append(self.rng.random())
+        return self.ahead[:n]
+
+    def consume(self, n: int) -> None:
+        del self.ahead[:n]
 
 
 def make_row_sampler(params: SamplingParams) -> RowSampler:
@@ -89,15 +105,19 @@ def column(values: list[float], dtype=mx.float32) -> mx.array:
 
 
 def sample(
-    logits: mx.array, rows: list[RowSampler], want_logprobs: bool
+    logits: mx.array,
+    rows: list[RowSampler],
+    want_logprobs: bool,
+    given: list[float | None] | None = None,
 ) -> tuple[list[int], mx.array | None]:
     """Next token of every row of `logits` (batch, vocabulary), and the rows' log
-    probabilities when some row samples or asked for them (None otherwise)."""
+    probabilities when some row samples or asked for them (None otherwise). `given`: each
+    sampling row's uniform, drawn by the caller (else each row's sampler draws its own)."""
     drawing = [i for i, r in enumerate(rows) if not r.greedy]
     if not drawing and not want_logprobs:
         return mx.argmax(logits, axis=-1).tolist(), None
     logprobs = logits - fastmath.logsumexp(logits)
-    uniforms = {i: rows[i].uniform() for i in drawing}
+    uniforms = {i: rows[i].uniform() if given is None else given[i] for i in drawing}
     if drawing and _kernel_usable(logits):
         return _from_kernel(logits, rows, uniforms), logprobs
     greedy = mx.argmax(logits, axis=-1)

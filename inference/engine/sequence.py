@@ -12,6 +12,7 @@ from typing import Any
 import mlx.core as mx
 
 from inference.engine.detokenize import make_detokenizer
+from inference.engine.drafting import make_drafter
 from inference.engine.overflow import context_exceeded
 from inference.engine.pool import LoadedModel
 from inference.engine.sampling import make_processors, make_row_sampler, probe
@@ -81,6 +82,7 @@ class Sequence:
                 ErrorKind.INVALID_REQUEST, f"These sampling parameters cannot be applied: {exc}"
             ) from exc
         self.sampler = make_row_sampler(params)
+        self.drafter = make_drafter(params, self.prompt)  # None: one token per step
         self.processors = make_processors(params)
         if params.grammar:
             self.processors.append(self._constraint())

@@ -25,6 +25,9 @@ class ModelState:
     prefix_cache_bytes: int
     prefix_disk_hits: int = 0  # prompts that reused a prefix read from the disk tier
     prefix_disk_tokens: int = 0  # prompt tokens those prefixes held
+    # Speculative decoding (engine/speculative.py): draft tokens verified, and those kept.
+    draft_tokens: int = 0
+    accepted_draft_tokens: int = 0
 
     @property
     def idle_seconds(self) -> float:

@@ -69,6 +69,10 @@ class SamplingParams:
     top_logprobs: int = 0
     # An llguidance grammar (JSON schema, lark...) the output must match.
     grammar: str | None = None
+    # Speculative decoding (engine/drafting.py): "" off, or the drafter ("ngram": prompt
+    # lookup); up to `draft_tokens` proposed tokens are verified in each decode step.
+    speculative: str = ""
+    draft_tokens: int = 4
 
 
 class ErrorKind(Enum):

@@ -388,6 +388,7 @@ class Engine:
         sequences = runner.sequences if runner else []
         queued = runner.waiting if runner else 0
         prefixes = runner.prefixes if isinstance(runner, ModelRunner) else None
+        drafts = runner.speculation if isinstance(runner, ModelRunner) else None
         return ModelState(
             id=loaded.spec.model_id,
             bytes=loaded.nbytes,
@@ -403,6 +404,8 @@ class Engine:
             prefix_cache_bytes=runner.prefix_cache_bytes if runner else 0,
             prefix_disk_hits=prefixes.stats.disk_hits if prefixes else 0,
             prefix_disk_tokens=prefixes.stats.disk_tokens if prefixes else 0,
+            draft_tokens=drafts.drafted if drafts else 0,
+            accepted_draft_tokens=drafts.accepted if drafts else 0,
         )
 
     def _start(self, jobs: list[GenerationJob] | list[EmbeddingJob]) -> None:

@@ -26,6 +26,7 @@ def token_job(
     group: str = "",
     owner: str = "",
     stop_strings: tuple[str, ...] = (),
+    stop_ids: frozenset[int] = frozenset({EOS}),
 ) -> GenerationJob:
     """A job for a prompt given as token ids, ending at the end token; its events land in
     `job.events`."""
@@ -35,7 +36,7 @@ def token_job(
         prompt=TokenPrompt(tuple(ids)),
         params=params,
         sink=events.put,
-        stop_ids=frozenset({EOS}),
+        stop_ids=stop_ids,
         stop_strings=stop_strings,
         owner=owner,
         group=group,
@@ -50,6 +51,8 @@ def make_sequence(
     params: SamplingParams,
     group: str = "",
     owner: str = "",
+    stop_ids: frozenset[int] = frozenset({EOS}),
 ) -> Sequence:
     """What the engine thread makes of a job before handing it to the model's runner."""
-    return Sequence(token_job(loaded.spec, ids, params, group, owner), loaded)
+    job = token_job(loaded.spec, ids, params, group, owner, stop_ids=stop_ids)
+    return Sequence(job, loaded)

@@ -1,0 +1,159 @@
+"""Speculative decoding in-process: a code edit (a file in the prompt, written back with a
+rename) decoded greedily with and without n-gram drafts, on the demo model as the server runs it.
+
+    .venv/bin/python bench/speculative.py [--streams 1,8] [--tokens 256] [--repeats 3]
+
+For each stream count it fills a ModelRunner with that many copies of the request (each a
+file of its own, so no two rows share a prompt), reads the prompts, then times decoding alone
+(from every row's first token to the last row's end), alternating the two modes so that both
+see the same machine. It prints tokens/s (median over repeats), the drafts' acceptance, and
+whether the greedy answers were token-identical in both modes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from inference import blas
+
+blas.preload()  # before MLX is imported, as the server's settings do
+
+from bench.profile import load_demo  # noqa: E402
+from inference.adapters import FamilyProfile, get_adapter  # noqa: E402
+from inference.engine.batching import ModelRunner  # noqa: E402
+from inference.engine.config import EngineConfig  # noqa: E402
+from inference.engine.pool import LoadedModel  # noqa: E402
+from inference.engine.sequence import Sequence  # noqa: E402
+from inference.engine.types import GenerationJob, SamplingParams, TokenPrompt  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def source_file(variant: int, functions: int = 12) -> str:
+    """A few hundred lines of plain Python that uses `total_price` throughout."""
+    parts = [f'"""Orders, module {variant}."""\n\nfrom dataclasses import dataclass\n']
+    for i in range(functions):
+        parts.append(
+            f"""
+@dataclass
+class Line{i}:
+    name: str
+    quantity: int
+    unit_price: float
+
+
+def total_price_{i}(lines: list[Line{i}], discount: float = {i / 100:.2f}) -> float:
+    \"\"\"The order's total_price after a discount of {i} percent.\"\"\"
+    total_price = 0.0
+    for line in lines:
+        total_price += line.quantity * line.unit_price
+    if total_price > {100 + 10 * i + variant}:
+        total_price = total_price * (1 - discount)
+    return round(total_price, 2)
+"""
+        )
+    return "".join(parts)
+
+
+def prompt_of(loaded: LoadedModel, variant: int) -> tuple[tuple[int, ...], frozenset[int]]:
+    adapter = get_adapter(FamilyProfile(adapter="chatml"))
+    ask = (
+        "Rename the variable total_price to order_total everywhere in this file and return "
+        f"the whole file, with no explanation.\n\n```python\n{source_file(variant)}```"
+    )
+    messages = [{"role": "user", "content": ask}]
+    ids = adapter.render_prompt(loaded.tokenizer, messages)
+    # The answer's opening, as an agent's prefill would give it: a model this small would
+    # otherwise describe the file rather than write it back.
+    opening = "```python\n" + source_file(variant).split("\n@dataclass")[0]
+    ids = [*ids, *loaded.tokenizer.encode(opening, add_special_tokens=False)]
+    return tuple(ids), adapter.stop_token_ids(loaded.tokenizer)
+
+
+def decode(loaded: LoadedModel, streams: int, params: SamplingParams) -> dict:
+    runner = ModelRunner(loaded, EngineConfig(max_batch=max(streams, 1), prompt_cache_bytes=0))
+    sequences = []
+    for i in range(streams):
+        ids, stops = prompt_of(loaded, i)
+        job = GenerationJob(loaded.spec, TokenPrompt(ids), params, lambda e: None, stop_ids=stops)
+        sequences.append(Sequence(job, loaded))
+        runner.add(sequences[-1])
+    while any(s.first_token_at is None for s in sequences):
+        runner.step()
+    before = sum(s.completion_tokens for s in sequences)
+    stats = runner.speculation
+    drafted, accepted = stats.drafted, stats.accepted
+    started = time.perf_counter()
+    steps = 0
+    while not all(s.finished for s in sequences):
+        runner.step()
+        steps += 1
+    seconds = time.perf_counter() - started
+    tokens = sum(s.completion_tokens for s in sequences) - before
+    return {
+        "tok_s": tokens / seconds,
+        "tokens": tokens,
+        "steps": steps,
+        "drafted": stats.drafted - drafted,
+        "accepted": stats.accepted - accepted,
+        "answers": [s.fed[1 : s.completion_tokens] for s in sequences],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--gguf", type=Path, default=ROOT / "var/cache/SmolLM2-135M-Instruct.Q4_1.gguf"
+    )
+    parser.add_argument("--streams", default="1,8")
+    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--draft", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    modes = {
+        "off": SamplingParams(temperature=0, max_tokens=args.tokens),
+        "ngram": SamplingParams(
+            temperature=0, max_tokens=args.tokens, speculative="ngram", draft_tokens=args.draft
+        ),
+    }
+    with tempfile.TemporaryDirectory(prefix="speculative-") as workdir:
+        loaded = load_demo(args.gguf, Path(workdir))
+        print(f"{loaded.spec.model_id}: {loaded.compute_format}, draft {args.draft}")
+        for streams in [int(s) for s in args.streams.split(",")]:
+            results: dict[str, list[dict]] = {mode: [] for mode in modes}
+            for _ in range(args.repeats):
+                for mode, params in modes.items():
+                    results[mode].append(decode(loaded, streams, params))
+            report(streams, results)
+
+
+def report(streams: int, results: dict[str, list[dict]]) -> None:
+    for mode, runs in results.items():
+        rates = sorted(r["tok_s"] for r in runs)
+        last = runs[-1]
+        rate = last["accepted"] / last["drafted"] if last["drafted"] else 0.0
+        print(
+            f"streams {streams:>2} {mode:<6} {statistics.median(rates):7.1f} tok/s "
+            f"(runs {', '.join(f'{r:.1f}' for r in rates)})  tokens {last['tokens']} "
+            f"steps {last['steps']}  drafted {last['drafted']} accepted {last['accepted']} "
+            f"({rate:.0%})"
+        )
+    pairs = zip(results["off"], results["ngram"], strict=True)
+    ratios = sorted(b["tok_s"] / a["tok_s"] for a, b in pairs)
+    print(
+        f"streams {streams:>2} ngram/off, adjacent pairs: median "
+        f"{statistics.median(ratios):.2f}x ({', '.join(f'{r:.2f}' for r in ratios)})"
+    )
+    same = results["off"][-1]["answers"] == results["ngram"][-1]["answers"]
+    print(f"streams {streams:>2} greedy answers identical with and without: {same}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Speculative decoding inside the decode batch: what a verification step keeps.
+
+A speculating row feeds its next input and its drafter's tokens in the batch's one forward
+(rows without a draft feed their input and padding). Position j's logits are the model's
+distribution after the input and the first j draft tokens, so the row samples every position
+as it would have without speculation, and keeps the draft up to its first token that differs
+from the sample, plus that sample. For a greedy row that is the longest matching prefix and
+the model's next token. For a sampled row it is speculative sampling's rule for a drafter that
+puts all its probability on its token: the draft token t is kept with probability p(t), and
+otherwise the token comes from p without t, renormalised; both are what drawing x ~ p and
+comparing x with t gives. Each position draws with the row's own next uniform and only the
+kept positions' uniforms are used up, so a seed gives the same tokens with or without it.
+
+Every row then drops its cache positions past what it kept: all rows the common part (trim),
+and rows that kept fewer are rolled right by the rest, so their dropped positions become left
+padding (mlx-lm's own right_padding / finalize, as batched prefill uses). Only cache layers
+that can do both take part (plain K/V, float16 or quantized); other models decode one token
+at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from mlx_lm.models.cache import BatchKVCache, TokenBuffer
+
+from inference.engine.cpu.ext import ext
+from inference.engine.kv_quantized import BatchQuantizedKVCache
+
+ROLLBACK = (BatchKVCache, BatchQuantizedKVCache)
+# Below this many rows every instruction set's quantized matmul takes its float path
+# (kernels/src/int8_*.cpp: the integer path starts at 4 rows at the least).
+FLOAT_ROWS = 4
+
+
+@dataclass
+class SpeculationStats:
+    """A runner's counts since it started, for the metrics to read."""
+
+    steps: int = 0  # verification steps (at least one row had a draft)
+    drafted: int = 0  # draft tokens fed
+    accepted: int = 0  # draft tokens kept
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    def count(self, drafted: int, accepted: int) -> None:
+        self.drafted += drafted
+        self.accepted += accepted
+
+
+class Context(TokenBuffer):
+    """The tokens a row's logits processors see; a verification step takes back the
+    positions it rejected."""
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def trim(self, n: int) -> None:
+        self._size -= n
+
+
+@contextmanager
+def plain_numerics(rows: int) -> Iterator[None]:
+    """A verification pass of a batch of `rows` computed as their plain step would be: a
+    step of fewer than FLOAT_ROWS rows runs the CPU kernels' float matmul, which gives each
+    row the same result however many rows it computes (the integer path rounds activations
+    to 8 bits: its logits differ by ~1e-3 and greedy ties could break the other way). Wide
+    batches take the integer path either way. Everything must be evaluated inside."""
+    if ext is None or rows >= FLOAT_ROWS:
+        yield
+        return
+    ext.use_int8("never")
+    try:
+        yield
+    finally:
+        ext.use_int8("auto")
+
+
+def can_roll_back(cache: list[Any]) -> bool:
+    return bool(cache) and all(isinstance(layer, ROLLBACK) for layer in cache)
+
+
+def block(inputs: list[int], drafts: list[list[int]]) -> list[list[int]]:
+    """Each row's input and draft, right-padded (with token 0) to the longest."""
+    width = 1 + max(len(d) for d in drafts)
+    return [[x, *d] + [0] * (width - 1 - len(d)) for x, d in zip(inputs, drafts, strict=True)]
+
+
+def kept(sampled: list[int], draft: list[int]) -> int:
+    """How many draft tokens the model's own tokens at those positions confirm."""
+    n = 0
+    while n < len(draft) and sampled[n] == draft[n]:
+        n += 1
+    return n
+
+
+def roll_back(cache: list[Any], drops: list[int]) -> None:
+    """Drops each row's last `drops[i]` positions: the common part from the end of every row,
+    the rest by rolling the row right (those positions become its left padding)."""
+    common = min(drops)
+    extra = [d - common for d in drops]
+    for layer in cache:
+        if common:
+            layer.trim(common)
+        if any(extra):
+            layer.prepare(right_padding=extra)
+            layer.finalize()
