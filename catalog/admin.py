@@ -149,6 +149,8 @@ class CatalogModelAdmin(admin.ModelAdmin):
                     "default_max_tokens",
                     "default_temperature",
                     "default_top_p",
+                    "speculative",
+                    "draft_tokens",
                     "system_prompt",
                 )
             },

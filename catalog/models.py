@@ -17,6 +17,7 @@ from catalog.validators import (
 )
 from inference.adapters import FamilyProfile, adapter_choices
 from inference.adapters.toolcalls import syntax_choices
+from inference.engine.drafting import DRAFTERS, MAX_DRAFT_TOKENS
 from inference.engine.formats import COMPUTE_FORMATS, KV_CACHE_FORMATS
 from inference.engine.types import ModelSpec
 
@@ -287,6 +288,22 @@ class CatalogModel(models.Model):
     )
     default_top_p = models.FloatField(
         null=True, blank=True, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)]
+    )
+    speculative = models.CharField(
+        "speculative decoding",
+        max_length=8,
+        choices=[("off", "off"), *((d, d) for d in DRAFTERS)],
+        default="off",
+        help_text="The default when a request does not say (its `speculative` field). ngram: "
+        "each step also checks a few tokens copied from where the latest tokens occurred "
+        "earlier in the prompt or answer; output is the same, and answers that repeat their "
+        "context (code edits, quotes) come faster. Off: one token per step.",
+    )
+    draft_tokens = models.PositiveSmallIntegerField(
+        default=4,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_DRAFT_TOKENS)],
+        help_text="Most tokens a draft proposes per step (a request's "
+        "speculative.num_speculative_tokens overrides it).",
     )
     system_prompt = models.TextField(
         blank=True, help_text="Used when a request brings no system message."

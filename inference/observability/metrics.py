@@ -85,9 +85,34 @@ class EngineCollector(Collector):
         evictions.add_metric([], health.evictions if health else 0)
         restarts.add_metric([], health.restarts if health else 0)
         yield from (running, queued, loaded, memory, evictions, restarts)
+        yield from speculation_metrics(models)
         disk = health.state.prefix_disk if health else None
         if disk is not None:
             yield from prefix_disk_metrics(disk)
+
+
+def speculation_metrics(models) -> Iterator:
+    """Speculative decoding per loaded model: draft tokens checked, those the model kept, and
+    the share kept (what tells an operator whether a model's default pays)."""
+    drafted = CounterMetricFamily(
+        "inference_draft_tokens", "Draft tokens verified in decode steps.", labels=["model"]
+    )
+    accepted = CounterMetricFamily(
+        "inference_draft_tokens_accepted",
+        "Draft tokens the model's own choice confirmed (each saves a decode step).",
+        labels=["model"],
+    )
+    rate = GaugeMetricFamily(
+        "inference_draft_acceptance_rate",
+        "Accepted over verified draft tokens since the model loaded.",
+        labels=["model"],
+    )
+    for model in models:
+        drafted.add_metric([model.id], model.draft_tokens)
+        accepted.add_metric([model.id], model.accepted_draft_tokens)
+        if model.draft_tokens:
+            rate.add_metric([model.id], model.accepted_draft_tokens / model.draft_tokens)
+    yield from (drafted, accepted, rate)
 
 
 def prefix_disk_metrics(disk: PrefixDiskState) -> Iterator:

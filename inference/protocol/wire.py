@@ -8,9 +8,9 @@ is still an error."""
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 
 class RequestModel(BaseModel):
@@ -31,3 +31,16 @@ def _optional_keys(model: type[BaseModel]) -> frozenset[str]:
         if not field.is_required():
             keys.update(key for key in (name, field.alias, field.validation_alias) if key)
     return frozenset(k for k in keys if isinstance(k, str))
+
+
+class SpeculativeOptions(RequestModel):
+    """`speculative` as an object (vLLM's speculative_config names): the drafter and how many
+    tokens it may propose a step."""
+
+    method: Literal["ngram", "off"]
+    num_speculative_tokens: int | None = Field(default=None, ge=1, le=16)
+
+
+# Speculative decoding per request: "ngram" (prompt lookup), "off", or the object above; left
+# out, the catalog's default for the model. An extension every dialect accepts.
+Speculative = Literal["ngram", "off"] | SpeculativeOptions

@@ -129,6 +129,8 @@ def model_document(model: ModelState) -> dict:
         "prefix_cache_bytes": model.prefix_cache_bytes,
         "prefix_disk_hits": model.prefix_disk_hits,
         "prefix_disk_tokens": model.prefix_disk_tokens,
+        "draft_tokens": model.draft_tokens,
+        "accepted_draft_tokens": model.accepted_draft_tokens,
     }
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from catalog.models import CatalogModel
 from inference.engine.types import SamplingParams
 from inference.protocol.errors import APIError
+from inference.protocol.wire import Speculative, SpeculativeOptions
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,16 @@ class SamplingAsk:
     logit_bias: dict[int, float] = field(default_factory=dict)
     logprobs: bool = False
     top_logprobs: int = 0
+    speculative: Speculative | None = None  # None: the catalog's default
+
+
+def speculation(ask: SamplingAsk, entry: CatalogModel) -> tuple[str, int]:
+    """The drafter ("" for none) and its draft length: the request's, else the catalog's."""
+    asked, draft_tokens = ask.speculative, None
+    if isinstance(asked, SpeculativeOptions):
+        asked, draft_tokens = asked.method, asked.num_speculative_tokens
+    method = asked if asked is not None else entry.speculative
+    return ("" if method == "off" else method), draft_tokens or entry.draft_tokens
 
 
 def _first(*values: float | None) -> float:
@@ -63,7 +74,9 @@ def max_tokens(ask: SamplingAsk, entry: CatalogModel) -> int | None:
 def sampling_params(
     ask: SamplingAsk, entry: CatalogModel, grammar: str | None = None
 ) -> SamplingParams:
-    """The catalog's defaults fill what the request leaves out (temperature, top_p)."""
+    """The catalog's defaults fill what the request leaves out (temperature, top_p,
+    speculation)."""
+    drafter, draft_tokens = speculation(ask, entry)
     return SamplingParams(
         max_tokens=max_tokens(ask, entry),
         temperature=_first(ask.temperature, entry.default_temperature, 1.0),
@@ -79,6 +92,8 @@ def sampling_params(
         logprobs=ask.logprobs,
         top_logprobs=ask.top_logprobs,
         grammar=grammar,
+        speculative=drafter,
+        draft_tokens=draft_tokens,
     )
 
 

@@ -21,6 +21,8 @@ def form(**fields):
         "context_length": "",
         "compute_format": "auto",
         "kv_cache": "auto",
+        "speculative": "off",
+        "draft_tokens": "4",
         "context_overflow": "error",
         "purpose": "chat",
         "pooling": "auto",

@@ -41,6 +41,13 @@ class Command(BaseCommand):
             help="prompts over the context: refuse them, or drop old turns",
         )
         parser.add_argument("--max-tokens", type=int, help="default max_tokens for requests")
+        parser.add_argument(
+            "--speculative",
+            choices=[c for c, _ in CatalogModel._meta.get_field("speculative").choices],
+            default="off",
+            help="speculative decoding when a request does not say (ngram: prompt lookup)",
+        )
+        parser.add_argument("--draft-tokens", type=int, default=4, help="tokens a draft proposes")
         parser.add_argument("--max-output-tokens", type=int, help="largest max_tokens accepted")
         parser.add_argument(
             "--if-missing", action="store_true", help="do nothing when the id already exists"
@@ -85,6 +92,8 @@ class Command(BaseCommand):
             context_overflow=options["context_overflow"],
             default_max_tokens=options["max_tokens"],
             max_output_tokens=options["max_output_tokens"],
+            speculative=options["speculative"],
+            draft_tokens=options["draft_tokens"],
             vision=options["vision"],
             purpose=CatalogModel.Purpose.EMBEDDING
             if options["embedding"]

@@ -16,7 +16,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from inference.protocol.errors import invalid_param
-from inference.protocol.wire import RequestModel
+from inference.protocol.wire import RequestModel, Speculative
 
 log = logging.getLogger(__name__)
 
@@ -328,6 +328,7 @@ class MessagesRequest(MessagesInput):
     top_k: int | None = Field(default=None, ge=0)
     metadata: Metadata | None = None
     stream: bool = False
+    speculative: Speculative | None = None  # our extension, as on chat
 
     @model_validator(mode="after")
     def _budget_below_max_tokens(self) -> MessagesRequest:

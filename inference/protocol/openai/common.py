@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from inference.protocol.wire import RequestModel
+from inference.protocol.wire import RequestModel, Speculative
 
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
@@ -37,6 +37,7 @@ class SamplingFields(RequestModel):
     repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
     logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = None
     user: str | None = None
+    speculative: Speculative | None = None
 
     @field_validator("stop")
     @classmethod

@@ -26,7 +26,7 @@ from pydantic_core import PydanticCustomError
 from inference.protocol.errors import invalid_param
 from inference.protocol.openai.chat import FUNCTION_NAME
 from inference.protocol.openai.common import JSONObject, Probability
-from inference.protocol.wire import RequestModel
+from inference.protocol.wire import RequestModel, Speculative
 
 log = logging.getLogger(__name__)
 
@@ -297,6 +297,7 @@ class ResponseRequest(RequestModel):
     stream: bool = False
     user: str | None = Field(default=None, max_length=256)  # the column's size
     background: bool | None = None
+    speculative: Speculative | None = None  # our extension, as on chat
 
     @model_validator(mode="wrap")
     @classmethod

@@ -189,6 +189,7 @@ def sampling_of(request: MessagesInput) -> SamplingAsk:
         top_p=request.top_p,
         top_k=request.top_k,
         stop=tuple(request.stop_sequences or ()),
+        speculative=request.speculative,
     )
 
 

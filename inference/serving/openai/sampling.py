@@ -19,5 +19,6 @@ def sampling_ask(request: SamplingFields, **fields) -> SamplingAsk:
         frequency_penalty=request.frequency_penalty,
         repetition_penalty=request.repetition_penalty,
         logit_bias={int(k): v for k, v in (request.logit_bias or {}).items()},
+        speculative=request.speculative,
         **fields,
     )

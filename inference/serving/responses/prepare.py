@@ -89,6 +89,7 @@ async def plan_response(
         max_tokens_param="max_output_tokens",
         temperature=request.temperature,
         top_p=request.top_p,
+        speculative=request.speculative,
     )
     return Plan(
         messages=prompt_messages(request, conversation),

@@ -1,0 +1,192 @@
+"""Speculative decoding asked per request (`speculative`, every dialect) against a real uvicorn
+server and the real SmolLM2, with the official SDKs: greedy answers are the same tokens with
+and without n-gram drafts, streamed or not, and /metrics counts the drafts and their
+acceptance. A bad `speculative` is a 400 in each dialect's shape."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import httpx
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.helpers import DEMO_ID
+from tests.live_server import LiveServer, demo_server
+
+# An answer that repeats its prompt, as a code edit does: what prompt lookup drafts.
+SOURCE = "\n".join(
+    f"def total_{i}(items):\n    return sum(item.price * item.count for item in items)\n"
+    for i in range(6)
+)
+EDIT = [
+    {
+        "role": "user",
+        "content": f"Copy this code exactly, with no other text:\n\n{SOURCE}",
+    }
+]
+GREEDY = {"temperature": 0, "max_tokens": 96}
+
+
+@pytest.fixture(scope="module")
+def server(demo_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    with demo_server(demo_gguf, tmp_path_factory.mktemp("speculative-var")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def api_key(server: LiveServer) -> str:
+    return server.manage("create_api_key", "speculative").stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def client(server: LiveServer, api_key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.api, api_key=api_key, max_retries=0, timeout=120)
+
+
+def drafts(server: LiveServer) -> dict[str, float]:
+    text = httpx.get(f"{server.url}/metrics", headers=server.admin_headers, timeout=10).text
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name.startswith("inference_draft") and sample.labels.get("model") == DEMO_ID
+    }
+
+
+def chat(client: openai.OpenAI, speculative) -> openai.types.chat.ChatCompletion:
+    extra = {} if speculative is None else {"speculative": speculative}
+    return client.chat.completions.create(model=DEMO_ID, messages=EDIT, **GREEDY, extra_body=extra)
+
+
+def test_greedy_chat_is_the_same_with_drafts_and_metrics_count_them(server, client):
+    chat(client, "off")  # loads the model
+    before = drafts(server)
+    plain = chat(client, "off")
+    assert drafts(server) == before  # "off": no draft verified
+    drafted = chat(client, "ngram")
+    assert drafted.choices[0].message.content == plain.choices[0].message.content
+    assert drafted.usage.completion_tokens == plain.usage.completion_tokens
+    assert drafted.choices[0].finish_reason == plain.choices[0].finish_reason
+    after = drafts(server)
+    verified = after["inference_draft_tokens_total"] - before["inference_draft_tokens_total"]
+    kept = (
+        after["inference_draft_tokens_accepted_total"]
+        - before["inference_draft_tokens_accepted_total"]
+    )
+    assert verified > 0 and 0 < kept <= verified  # the copy accepts drafts
+    rate = after["inference_draft_acceptance_rate"]
+    assert rate == pytest.approx(
+        after["inference_draft_tokens_accepted_total"] / after["inference_draft_tokens_total"]
+    )
+    pool = httpx.get(f"{server.url}/control/pool", headers=server.admin_headers, timeout=10)
+    model = next(m for m in pool.json()["models"] if m["id"] == DEMO_ID)
+    assert model["draft_tokens"] == after["inference_draft_tokens_total"]
+
+
+def test_streamed_tokens_are_the_same_with_drafts(client):
+    """Several tokens produced in one step reach the stream as the plain step's would."""
+    plain = chat(client, None)
+    stream = client.chat.completions.create(
+        model=DEMO_ID,
+        messages=EDIT,
+        **GREEDY,
+        stream=True,
+        stream_options={"include_usage": True},
+        logprobs=True,
+        extra_body={"speculative": {"method": "ngram", "num_speculative_tokens": 8}},
+    )
+    text, logprobs, usage = "", [], None
+    for chunk in stream:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            text += choice.delta.content or ""
+            logprobs += [t.token for t in (choice.logprobs.content if choice.logprobs else [])]
+    assert text == plain.choices[0].message.content
+    assert usage.completion_tokens == plain.usage.completion_tokens == len(logprobs)
+
+
+def test_messages_and_responses_take_the_option(server, client, api_key):
+    plain = chat(client, "off").choices[0].message.content
+    claude = anthropic.Anthropic(base_url=server.url, api_key=api_key, max_retries=0)
+    message = claude.messages.create(
+        model=DEMO_ID,
+        messages=EDIT,
+        max_tokens=96,
+        extra_body={"temperature": 0, "speculative": "ngram"},
+    )
+    assert "".join(b.text for b in message.content if b.type == "text") == plain
+    response = client.responses.create(
+        model=DEMO_ID,
+        input=EDIT,
+        max_output_tokens=96,
+        temperature=0,
+        store=False,
+        extra_body={"speculative": "ngram"},
+    )
+    assert response.output_text == plain
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "medusa",
+        {"method": "ngram", "num_speculative_tokens": 0},
+        {"method": "ngram", "num_speculative_tokens": 17},
+        {"num_speculative_tokens": 4},
+        7,
+    ],
+)
+@pytest.mark.parametrize(
+    ("path", "body", "error_type"),
+    [
+        ("/v1/chat/completions", {"messages": EDIT, "max_tokens": 4}, "invalid_request_error"),
+        ("/v1/completions", {"prompt": "def", "max_tokens": 4}, "invalid_request_error"),
+        ("/v1/messages", {"messages": EDIT, "max_tokens": 4}, "invalid_request_error"),
+        ("/v1/responses", {"input": "def", "max_output_tokens": 4}, "invalid_request_error"),
+    ],
+)
+def test_a_bad_speculative_is_a_400_in_the_dialect(server, api_key, path, body, error_type, value):
+    response = httpx.post(
+        f"{server.url}{path}",
+        json={"model": DEMO_ID, **body, "speculative": value},
+        headers={"Authorization": f"Bearer {api_key}"},
+        timeout=30,
+    )
+    assert response.status_code == 400, response.text
+    document = response.json()
+    if path == "/v1/messages":
+        assert document["type"] == "error"
+        assert document["error"]["type"] == error_type
+        assert "speculative" in document["error"]["message"]
+    else:
+        assert document["error"]["type"] == error_type
+        assert document["error"]["param"].startswith("speculative")
+
+
+def test_the_catalog_default_applies_when_a_request_does_not_say(server, client, smollm_dir):
+    drafting = ("--speculative", "ngram")
+    server.manage("add_model", "demo-drafting", "--local", str(smollm_dir), *drafting)
+    body = {"model": "demo-drafting", "messages": EDIT, **GREEDY}
+    client.chat.completions.create(**body)  # loads it
+
+    def verified() -> float:
+        text = httpx.get(f"{server.url}/metrics", headers=server.admin_headers, timeout=10).text
+        return next(
+            s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "inference_draft_tokens_total" and s.labels["model"] == "demo-drafting"
+        )
+
+    before = verified()
+    assert before > 0  # the first request drafted too
+    answer = client.chat.completions.create(**body).choices[0].message.content
+    assert verified() > before
+    after = verified()
+    off = client.chat.completions.create(**body, extra_body={"speculative": "off"})
+    assert verified() == after  # the request's "off" wins over the catalog
+    assert off.choices[0].message.content == answer
