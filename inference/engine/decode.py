@@ -20,8 +20,10 @@ from inference.engine.sequence import Sequence
 from inference.engine.speculative import (
     Context,
     SpeculationStats,
+    appended,
     block,
     can_roll_back,
+    in_order,
     kept,
     plain_numerics,
     roll_back,
@@ -39,6 +41,9 @@ class DecodeBatch:
         self._inputs: list[int] = []  # the token each row feeds next
         self._contexts: list[Context | None] = []  # tokens seen, for logits processors
         self._rollback = False  # whether the cache can drop rejected draft positions
+        # Per row: its positions' token indices in physical order once roll_back moved some
+        # (None: in order), so that extract() gives the prefix cache its tokens in order.
+        self._orders: list[list[int] | None] = []
         self.stats = SpeculationStats()
 
     def __len__(self) -> int:
@@ -53,6 +58,7 @@ class DecodeBatch:
                 mine.extend(theirs)
         self.rows.extend(rows)
         self._inputs.extend(last_tokens)
+        self._orders.extend(None for _ in rows)
         self._contexts.extend(Context(row.prompt[:-1]) if row.processors else None for row in rows)
         self._rollback = can_roll_back(self.cache)
 
@@ -68,6 +74,7 @@ class DecodeBatch:
         samplers: list[RowSampler] = [row.sampler for row in self.rows]
         want = any(row.job.params.logprobs for row in self.rows)
         tokens, logprobs = sample(logits, samplers, want)
+        appended(self._orders, 1)
         for row, fed in zip(self.rows, self._inputs, strict=True):
             row.fed.append(fed)
         self._inputs = list(tokens)
@@ -110,7 +117,8 @@ class DecodeBatch:
             drops.append(width - n - 1)
             self.stats.count(len(draft), n)
             start += len(draft) + 1
-        roll_back(self.cache, drops)
+        appended(self._orders, width)
+        roll_back(self.cache, drops, self._orders)
         self.stats.steps += 1
         return out
 
@@ -185,6 +193,7 @@ class DecodeBatch:
             return
         self.rows = [self.rows[i] for i in indices]
         self._inputs = [self._inputs[i] for i in indices]
+        self._orders = [self._orders[i] for i in indices]
         self._contexts = [self._contexts[i] for i in indices]
         if not indices:
             self.cache = []
@@ -194,4 +203,4 @@ class DecodeBatch:
 
     def extract(self, index: int) -> list[Any]:
         """Row `index`'s cache as a single sequence's (for the prefix cache)."""
-        return [layer.extract(index) for layer in self.cache]
+        return in_order([layer.extract(index) for layer in self.cache], self._orders[index])

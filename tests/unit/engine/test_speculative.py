@@ -170,6 +170,53 @@ def test_quantized_and_float16_kv_roll_back_rejected_positions(loaded):
             same(outcome, reference)
 
 
+def finished_caches(runner: ModelRunner) -> list[tuple[Sequence, list[Any], bool]]:
+    """What the runner hands the prefix cache as rows end: each row, its extracted cache, and
+    whether roll_back had moved some of its positions."""
+    captured, extract = [], runner._decode.extract
+
+    def capture(index: int) -> list[Any]:
+        layers = extract(index)
+        moved = runner._decode._orders[index] is not None
+        captured.append((runner._decode.rows[index], layers, moved))
+        return layers
+
+    runner._decode.extract = capture
+    return captured
+
+
+def test_rows_moved_by_roll_back_reach_the_prefix_cache_in_token_order(loaded):
+    """Rows that reject different numbers of draft tokens keep their rejected slots by moving
+    their first positions into them (no roll of the whole cache); the cache each row leaves
+    is the one a plain run of its tokens leaves, position by position."""
+    asks = ((LONG, 14), (LONG, 16))
+    plain, references = [], []
+    for text, n in asks:
+        runner = ModelRunner(loaded, EngineConfig())
+        caches = finished_caches(runner)
+        plain.append(run(runner, make_sequence(loaded, ids_of(loaded, text), greedy(n)))[0])
+        references.append(caches[0][1])
+    runner = ModelRunner(loaded, EngineConfig())
+    caches = finished_caches(runner)
+    scripts = [p.sequence.fed[1:] + [0] * 10 for p in plain]
+    outcomes = run(
+        runner,
+        with_oracle(loaded, LONG, greedy(14), scripts[0], {2, 7}),
+        with_oracle(loaded, LONG, greedy(16), scripts[1], {4}),
+    )
+    for outcome, reference in zip(outcomes, plain, strict=True):
+        same(outcome, reference)
+    assert any(moved for _, _, moved in caches)
+    by_row = {id(sequence): layers for sequence, layers, _ in caches}
+    for outcome, reference in zip(outcomes, references, strict=True):
+        layers = by_row[id(outcome.sequence)]
+        for mine, theirs in zip(layers, reference, strict=True):
+            assert mine.offset == theirs.offset
+            n = theirs.offset
+            for a, b in ((mine.keys, theirs.keys), (mine.values, theirs.values)):
+                assert mx.allclose(a[..., :n, :], b[..., :n, :], atol=1e-3).item()
+
+
 def test_max_tokens_and_stops_hold_inside_an_accepted_draft(loaded):
     plain = solo(loaded, LONG, greedy(30))
     script = plain.sequence.fed[1:] + [0] * 10
