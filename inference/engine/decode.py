@@ -20,7 +20,9 @@ from inference.engine.sequence import Sequence
 from inference.engine.speculative import (
     Context,
     SpeculationStats,
+    TrackRecord,
     appended,
+    best_width,
     block,
     can_roll_back,
     in_order,
@@ -44,6 +46,7 @@ class DecodeBatch:
         # Per row: its positions' token indices in physical order once roll_back moved some
         # (None: in order), so that extract() gives the prefix cache its tokens in order.
         self._orders: list[list[int] | None] = []
+        self._records: list[TrackRecord] = []  # per row: how right its drafts have been
         self.stats = SpeculationStats()
 
     def __len__(self) -> int:
@@ -59,6 +62,7 @@ class DecodeBatch:
         self.rows.extend(rows)
         self._inputs.extend(last_tokens)
         self._orders.extend(None for _ in rows)
+        self._records.extend(TrackRecord() for _ in rows)
         self._contexts.extend(Context(row.prompt[:-1]) if row.processors else None for row in rows)
         self._rollback = can_roll_back(self.cache)
 
@@ -97,7 +101,12 @@ class DecodeBatch:
                 drafts.append([])
             else:
                 drafts.append(row.drafter.propose(room))
-        return drafts
+        # Only as many draft tokens as are expected to pay for their place in the step.
+        width = best_width(drafts, self._records)
+        for draft, record in zip(drafts, self._records, strict=True):
+            if width == 1 or not draft:
+                record.rest()
+        return [d[: width - 1] for d in drafts]
 
     def _verify(self, drafts: list[list[int]]) -> list[tuple[Sequence, list[Produced]]]:
         """One forward over every row's input and draft; each row keeps the draft tokens its
@@ -115,6 +124,8 @@ class DecodeBatch:
             out.append((row, list(zip(new, lps, strict=True))))
             self._advance(i, fed[i][: n + 1], new, len(draft) - n)
             drops.append(width - n - 1)
+            if draft:
+                self._records[i].update(len(draft), n)
             self.stats.count(len(draft), n)
             start += len(draft) + 1
         appended(self._orders, width)
@@ -194,6 +205,7 @@ class DecodeBatch:
         self.rows = [self.rows[i] for i in indices]
         self._inputs = [self._inputs[i] for i in indices]
         self._orders = [self._orders[i] for i in indices]
+        self._records = [self._records[i] for i in indices]
         self._contexts = [self._contexts[i] for i in indices]
         if not indices:
             self.cache = []

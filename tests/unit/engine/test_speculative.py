@@ -22,7 +22,7 @@ from inference.engine.drafting import Drafter, NgramDrafter, make_drafter
 from inference.engine.pool import LoadedModel, ModelPool
 from inference.engine.sampling import RowSampler, sample
 from inference.engine.sequence import Sequence
-from inference.engine.speculative import kept
+from inference.engine.speculative import TrackRecord, best_width, kept
 from inference.engine.types import EngineError, ModelSpec, SamplingParams
 from tests.helpers import build_tiny_model
 from tests.unit.engine.jobs import NO_EOS, greedy, make_sequence
@@ -346,3 +346,20 @@ def test_a_bad_speculative_ask_fails_the_request():
     with pytest.raises(EngineError, match="draft_tokens"):
         make_drafter(SamplingParams(speculative="ngram", draft_tokens=0), [1, 2])
     assert make_drafter(SamplingParams(), [1, 2]) is None
+
+
+def test_drafts_are_cut_to_what_is_expected_to_pay_for_its_place():
+    """A row whose drafts keep being right gets a wide step; rows whose drafts fail stop
+    drafting, and more rows (a costlier position on a CPU) make the step narrower."""
+    right, wrong = TrackRecord(), TrackRecord()
+    for _ in range(6):
+        right.update(fed=4, kept=4)
+        wrong.update(fed=4, kept=0)
+    assert right.p > 0.95 and wrong.p < 0.1
+    draft = [1, 2, 3, 4, 5, 6, 7, 8]
+    assert best_width([draft], [right]) == 9
+    assert best_width([draft], [wrong]) == 1
+    assert best_width([draft] * 8, [TrackRecord()] * 8) < best_width([draft], [TrackRecord()])
+    assert best_width([[], []], [right, right]) == 1
+    wrong.rest()
+    assert wrong.p > 0.06  # a row that stopped drafting slowly regains the benefit of the doubt
