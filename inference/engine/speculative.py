@@ -12,10 +12,9 @@ comparing x with t gives. Each position draws with the row's own next uniform an
 kept positions' uniforms are used up, so a seed gives the same tokens with or without it.
 
 Every row then drops its cache positions past what it kept: all rows the common part (trim),
-and rows that kept fewer are rolled right by the rest, so their dropped positions become left
-padding (mlx-lm's own right_padding / finalize, as batched prefill uses). Only cache layers
-that can do both take part (plain K/V, float16 or quantized); other models decode one token
-at a time.
+and a row that kept fewer moves its first positions into the rest and counts them as left
+padding (roll_back). Only cache layers that can do both take part (plain K/V, float16 or
+quantized); other models decode one token at a time.
 """
 
 from __future__ import annotations
@@ -44,10 +43,6 @@ class SpeculationStats:
     steps: int = 0  # verification steps (at least one row had a draft)
     drafted: int = 0  # draft tokens fed
     accepted: int = 0  # draft tokens kept
-
-    @property
-    def acceptance(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
 
     def count(self, drafted: int, accepted: int) -> None:
         self.drafted += drafted
@@ -180,7 +175,7 @@ def roll_back(cache: list[Any], drops: list[int], orders: list[list[int] | None]
     pads = cache[0].left_padding.tolist()
     end = cache[0]._idx
     if any(e and end - e - pads[i] < e for i, e in enumerate(extra)):
-        _roll(cache, extra, orders, pads, end)  # a row holding fewer tokens than it drops
+        _roll(cache, extra, orders)  # a row holding fewer tokens than it drops
         return
     moves = [
         (array, i, pads[i], end - e, e)
@@ -204,9 +199,7 @@ def roll_back(cache: list[Any], drops: list[int], orders: list[list[int] | None]
             orders[i] = order[e : len(order) - e] + order[:e]
 
 
-def _roll(
-    cache: list[Any], extra: list[int], orders: list[list[int] | None], pads: list[int], end: int
-) -> None:
+def _roll(cache: list[Any], extra: list[int], orders: list[list[int] | None]) -> None:
     """mlx-lm's way: each row rolled right by what it drops (a copy of the whole cache)."""
     for layer in cache:
         layer.prepare(right_padding=extra)

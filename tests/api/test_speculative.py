@@ -50,13 +50,14 @@ def client(server: LiveServer, api_key: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.api, api_key=api_key, max_retries=0, timeout=120)
 
 
-def drafts(server: LiveServer) -> dict[str, float]:
+def drafts(server: LiveServer, model: str = DEMO_ID) -> dict[str, float]:
+    """The model's speculation metrics (those it has: the rate only once it drafted)."""
     text = httpx.get(f"{server.url}/metrics", headers=server.admin_headers, timeout=10).text
     return {
         sample.name: sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
-        if sample.name.startswith("inference_draft") and sample.labels.get("model") == DEMO_ID
+        if sample.name.startswith("inference_draft") and sample.labels.get("model") == model
     }
 
 
@@ -177,13 +178,7 @@ def test_the_catalog_default_applies_when_a_request_does_not_say(server, client,
     client.chat.completions.create(**body)  # loads it
 
     def verified() -> float:
-        text = httpx.get(f"{server.url}/metrics", headers=server.admin_headers, timeout=10).text
-        return next(
-            s.value
-            for f in text_string_to_metric_families(text)
-            for s in f.samples
-            if s.name == "inference_draft_tokens_total" and s.labels["model"] == "demo-drafting"
-        )
+        return drafts(server, "demo-drafting")["inference_draft_tokens_total"]
 
     before = verified()
     assert before > 0  # the first request drafted too
