@@ -150,6 +150,7 @@ class CatalogModelAdmin(admin.ModelAdmin):
                     "default_temperature",
                     "default_top_p",
                     "speculative",
+                    "draft_model",
                     "draft_tokens",
                     "system_prompt",
                 )

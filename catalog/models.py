@@ -291,13 +291,25 @@ class CatalogModel(models.Model):
     )
     speculative = models.CharField(
         "speculative decoding",
-        max_length=8,
+        max_length=16,
         choices=[("off", "off"), *((d, d) for d in DRAFTERS)],
         default="off",
         help_text="The default when a request does not say (its `speculative` field). ngram: "
         "each step also checks a few tokens copied from where the latest tokens occurred "
-        "earlier in the prompt or answer; output is the same, and answers that repeat their "
-        "context (code edits, quotes) come faster. Off: one token per step.",
+        "earlier in the prompt or answer; answers that repeat their context (code edits, "
+        "quotes) come faster. draft_model: each step checks the draft model's guesses. "
+        "Output is the same either way. Off: one token per step.",
+    )
+    draft_model = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="drafts_for",
+        limit_choices_to={"purpose": "chat", "vision": False},
+        help_text="A smaller chat model with the same vocabulary whose guesses "
+        "`speculative: draft_model` checks. Loaded with this model (its memory counted "
+        "with it) and unloaded with it.",
     )
     draft_tokens = models.PositiveSmallIntegerField(
         default=4,
@@ -358,7 +370,21 @@ class CatalogModel(models.Model):
             pooling=self.pooling,
             normalize=self.normalize,
             parallel=self.parallel,
+            draft=self.draft_model.spec() if self.draft_model_id else None,
         )
+
+    def clean_draft(self) -> None:
+        draft = self.draft_model if self.draft_model_id else None
+        if draft is None:
+            if self.speculative == "draft_model":
+                raise ValidationError({"speculative": "Choose a draft model first."})
+            return
+        if self.purpose != self.Purpose.CHAT or self.vision:
+            raise ValidationError({"draft_model": "Only text chat models take a draft model."})
+        if draft.pk == self.pk or draft.draft_model_id:
+            raise ValidationError(
+                {"draft_model": "A draft model must be another model without a draft of its own."}
+            )
 
     def capabilities(self) -> list[str]:
         """What /v1/models tells clients this model does (Ollama's words for them)."""
@@ -370,6 +396,7 @@ class CatalogModel(models.Model):
         super().clean()
         if self.vision and self.purpose == self.Purpose.EMBEDDING:
             raise ValidationError({"vision": "Only chat models read images."})
+        self.clean_draft()
         validate = (
             validate_hf_repo if self.source == self.Source.HUGGING_FACE else (validate_model_dir)
         )

@@ -7,16 +7,23 @@ the batched forward, never a different output.
 
 `NgramDrafter` is prompt lookup: agents' edits repeat their context (a file in the prompt
 written back with a change), so the tokens that followed the last few tokens' latest earlier
-occurrence are a good guess. A draft model (same tokenizer, from the catalog) is another
-Drafter: it would keep its own cache and propose for every row in one batched pass.
+occurrence are a good guess. `ModelDrafter` asks a small model with the same vocabulary (the
+catalog's draft model, loaded with the model it drafts for): its greedy continuation, from a
+KV cache of its own per sequence that follows the sequence's accepted tokens.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+
 from inference.engine.types import EngineError, ErrorKind, SamplingParams
 
-DRAFTERS = ("ngram",)
+DRAFTERS = ("ngram", "draft_model")
 MAX_DRAFT_TOKENS = 16  # past this a step's wasted positions cost more than drafts save
+DRAFT_CHUNK = 512  # prompt tokens a draft model reads per forward
 
 
 class Drafter:
@@ -92,7 +99,64 @@ class NgramDrafter(Drafter):
         self._indexed = max(self._indexed, stop)
 
 
-def make_drafter(params: SamplingParams, prompt: list[int]) -> Drafter | None:
+class ModelDrafter(Drafter):
+    """A draft model's greedy guesses. Its cache holds the K/V of `cached`, which always
+    starts with the sequence's tokens: after a step, the part the target rejected is cut off
+    and the accepted tokens not yet read are read with the next proposal. A greedy draft puts
+    all its probability on its token, the case the verification's acceptance rule assumes
+    (speculative.py), so sampled rows keep the target's distribution."""
+
+    def __init__(self, model: Any, tokens: list[int], length: int, vocab_size: int) -> None:
+        self.model = model
+        self.tokens = list(tokens)
+        self.length = length
+        self.vocab_size = vocab_size  # the target's: a draft id past it is never proposed
+        self.cache = make_prompt_cache(model)
+        self.cached: list[int] = []  # tokens whose K/V the cache holds, in order
+
+    def extend(self, tokens: list[int]) -> None:
+        self.tokens.extend(tokens)
+
+    def propose(self, limit: int) -> list[int]:
+        limit = min(limit, self.length)
+        if limit <= 0:
+            return []
+        self._catch_up()
+        token, draft = self.tokens[-1], []
+        for _ in range(limit):
+            logits = self.model(mx.array([[token]]), cache=self.cache)
+            self.cached.append(token)
+            token = int(mx.argmax(logits[0, -1]).item())
+            if token >= self.vocab_size:
+                break
+            draft.append(token)
+        return draft
+
+    def _catch_up(self) -> None:
+        """The cache cut back to where it agrees with the sequence, then fed the sequence's
+        tokens up to (not with) its last, which the next proposal starts from."""
+        target = self.tokens[:-1]
+        agree = 0
+        for mine, theirs in zip(self.cached, target, strict=False):  # either may be longer
+            if mine != theirs:
+                break
+            agree += 1
+        extra = len(self.cached) - agree
+        if extra and not can_trim_prompt_cache(self.cache):  # a rotated window: read anew
+            self.cache, self.cached, agree, extra = make_prompt_cache(self.model), [], 0, 0
+        if extra:
+            trim_prompt_cache(self.cache, extra)
+            del self.cached[agree:]
+        for start in range(agree, len(target), DRAFT_CHUNK):
+            chunk = target[start : start + DRAFT_CHUNK]
+            self.model(mx.array([chunk]), cache=self.cache)
+            mx.eval([c.state for c in self.cache])
+            self.cached.extend(chunk)
+
+
+def make_drafter(
+    params: SamplingParams, prompt: list[int], draft: Any = None, vocab_size: int = 0
+) -> Drafter | None:
     """The drafter a request asks for (None: no speculation); a bad ask fails the request."""
     kind = params.speculative
     if not kind:
@@ -109,4 +173,10 @@ def make_drafter(params: SamplingParams, prompt: list[int]) -> Drafter | None:
             f"draft_tokens must be between 1 and {MAX_DRAFT_TOKENS}, not {params.draft_tokens}",
             "draft_tokens",
         )
-    return NgramDrafter(prompt, params.draft_tokens)
+    if kind == "ngram":
+        return NgramDrafter(prompt, params.draft_tokens)
+    if draft is None:
+        raise EngineError(
+            ErrorKind.INVALID_REQUEST, "this model has no draft model in the catalog", "speculative"
+        )
+    return ModelDrafter(draft, prompt, params.draft_tokens, vocab_size)

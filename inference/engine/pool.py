@@ -37,6 +37,7 @@ class LoadedModel(TokenizerFacts):
     compute_format: str = "stored"
     kernels: bool = False
     format_reason: str = ""
+    draft: Any = None  # the draft model's weights (spec.draft), read with this model's
     active: int = 0  # sequences using it right now: never evicted while > 0
     last_used: float = field(default_factory=time.monotonic)
 
@@ -46,10 +47,12 @@ class LoadedModel(TokenizerFacts):
 
 
 def weights_size(spec: ModelSpec) -> int:
-    """Bytes of weights on disk; 0 when unknown (a hub repo not yet downloaded)."""
+    """Bytes of weights on disk, its draft model's included; 0 when unknown (a hub repo not
+    yet downloaded)."""
+    draft = weights_size(spec.draft) if spec.draft is not None else 0
     if spec.from_hub:
-        return 0
-    return sum(f.stat().st_size for f in Path(spec.location).glob("*.safetensors"))
+        return draft
+    return draft + sum(f.stat().st_size for f in Path(spec.location).glob("*.safetensors"))
 
 
 def everywhere(group: Any, ok: bool) -> bool:
@@ -70,6 +73,24 @@ def _refusal(spec: ModelSpec, failure: Exception) -> EngineError:
 Read = tuple[Any, Any, dict, compute_format.FormatChoice]
 
 
+def read_draft(spec: ModelSpec, tokenizer: Any, room: int, timed: bool) -> Any:
+    """A draft model's weights, whole, in the format it will compute in; refused when its
+    vocabulary is not the drafted model's (its token ids would mean other text)."""
+    if spec.purpose != "chat" or spec.vision or spec.draft is not None:
+        raise EngineError(ErrorKind.INVALID_REQUEST, "its draft model must be a text chat model")
+    model, draft_tokenizer, _ = load_weights(spec)
+    if draft_tokenizer.get_vocab() != tokenizer.get_vocab():
+        raise EngineError(
+            ErrorKind.INVALID_REQUEST,
+            f"its draft model '{spec.model_id}' has another vocabulary",
+        )
+    model, _ = compute_format.prepare(
+        spec.compute_format, model, room, key=(spec.location, "draft"), timed=timed
+    )
+    mx.eval(model.parameters())
+    return model
+
+
 @dataclass
 class Loading:
     """A model whose weights are being read: what the pool set aside for it, and the read."""
@@ -79,13 +100,22 @@ class Loading:
     room: int = 0  # the pool's room for it (compute_format may widen the weights into it)
     group: Any = None
     started: float = field(default_factory=time.monotonic)
+    draft: Any = None  # read with the model when its spec names a draft model
 
     def read(self) -> Read:
         """The weights, in the format the model will compute in (this rank's shard of a
-        model marked parallel, in a group). Touches no pool state: any thread may run it."""
+        model marked parallel, in a group), and its draft model's into `draft`. Touches no
+        pool state: any thread may run it."""
         spec = self.spec
         if self.group is not None and spec.parallel:
-            return load_sharded(spec, self.group, self.room)
+            read = load_sharded(spec, self.group, self.room)
+        else:
+            read = self._read_whole(spec)
+        if spec.draft is not None:
+            self.draft = read_draft(spec.draft, read[1], self.room, timed=self.group is None)
+        return read
+
+    def _read_whole(self, spec: ModelSpec) -> Read:
         model, tokenizer, config = load_weights(spec)
         if not prepares_compute_format(spec):
             reason = "loaded as stored (not an mlx-lm chat model)"
@@ -177,6 +207,8 @@ class ModelPool:
     def _adopt(self, load: Loading, read: Read) -> LoadedModel:
         spec, (model, tokenizer, config, choice) = load.spec, read
         nbytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+        if load.draft is not None:
+            nbytes += sum(v.nbytes for _, v in tree_flatten(load.draft.parameters()))
         seconds = time.monotonic() - load.started
         entry = LoadedModel(
             spec,
@@ -189,6 +221,7 @@ class ModelPool:
             choice.format,
             choice.kernels,
             choice.reason,
+            load.draft,
         )
         self._models[spec.model_id] = entry
         log.info(

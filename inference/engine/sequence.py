@@ -82,7 +82,8 @@ class Sequence:
                 ErrorKind.INVALID_REQUEST, f"These sampling parameters cannot be applied: {exc}"
             ) from exc
         self.sampler = make_row_sampler(params)
-        self.drafter = make_drafter(params, self.prompt)  # None: one token per step
+        # None: one token per step
+        self.drafter = make_drafter(params, self.prompt, loaded.draft, loaded.vocab_size)
         self.processors = make_processors(params)
         if params.grammar:
             self.processors.append(self._constraint())

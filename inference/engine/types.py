@@ -27,6 +27,9 @@ class ModelSpec:
     # Over a distributed group (engine/lockstep.py): "tensor" (each rank holds a slice of
     # every layer) or "pipeline" (each rank holds some layers); "" loads it whole on each rank.
     parallel: str = ""
+    # The catalog's draft model for speculative decoding (engine/drafting.py): loaded with this
+    # one, whole on every rank, and gone with it.
+    draft: ModelSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,8 @@ class SamplingParams:
     # An llguidance grammar (JSON schema, lark...) the output must match.
     grammar: str | None = None
     # Speculative decoding (engine/drafting.py): "" off, or the drafter ("ngram": prompt
-    # lookup); up to `draft_tokens` proposed tokens are verified in each decode step.
+    # lookup; "draft_model": the model's draft model); up to `draft_tokens` proposed tokens
+    # are verified in each decode step.
     speculative: str = ""
     draft_tokens: int = 4
 

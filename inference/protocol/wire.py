@@ -33,14 +33,18 @@ def _optional_keys(model: type[BaseModel]) -> frozenset[str]:
     return frozenset(k for k in keys if isinstance(k, str))
 
 
+# "ngram": prompt lookup; "draft_model": the catalog's draft model for the model asked.
+SpeculativeMethod = Literal["ngram", "draft_model", "off"]
+
+
 class SpeculativeOptions(RequestModel):
     """`speculative` as an object (vLLM's speculative_config names): the drafter and how many
     tokens it may propose a step."""
 
-    method: Literal["ngram", "off"]
+    method: SpeculativeMethod
     num_speculative_tokens: int | None = Field(default=None, ge=1, le=16)
 
 
-# Speculative decoding per request: "ngram" (prompt lookup), "off", or the object above; left
-# out, the catalog's default for the model. An extension every dialect accepts.
-Speculative = Literal["ngram", "off"] | SpeculativeOptions
+# Speculative decoding per request: a method, or the object above; left out, the catalog's
+# default for the model. An extension every dialect accepts.
+Speculative = SpeculativeMethod | SpeculativeOptions

@@ -45,6 +45,13 @@ def speculation(ask: SamplingAsk, entry: CatalogModel) -> tuple[str, int]:
     if isinstance(asked, SpeculativeOptions):
         asked, draft_tokens = asked.method, asked.num_speculative_tokens
     method = asked if asked is not None else entry.speculative
+    if method == "draft_model" and entry.draft_model_id is None:
+        raise APIError(
+            f"speculative: the model '{entry.public_id}' has no draft model (set one in the "
+            "catalog, or ask for ngram).",
+            param="speculative",
+            code="invalid_value",
+        )
     return ("" if method == "off" else method), draft_tokens or entry.draft_tokens
 
 

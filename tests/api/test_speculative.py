@@ -138,6 +138,7 @@ def test_messages_and_responses_take_the_option(server, client, api_key):
     "value",
     [
         "medusa",
+        "draft_model",  # the demo model has no draft model in the catalog
         {"method": "ngram", "num_speculative_tokens": 0},
         {"method": "ngram", "num_speculative_tokens": 17},
         {"num_speculative_tokens": 4},
@@ -188,3 +189,22 @@ def test_the_catalog_default_applies_when_a_request_does_not_say(server, client,
     off = client.chat.completions.create(**body, extra_body={"speculative": "off"})
     assert verified() == after  # the request's "off" wins over the catalog
     assert off.choices[0].message.content == answer
+
+
+def test_a_catalog_draft_model_drafts_and_keeps_the_answer(server, client, smollm_dir):
+    """A model whose catalog row names a draft model (here another row of the same weights,
+    so its guesses are right) answers as the model alone does, in fewer steps."""
+    server.manage("add_model", "demo-draft", "--local", str(smollm_dir))
+    drafted = ("--draft-model", "demo-draft", "--speculative", "draft_model")
+    server.manage("add_model", "demo-drafted", "--local", str(smollm_dir), *drafted)
+    plain = chat(client, "off").choices[0].message.content
+    body = {"model": "demo-drafted", "messages": EDIT, **GREEDY}
+    answer = client.chat.completions.create(**body)
+    assert answer.choices[0].message.content == plain
+    counts = drafts(server, "demo-drafted")
+    verified = counts["inference_draft_tokens_total"]
+    assert verified > 20
+    assert counts["inference_draft_tokens_accepted_total"] >= 0.9 * verified
+    pool = httpx.get(f"{server.url}/control/pool", headers=server.admin_headers, timeout=10)
+    loaded = {m["id"] for m in pool.json()["models"]}
+    assert "demo-drafted" in loaded and "demo-draft" not in loaded  # read with its model

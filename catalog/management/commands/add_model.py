@@ -8,6 +8,30 @@ from catalog.management.options import error_messages, family_by_slug
 from catalog.models import CatalogModel
 
 
+def draft_model(model_id: str | None) -> CatalogModel | None:
+    if not model_id:
+        return None
+    entry = CatalogModel.objects.filter(public_id=model_id).first()
+    if entry is None:
+        raise CommandError(f"--draft-model: the catalog has no model {model_id!r}")
+    return entry
+
+
+def speculation_arguments(parser: CommandParser) -> None:
+    group = parser.add_argument_group("speculative decoding")
+    group.add_argument(
+        "--speculative",
+        choices=[c for c, _ in CatalogModel._meta.get_field("speculative").choices],
+        default="off",
+        help="speculative decoding when a request does not say (ngram: prompt lookup; "
+        "draft_model: the --draft-model's guesses)",
+    )
+    group.add_argument(
+        "--draft-model", help="catalog id of a smaller chat model with the same vocabulary"
+    )
+    group.add_argument("--draft-tokens", type=int, default=4, help="tokens a draft proposes")
+
+
 class Command(BaseCommand):
     help = "Add an MLX model directory or a Hugging Face repo to the catalog."
 
@@ -41,13 +65,7 @@ class Command(BaseCommand):
             help="prompts over the context: refuse them, or drop old turns",
         )
         parser.add_argument("--max-tokens", type=int, help="default max_tokens for requests")
-        parser.add_argument(
-            "--speculative",
-            choices=[c for c, _ in CatalogModel._meta.get_field("speculative").choices],
-            default="off",
-            help="speculative decoding when a request does not say (ngram: prompt lookup)",
-        )
-        parser.add_argument("--draft-tokens", type=int, default=4, help="tokens a draft proposes")
+        speculation_arguments(parser)
         parser.add_argument("--max-output-tokens", type=int, help="largest max_tokens accepted")
         parser.add_argument(
             "--if-missing", action="store_true", help="do nothing when the id already exists"
@@ -93,6 +111,7 @@ class Command(BaseCommand):
             default_max_tokens=options["max_tokens"],
             max_output_tokens=options["max_output_tokens"],
             speculative=options["speculative"],
+            draft_model=draft_model(options["draft_model"]),
             draft_tokens=options["draft_tokens"],
             vision=options["vision"],
             purpose=CatalogModel.Purpose.EMBEDDING

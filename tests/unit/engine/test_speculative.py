@@ -7,6 +7,7 @@ distribution), whatever its drafts; the n-gram drafter proposes what prompt look
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 from dataclasses import replace
@@ -363,3 +364,73 @@ def test_drafts_are_cut_to_what_is_expected_to_pay_for_its_place():
     assert best_width([[], []], [right, right]) == 1
     wrong.rest()
     assert wrong.p > 0.06  # a row that stopped drafting slowly regains the benefit of the doubt
+
+
+@pytest.fixture(scope="module")
+def drafted(loaded: LoadedModel, smollm_dir: Path, tmp_path_factory) -> dict[str, LoadedModel]:
+    """The tiny model loaded with a draft model: itself (every draft right), and a random model
+    of another seed (drafts mostly wrong)."""
+    other = tmp_path_factory.mktemp("spec-draft") / "other"
+    build_tiny_model(smollm_dir, other, seed=5, tie_word_embeddings=False, head_dim=64)
+    pool, models = ModelPool(2**30), {}
+    for name, location in (("self", loaded.spec.location), ("other", str(other))):
+        draft = ModelSpec(model_id=f"draft-{name}", location=location)
+        spec = replace(loaded.spec, model_id=f"tiny-{name}", draft=draft)
+        models[name] = pool.get(spec)
+    return models
+
+
+DRAFT = {"speculative": "draft_model", "draft_tokens": 5}
+
+
+def test_a_draft_model_keeps_the_greedy_tokens_and_a_right_one_is_accepted(loaded, drafted):
+    """A draft model proposes from its own cache, cut back to the accepted tokens each step:
+    drafting with the model itself keeps every draft token; a wrong draft model costs
+    positions, never tokens; a draft model row shares the batch with plain and n-gram rows."""
+    plain = [solo(loaded, t, greedy(n)) for t, n in ((LONG, 30), (REPEAT, 20), (SHORT, 12))]
+    for name, model in drafted.items():
+        runner = ModelRunner(model, NO_CACHE)
+        asks = [
+            greedy(30, **DRAFT),
+            greedy(20, **NGRAM),
+            greedy(12),
+        ]
+        texts = (LONG, REPEAT, SHORT)
+        outcomes = run(
+            runner,
+            *(make_sequence(model, ids_of(model, t), p) for t, p in zip(texts, asks, strict=True)),
+        )
+        for outcome, reference in zip(outcomes, plain, strict=True):
+            same(outcome, reference)
+        stats = runner.speculation
+        if name == "self":  # its own guesses: right but for float rounding between passes
+            assert stats.accepted >= 0.9 * stats.drafted and stats.accepted >= 15
+        assert stats.drafted > 0
+
+
+def test_a_draft_model_follows_a_sampled_row_from_its_seed(drafted):
+    """Sampled rows keep the target's distribution: the same seed gives the same tokens with
+    the draft model's guesses as without them."""
+    model = drafted["self"]
+    params = SamplingParams(temperature=0.1, top_p=0.9, seed=11, max_tokens=24, logit_bias=NO_EOS)
+    plain = solo(model, LONG, params)
+    runner = ModelRunner(model, NO_CACHE)
+    (spec,) = run(runner, make_sequence(model, ids_of(model, LONG), replace(params, **DRAFT)))
+    same(spec, plain)
+    assert runner.speculation.accepted > 0
+
+
+def test_asking_for_a_draft_model_where_there_is_none_fails_the_request(loaded):
+    with pytest.raises(EngineError, match="no draft model"):
+        make_drafter(SamplingParams(speculative="draft_model"), [1, 2])
+
+
+def test_a_draft_model_of_another_vocabulary_is_refused(loaded, smollm_dir, tmp_path):
+    odd = build_tiny_model(smollm_dir, tmp_path / "odd")
+    vocab = json.loads((odd / "tokenizer.json").read_text())
+    first = next(iter(vocab["model"]["vocab"]))
+    vocab["model"]["vocab"]["renamed-token"] = vocab["model"]["vocab"].pop(first)
+    (odd / "tokenizer.json").write_text(json.dumps(vocab))
+    spec = replace(loaded.spec, model_id="tiny-odd", draft=ModelSpec("odd", str(odd)))
+    with pytest.raises(EngineError, match="another vocabulary"):
+        ModelPool(2**30).get(spec)
