@@ -7,6 +7,7 @@ from inference.views import health, live, metrics, openapi, ready
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("v1/", include("inference.urls")),
+    path("api/", include("inference.ollama_urls")),  # Ollama's API
     path("health", health),
     path("health/live", live),
     path("health/ready", ready),

@@ -11,10 +11,11 @@ from inference.edge.responses import json_response
 from inference.protocol.errors import APIError
 from inference.serving.anthropic import DIALECT as ANTHROPIC
 from inference.serving.dialect import Dialect
+from inference.serving.ollama import DIALECT as OLLAMA
 from inference.serving.openai import DIALECT as OPENAI
 from inference.serving.responses import DIALECT as RESPONSES
 
-__all__ = ["ANTHROPIC", "OPENAI", "RESPONSES", "Dialect", "error_response"]
+__all__ = ["ANTHROPIC", "OLLAMA", "OPENAI", "RESPONSES", "Dialect", "error_response"]
 
 
 def error_response(dialect: Dialect, error: APIError) -> HttpResponse:

@@ -13,7 +13,7 @@ from django.http import HttpResponse, StreamingHttpResponse
 from pydantic import BaseModel
 
 from inference.protocol.errors import server_error
-from inference.serving.sse import EventStream
+from inference.serving.sse import SSE, EventStream
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +97,10 @@ async def with_keepalive(lines: AsyncIterator[str], interval: float) -> AsyncIte
 
 
 def event_stream_response(stream: EventStream) -> ClosingStreamingResponse:
+    # NDJSON has no comment line: its clients read every line as a JSON object.
+    interval = settings.SSE_KEEPALIVE_SECONDS if stream.media_type == SSE else 0
     response = ClosingStreamingResponse(
-        guarded(with_keepalive(stream.lines, settings.SSE_KEEPALIVE_SECONDS), stream),
-        content_type="text/event-stream",
+        guarded(with_keepalive(stream.lines, interval), stream), content_type=stream.media_type
     )
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass chunks through as they come

@@ -40,6 +40,14 @@ class LoadedModel(TokenizerFacts):
     draft: Any = None  # the draft model's weights (spec.draft), read with this model's
     active: int = 0  # sequences using it right now: never evicted while > 0
     last_used: float = field(default_factory=time.monotonic)
+    # Seconds it stays loaded once idle, as its last request said (Ollama's keep_alive): 0
+    # unloads it when its sequences end, negative never; None: the engine's idle TTL.
+    keep_alive: float | None = None
+
+    def idle_ttl(self, default: float) -> float | None:
+        """Seconds idle before it is unloaded; None: never (pinned, or no TTL applies)."""
+        ttl = self.keep_alive if self.keep_alive is not None else (default or None)
+        return None if self.spec.pinned or ttl is None or ttl < 0 else ttl
 
     @cached_property
     def token_text(self) -> TokenText:
@@ -253,18 +261,28 @@ class ModelPool:
         return sum(m.nbytes for m in self._models.values())
 
     def idle_models(self, ttl: float) -> list[str]:
-        """Unpinned models nobody used for ttl seconds."""
-        cutoff = time.monotonic() - ttl
+        """Unpinned models nobody used for their idle TTL (`ttl`, or their own keep_alive)."""
+        now = time.monotonic()
         return [
             m.spec.model_id
             for m in self._models.values()
-            if not m.spec.pinned and m.active == 0 and m.last_used < cutoff
+            if m.active == 0 and (t := m.idle_ttl(ttl)) is not None and m.last_used <= now - t
         ]
 
     def next_idle_deadline(self, ttl: float) -> float | None:
-        """When the next unpinned model turns idle for ttl seconds (monotonic clock)."""
-        times = [m.last_used for m in self._models.values() if not m.spec.pinned]
-        return min(times) + ttl if times else None
+        """When the next unpinned model turns idle for its TTL (monotonic clock)."""
+        times = [
+            m.last_used + t for m in self._models.values() if (t := m.idle_ttl(ttl)) is not None
+        ]
+        return min(times) if times else None
+
+    def keep_alive(self, model_id: str, seconds: float | None) -> bool:
+        """A loaded model's own idle TTL (None: the engine's again); False if not loaded."""
+        entry = self._models.get(model_id)
+        if entry is None:
+            return False
+        entry.keep_alive = seconds
+        return True
 
     def _make_room(self, needed: int, model_id: str) -> None:
         if needed > self.budget:

@@ -28,6 +28,8 @@ class ModelState:
     # Speculative decoding (engine/speculative.py): draft tokens verified, and those kept.
     draft_tokens: int = 0
     accepted_draft_tokens: int = 0
+    # Its own idle TTL in seconds, from a request's keep_alive (None: the engine's).
+    keep_alive: float | None = None
 
     @property
     def idle_seconds(self) -> float:

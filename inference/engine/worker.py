@@ -212,7 +212,7 @@ class Engine:
         return Turn(
             items=items,
             cancelled=[i for i, job in list(self._taken.items()) if self._cancelled(job)],
-            evict=self.pool.idle_models(self.config.idle_ttl) if self.config.idle_ttl else [],
+            evict=self.pool.idle_models(self.config.idle_ttl),
             pacing=self._pacing() if self.link.distributed else {},
             stop=stop,
         )
@@ -267,10 +267,9 @@ class Engine:
         """How long an idle engine may sleep: until an idle model is due for unloading, or
         a group's leader is due to show its followers it is alive."""
         waits = [self.link.heartbeat]
-        if self.config.idle_ttl:
-            deadline = self.pool.next_idle_deadline(self.config.idle_ttl)
-            if deadline is not None:
-                waits.append(max(0.0, deadline - time.monotonic()) + 0.05)
+        deadline = self.pool.next_idle_deadline(self.config.idle_ttl)
+        if deadline is not None:
+            waits.append(max(0.0, deadline - time.monotonic()) + 0.05)
         waits = [w for w in waits if w is not None]
         return min(waits) if waits else None
 
@@ -362,6 +361,12 @@ class Engine:
 
         return len(processed(prompt, vision_model(self._load(spec)))[0])
 
+    def keep_alive(self, model_id: str, seconds: float | None) -> bool:
+        """How long a loaded model stays once idle, as a request said (Ollama's keep_alive):
+        seconds, 0 to unload it when its sequences end, negative for never; None: the
+        engine's idle TTL again. False when the model is not loaded."""
+        return self.pool.keep_alive(model_id, seconds)
+
     def unload(self, model_id: str) -> bool:
         runner = self._runners.get(model_id)
         if runner is not None:
@@ -398,6 +403,7 @@ class Engine:
             pinned=loaded.spec.pinned,
             load_seconds=round(loaded.load_seconds, 3),
             last_used=loaded.last_used,
+            keep_alive=loaded.keep_alive,
             active_sequences=len(sequences) - queued,
             queued_sequences=queued,
             tokens_per_second=round(runner.tokens_per_second(), 2) if runner else 0.0,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ class RequestContext:
     record: RequestRecord | None = None  # None for endpoints that are not recorded
     caller: Caller = ANONYMOUS
     id: str = field(default_factory=request_id)
+    # When the request came in (monotonic clock): what Ollama's replies time themselves from.
+    started: float = field(default_factory=time.monotonic)
     # Set by serving before the view returns (a stream's headers go out with its first line);
     # the edge puts them on the response.
     headers: dict[str, str] = field(default_factory=dict)

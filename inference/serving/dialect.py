@@ -1,7 +1,8 @@
 """A dialect: how one wire protocol speaks. Each dialect package (serving/openai/,
-serving/anthropic/, serving/responses/) exports one `Dialect` holding its error body, how its
-stream events are framed, how a broken stream ends, and per generation endpoint its plan builder
-and reply writer. The edge picks one per endpoint; the pipeline (pipeline.py) runs them."""
+serving/anthropic/, serving/responses/, serving/ollama/) exports one `Dialect` holding its error
+body, how its stream events are framed (and what the stream's Content-Type is), how a broken
+stream ends, and per generation endpoint its plan builder and reply writer. The edge picks one
+per endpoint; the pipeline (pipeline.py) runs them."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from inference.protocol.errors import APIError
 from inference.serving.context import RequestContext
 from inference.serving.plan import Plan
 from inference.serving.resolve import ResolvedModel
-from inference.serving.sse import Wire, data_event
+from inference.serving.sse import SSE, Wire, data_event
 from inference.serving.writer import ReplyWriter, Run
 
 PlanBuilder = Callable[[BaseModel, ResolvedModel, RequestContext], Awaitable[Plan]]
@@ -34,6 +35,7 @@ class Dialect:
     name: str
     error_body: Callable[[APIError], BaseModel]
     frame: Callable[[Wire], str] = data_event  # one event as the stream's lines
+    media_type: str = SSE  # the stream's Content-Type (Ollama's: NDJSON)
     done: str = ""  # the line after a finished stream's last event (OpenAI's [DONE])
     # Each generation endpoint's operation, by its request body's model.
     operations: Mapping[type[BaseModel], Operation] = field(default_factory=dict)

@@ -1,9 +1,11 @@
-"""POST /v1/embeddings: inputs to one engine embedding job, vectors to OpenAI's list."""
+"""Inputs to one engine embedding job (`embed_inputs`, for every dialect), and POST
+/v1/embeddings: its vectors as OpenAI's list."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+from dataclasses import dataclass
 
 import numpy as np
 from django.conf import settings
@@ -21,13 +23,30 @@ from inference.serving.drain import drain
 from inference.serving.errors import api_error
 from inference.serving.generation import SHUTTING_DOWN, TIMEOUT
 from inference.serving.prepare import embedding_ids
-from inference.serving.resolve import resolve_model
+from inference.serving.resolve import ResolvedModel, resolve_model
 
 
-async def answer_embeddings(request: EmbeddingRequest, ctx: RequestContext) -> EmbeddingList:
+@dataclass(frozen=True)
+class Embeddings:
+    """What the engine embedded for a request: one vector per input, in order."""
+
+    resolved: ResolvedModel
+    vectors: list[np.ndarray]
+    prompt_tokens: int
+
+
+async def embed_inputs(
+    model: str,
+    items: list[str | list[int]],
+    ctx: RequestContext,
+    input_type: str | None = None,
+    dimensions: int | None = None,
+) -> Embeddings:
+    """The vectors of `items` on the embedding model `model` names, for every dialect: the
+    input cap, the catalog's prefix for `input_type`, tokenizing off the engine thread, the
+    engine's job under the request timeout, then cut to `dimensions`."""
     if drain.draining:
         raise api_error(SHUTTING_DOWN)
-    items = request.inputs()
     limit = settings.EMBEDDINGS_MAX_INPUTS
     if len(items) > limit:
         raise APIError(
@@ -36,12 +55,12 @@ async def answer_embeddings(request: EmbeddingRequest, ctx: RequestContext) -> E
             param="input",
             code="too_many_inputs",
         )
-    resolved = await resolve_model(request.model, ctx.caller, purpose="embedding")
+    resolved = await resolve_model(model, ctx.caller, purpose="embedding")
     entry = resolved.entry
     if ctx.record is not None:
         ctx.record.model = entry.public_id
     prefix = {"query": entry.query_prefix, "document": entry.document_prefix}.get(
-        request.input_type or "", ""
+        input_type or "", ""
     )
     inputs = [prefix + item if isinstance(item, str) else tuple(item) for item in items]
     inputs = await embedding_ids(resolved.spec, inputs)  # tokenized off the engine thread
@@ -60,10 +79,17 @@ async def answer_embeddings(request: EmbeddingRequest, ctx: RequestContext) -> E
         raise api_error(exc) from None
     if ctx.record is not None:
         ctx.record.prompt_tokens = embedded.prompt_tokens
-    vectors = shaped(embedded.vectors, request.dimensions, resolved.spec.normalize)
+    vectors = shaped(embedded.vectors, dimensions, resolved.spec.normalize)
+    return Embeddings(resolved, vectors, embedded.prompt_tokens)
+
+
+async def answer_embeddings(request: EmbeddingRequest, ctx: RequestContext) -> EmbeddingList:
+    embedded = await embed_inputs(
+        request.model, request.inputs(), ctx, request.input_type, request.dimensions
+    )
     data = [
         Embedding(index=i, embedding=encode(v, request.encoding_format))
-        for i, v in enumerate(vectors)
+        for i, v in enumerate(embedded.vectors)
     ]
     tokens = embedded.prompt_tokens
     usage = EmbeddingUsage(prompt_tokens=tokens, total_tokens=tokens)

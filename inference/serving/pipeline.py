@@ -98,7 +98,7 @@ class Sent:
 
 def event_stream(dialect: Dialect, writer: ReplyWriter) -> EventStream:
     sent = Sent(dialect)
-    return EventStream(stream_lines(writer, sent), sent.end)
+    return EventStream(stream_lines(writer, sent), sent.end, dialect.media_type)
 
 
 async def stream_lines(writer: ReplyWriter, sent: Sent) -> AsyncIterator[str]:

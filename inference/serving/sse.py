@@ -1,5 +1,5 @@
-"""Server-sent events: how an event is framed (each dialect picks one of the two framings), and
-the stream a view hands the edge."""
+"""Streams: how an event is framed (each dialect picks one: server-sent events' two framings, or
+Ollama's newline-delimited JSON), and the stream a view hands the edge."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 from inference.protocol.errors import APIError
+
+# What a stream's body is, as its Content-Type says.
+SSE = "text/event-stream"
+NDJSON = "application/x-ndjson"
 
 # What ends a finished OpenAI chat or completions stream.
 DONE = "data: [DONE]\n\n"
@@ -40,11 +44,19 @@ def named_event(event: Wire) -> str:
     return f"event: {payload.type}\n{data_event(event)}"  # type: ignore[attr-defined]
 
 
+def ndjson_line(event: Wire) -> str:
+    """One JSON object on one line: Ollama's streams."""
+    if isinstance(event, Trimmed):
+        return event.payload.model_dump_json(exclude=set(event.without)) + "\n"
+    return event.model_dump_json() + "\n"
+
+
 @dataclass(frozen=True)
 class EventStream:
-    """SSE lines for the edge to send as a streaming response, and how the stream ends should
-    anything break it after its first line (in its dialect, numbered where the dialect numbers
-    its events)."""
+    """A stream's lines for the edge to send as a streaming response, and how the stream ends
+    should anything break it after its first line (in its dialect, numbered where the dialect
+    numbers its events)."""
 
     lines: AsyncIterator[str]
     end: Callable[[APIError], list[str]]
+    media_type: str = SSE
