@@ -1,7 +1,12 @@
 """Speculative decoding in-process: a code edit (a file in the prompt, written back with a
 rename) decoded greedily with and without n-gram drafts, on the demo model as the server runs it.
 
-    .venv/bin/python bench/speculative.py [--streams 1,8] [--tokens 256] [--repeats 3]
+    .venv/bin/python bench/speculative.py [--streams 1,8] [--tokens 256] [--repeats 3] \
+        [--draft-layers 8] [--draft-model DIR]
+
+With --draft-layers N it also runs `speculative: draft_model` with a draft model made of the
+demo model's first N layers (its own norm and head: a layer-skip self-draft, untrained for it);
+with --draft-model DIR, that model (same vocabulary) instead.
 
 For each stream count it fills a ModelRunner with that many copies of the request (each a
 file of its own, so no two rows share a prompt), reads the prompts, then times decoding alone
@@ -13,10 +18,14 @@ whether the greedy answers were token-identical in both modes.
 from __future__ import annotations
 
 import argparse
+import json
+import re
+import shutil
 import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -29,9 +38,14 @@ from bench.profile import load_demo  # noqa: E402
 from inference.adapters import FamilyProfile, get_adapter  # noqa: E402
 from inference.engine.batching import ModelRunner  # noqa: E402
 from inference.engine.config import EngineConfig  # noqa: E402
-from inference.engine.pool import LoadedModel  # noqa: E402
+from inference.engine.pool import LoadedModel, ModelPool  # noqa: E402
 from inference.engine.sequence import Sequence  # noqa: E402
-from inference.engine.types import GenerationJob, SamplingParams, TokenPrompt  # noqa: E402
+from inference.engine.types import (  # noqa: E402
+    GenerationJob,
+    ModelSpec,
+    SamplingParams,
+    TokenPrompt,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -107,6 +121,34 @@ def decode(loaded: LoadedModel, streams: int, params: SamplingParams) -> dict:
     }
 
 
+def first_layers(source: Path, destination: Path, layers: int) -> Path:
+    """A copy of an mlx-lm model folder keeping its first `layers` decoder layers."""
+    import mlx.core as mx
+
+    shutil.copytree(source, destination, ignore=shutil.ignore_patterns("*.safetensors"))
+    config = json.loads((destination / "config.json").read_text())
+    config["num_hidden_layers"] = layers
+    (destination / "config.json").write_text(json.dumps(config))
+    weights = {}
+    for path in source.glob("*.safetensors"):
+        for name, value in mx.load(str(path)).items():
+            layer = re.search(r"\.layers\.(\d+)\.", name)
+            if layer is None or int(layer.group(1)) < layers:
+                weights[name] = value
+    mx.save_safetensors(str(destination / "model.safetensors"), weights)
+    return destination
+
+
+def with_draft(loaded: LoadedModel, args: argparse.Namespace, workdir: Path) -> LoadedModel:
+    """The demo model loaded again, with the draft model --draft-layers/--draft-model name."""
+    source = Path(loaded.spec.location)
+    folder = args.draft_model or first_layers(source, workdir / "draft", args.draft_layers)
+    draft = ModelSpec(model_id="draft", location=str(folder))
+    return ModelPool(16 * 2**30).get(
+        ModelSpec(model_id="demo-drafted", location=str(source), draft=draft)
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -116,6 +158,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--draft", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--draft-layers", type=int, default=0, help="a draft of the first N")
+    parser.add_argument("--draft-model", type=Path, help="a draft model folder")
     args = parser.parse_args()
     modes = {
         "off": SamplingParams(temperature=0, max_tokens=args.tokens),
@@ -126,11 +170,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="speculative-") as workdir:
         loaded = load_demo(args.gguf, Path(workdir))
         print(f"{loaded.spec.model_id}: {loaded.compute_format}, draft {args.draft}")
+        models = dict.fromkeys(modes, loaded)
+        if args.draft_layers or args.draft_model:
+            models["draft_model"] = with_draft(loaded, args, Path(workdir))
+            modes["draft_model"] = replace(modes["ngram"], speculative="draft_model")
         for streams in [int(s) for s in args.streams.split(",")]:
             results: dict[str, list[dict]] = {mode: [] for mode in modes}
             for _ in range(args.repeats):
                 for mode, params in modes.items():
-                    results[mode].append(decode(loaded, streams, params))
+                    results[mode].append(decode(models[mode], streams, params))
             report(streams, results)
 
 
@@ -140,19 +188,20 @@ def report(streams: int, results: dict[str, list[dict]]) -> None:
         last = runs[-1]
         rate = last["accepted"] / last["drafted"] if last["drafted"] else 0.0
         print(
-            f"streams {streams:>2} {mode:<6} {statistics.median(rates):7.1f} tok/s "
+            f"streams {streams:>2} {mode:<11} {statistics.median(rates):7.1f} tok/s "
             f"(runs {', '.join(f'{r:.1f}' for r in rates)})  tokens {last['tokens']} "
             f"steps {last['steps']}  drafted {last['drafted']} accepted {last['accepted']} "
             f"({rate:.0%})"
         )
-    pairs = zip(results["off"], results["ngram"], strict=True)
-    ratios = sorted(b["tok_s"] / a["tok_s"] for a, b in pairs)
-    print(
-        f"streams {streams:>2} ngram/off, adjacent pairs: median "
-        f"{statistics.median(ratios):.2f}x ({', '.join(f'{r:.2f}' for r in ratios)})"
-    )
-    same = results["off"][-1]["answers"] == results["ngram"][-1]["answers"]
-    print(f"streams {streams:>2} greedy answers identical with and without: {same}")
+    for mode in [m for m in results if m != "off"]:
+        pairs = zip(results["off"], results[mode], strict=True)
+        ratios = sorted(b["tok_s"] / a["tok_s"] for a, b in pairs)
+        print(
+            f"streams {streams:>2} {mode}/off, adjacent pairs: median "
+            f"{statistics.median(ratios):.2f}x ({', '.join(f'{r:.2f}' for r in ratios)})"
+        )
+        same = results["off"][-1]["answers"] == results[mode][-1]["answers"]
+        print(f"streams {streams:>2} greedy answers identical with {mode} and without: {same}")
 
 
 if __name__ == "__main__":

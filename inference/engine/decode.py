@@ -29,6 +29,7 @@ from inference.engine.speculative import (
     kept,
     plain_numerics,
     roll_back,
+    worth_asking,
 )
 
 # A token a row produced in a step, with its log probabilities when some row wants them.
@@ -95,8 +96,10 @@ class DecodeBatch:
         if not self._rollback:
             return [[] for _ in self.rows]
         drafts = []
-        for row in self.rows:
+        for row, record in zip(self.rows, self._records, strict=True):
             room = row.max_tokens - row.completion_tokens - 1
+            if row.drafter is not None and row.drafter.costly:  # a draft model's forwards
+                room = min(room, worth_asking(record, len(self.rows)))
             if row.drafter is None or row.job.params.grammar or room <= 0:
                 drafts.append([])
             else:

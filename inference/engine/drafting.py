@@ -29,6 +29,8 @@ DRAFT_CHUNK = 512  # prompt tokens a draft model reads per forward
 class Drafter:
     """One sequence's drafter: sees every token of the sequence, proposes what comes next."""
 
+    costly = False  # whether proposing takes time of its own (then only what should pay)
+
     def extend(self, tokens: list[int]) -> None:
         """Tokens the sequence produced (accepted drafts and the model's own next token)."""
         raise NotImplementedError
@@ -105,6 +107,8 @@ class ModelDrafter(Drafter):
     and the accepted tokens not yet read are read with the next proposal. A greedy draft puts
     all its probability on its token, the case the verification's acceptance rule assumes
     (speculative.py), so sampled rows keep the target's distribution."""
+
+    costly = True
 
     def __init__(self, model: Any, tokens: list[int], length: int, vocab_size: int) -> None:
         self.model = model

@@ -28,6 +28,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import BatchKVCache, TokenBuffer
 
 from inference.engine.cpu.ext import ext
+from inference.engine.drafting import MAX_DRAFT_TOKENS
 from inference.engine.kv_quantized import BatchQuantizedKVCache
 
 ROLLBACK = (BatchKVCache, BatchQuantizedKVCache)
@@ -105,6 +106,18 @@ def best_width(drafts: list[list[int]], records: list[TrackRecord]) -> int:
         if rate > best:
             best, width = rate, w
     return width
+
+
+def worth_asking(record: TrackRecord, rows: int) -> int:
+    """How many tokens to ask of a drafter whose guesses cost time of their own (a draft
+    model's forward per token): those each more likely to be kept than a position costs.
+    None, while a row's drafts keep failing; its record drifts back toward PRIOR in the
+    steps it skips (TrackRecord.rest), so it tries again later."""
+    p, g = record.p, gamma(rows)
+    tokens = 0
+    while tokens < MAX_DRAFT_TOKENS and p ** (tokens + 1) > g:
+        tokens += 1
+    return tokens
 
 
 class Context(TokenBuffer):

@@ -23,7 +23,7 @@ from inference.engine.drafting import Drafter, NgramDrafter, make_drafter
 from inference.engine.pool import LoadedModel, ModelPool
 from inference.engine.sampling import RowSampler, sample
 from inference.engine.sequence import Sequence
-from inference.engine.speculative import TrackRecord, best_width, kept
+from inference.engine.speculative import TrackRecord, best_width, kept, worth_asking
 from inference.engine.types import EngineError, ModelSpec, SamplingParams
 from tests.helpers import build_tiny_model
 from tests.unit.engine.jobs import NO_EOS, greedy, make_sequence
@@ -434,3 +434,18 @@ def test_a_draft_model_of_another_vocabulary_is_refused(loaded, smollm_dir, tmp_
     spec = replace(loaded.spec, model_id="tiny-odd", draft=ModelSpec("odd", str(odd)))
     with pytest.raises(EngineError, match="another vocabulary"):
         ModelPool(2**30).get(spec)
+
+
+def test_a_costly_drafter_is_asked_only_for_tokens_that_should_pay():
+    """A draft model's guesses cost forwards of their own: a row whose guesses keep failing
+    is not asked at all (until its record drifts back), a reliable one for several tokens,
+    fewer when more rows share the step (each position costs more)."""
+    reliable, failing = TrackRecord(), TrackRecord()
+    for _ in range(10):
+        reliable.update(5, 4)  # four of five right: p = 0.8
+        failing.update(5, 0)
+    assert worth_asking(failing, 1) == 0
+    assert worth_asking(reliable, 1) > worth_asking(reliable, 8) > 0
+    for _ in range(200):
+        failing.rest()
+    assert worth_asking(failing, 1) > 0
