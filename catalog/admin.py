@@ -334,3 +334,7 @@ def import_command(job: GGUFImport) -> list[str]:
     if job.weights != GGUFImport.Weights.QUANTIZED:
         command += ["--weights", job.weights]
     return command
+
+
+# Registered by its own module, which the admin's autodiscovery reaches through this import.
+from catalog import pull_admin  # noqa: E402, F401

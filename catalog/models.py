@@ -504,3 +504,63 @@ class PromptMetadataPattern(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class HubPull(models.Model):
+    """A Hugging Face hub repo being downloaded into the catalog by a background `pull`."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    ACTIVE = (Status.QUEUED, Status.RUNNING)
+
+    repo = models.CharField(
+        max_length=200, validators=[validate_hf_repo], help_text="owner/name on the hub"
+    )
+    revision = models.CharField(max_length=200, default="main", help_text="branch, tag or commit")
+    filename = models.CharField(
+        "GGUF file",
+        max_length=500,
+        blank=True,
+        help_text="For a GGUF repo: the one .gguf file to fetch and import. Empty: an MLX "
+        "(safetensors) repo.",
+    )
+    model_id = models.CharField("model id", max_length=128, validators=[public_id_validator])
+    family = models.ForeignKey(
+        ModelFamily,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        help_text="Leave empty to detect it from the model's chat template.",
+    )
+    status = models.CharField(max_length=9, choices=Status.choices, default=Status.QUEUED)
+    progress = models.PositiveSmallIntegerField(default=0, help_text="percent")
+    bytes_done = models.BigIntegerField(default=0)
+    bytes_total = models.BigIntegerField(default=0)
+    speed = models.FloatField(default=0.0, help_text="bytes per second")
+    message = models.TextField(blank=True)
+    pid = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    imported = models.ForeignKey(
+        CatalogModel, null=True, blank=True, on_delete=models.SET_NULL, editable=False
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+        verbose_name = "hub pull"
+
+    def __str__(self) -> str:
+        return f"{self.model_id} ({self.status})"
+
+    def clean(self) -> None:
+        super().clean()
+        if CatalogModel.objects.filter(public_id=self.model_id).exists():
+            raise ValidationError({"model_id": "The catalog already has a model with this id."})
+        running = HubPull.objects.filter(model_id=self.model_id, status__in=self.ACTIVE)
+        if running.exclude(pk=self.pk).exists():
+            raise ValidationError({"model_id": "A pull for this id is already running."})
