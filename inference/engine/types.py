@@ -27,6 +27,9 @@ class ModelSpec:
     # Over a distributed group (engine/lockstep.py): "tensor" (each rank holds a slice of
     # every layer) or "pipeline" (each rank holds some layers); "" loads it whole on each rank.
     parallel: str = ""
+    # A LoRA adapter (engine/lora.py): `location` is the adapter's folder, `base` the model
+    # whose weights it shares in the pool (loaded first, and kept while the adapter is).
+    base: ModelSpec | None = None
 
 
 @dataclass(frozen=True)
