@@ -99,6 +99,7 @@ class CatalogModelAdmin(admin.ModelAdmin):
         "context_overflow",
     )
     search_fields = ("public_id", "display_name", "location")
+    autocomplete_fields = ("base_model",)
     readonly_fields = ("created", "updated", "last_used", "family_detected")
     actions = ("warm", "unload", "enable", "disable")
     fieldsets = (
@@ -133,6 +134,7 @@ class CatalogModelAdmin(admin.ModelAdmin):
                 "fields": (
                     "source",
                     "location",
+                    "base_model",
                     "family",
                     "family_detected",
                     "compute_format",

@@ -10,6 +10,7 @@ from django.db import models
 from catalog.aliases import alias_conflicts, validate_alias_list
 from catalog.validators import (
     public_id_validator,
+    validate_adapter_dir,
     validate_hf_repo,
     validate_model_dir,
     validate_regex_list,
@@ -140,10 +141,15 @@ class ModelFamily(models.Model):
 class CatalogModel(models.Model):
     """A model this server may serve, under the id clients send as `model`."""
 
+    # What spec() and family detection read besides the row: fetched with it where an async
+    # request reads the row (a lazy read there would be a query from the event loop).
+    RELATED = ("family", "base_model", "base_model__family")
+
     class Source(models.TextChoices):
         LOCAL = "local", "Local MLX directory"
         HUGGING_FACE = "hf", "Hugging Face repo"
         GGUF = "gguf", "Imported GGUF"
+        LORA = "lora", "LoRA adapter over a base model"
 
     class Purpose(models.TextChoices):
         CHAT = "chat", "Chat and completions"
@@ -232,7 +238,18 @@ class CatalogModel(models.Model):
     source = models.CharField(max_length=8, choices=Source.choices, default=Source.LOCAL)
     location = models.CharField(
         max_length=1024,
-        help_text="Absolute path of the MLX directory, or the Hugging Face repo id.",
+        help_text="Absolute path of the MLX directory, or the Hugging Face repo id; for a LoRA "
+        "adapter, its folder (adapter_config.json and adapters.safetensors, as mlx-lm's "
+        "trainer writes them).",
+    )
+    base_model = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="adapters",
+        help_text="LoRA adapters: the chat model whose weights it applies to. Both are served, "
+        "under their own ids, sharing the base's weights in memory.",
     )
     family = models.ForeignKey(
         ModelFamily,
@@ -345,6 +362,8 @@ class CatalogModel(models.Model):
 
     def spec(self) -> ModelSpec:
         """What the engine needs to load this model."""
+        if self.source == self.Source.LORA and self.base_model is not None:
+            return self.adapter_spec()
         return ModelSpec(
             model_id=self.public_id,
             location=self.location,
@@ -360,6 +379,20 @@ class CatalogModel(models.Model):
             parallel=self.parallel,
         )
 
+    def adapter_spec(self) -> ModelSpec:
+        """An adapter computes as its base does (same format, context, KV cache): it is the
+        base's weights with its LoRA layers over them."""
+        base = self.base_model.spec()
+        return ModelSpec(
+            model_id=self.public_id,
+            location=self.location,
+            context_length=self.context_length or base.context_length,
+            pinned=self.pinned,
+            compute_format=base.compute_format,
+            kv_cache=base.kv_cache,
+            base=base,
+        )
+
     def capabilities(self) -> list[str]:
         """What /v1/models tells clients this model does (Ollama's words for them)."""
         if self.purpose == self.Purpose.EMBEDDING:
@@ -370,14 +403,34 @@ class CatalogModel(models.Model):
         super().clean()
         if self.vision and self.purpose == self.Purpose.EMBEDDING:
             raise ValidationError({"vision": "Only chat models read images."})
-        validate = (
-            validate_hf_repo if self.source == self.Source.HUGGING_FACE else (validate_model_dir)
-        )
+        if self.source == self.Source.LORA:
+            self.clean_adapter()
+        elif self.base_model_id is not None:
+            raise ValidationError({"base_model": "Only a LoRA adapter has a base model."})
+        else:
+            validate = (
+                validate_hf_repo if self.source == self.Source.HUGGING_FACE else validate_model_dir
+            )
+            try:
+                validate(self.location)
+            except ValidationError as exc:
+                raise ValidationError({"location": exc.messages}) from exc
+        self.clean_aliases()
+
+    def clean_adapter(self) -> None:
         try:
-            validate(self.location)
+            validate_adapter_dir(self.location)
         except ValidationError as exc:
             raise ValidationError({"location": exc.messages}) from exc
-        self.clean_aliases()
+        base = self.base_model
+        if base is None:
+            raise ValidationError({"base_model": "A LoRA adapter needs its base model."})
+        if base.source == self.Source.LORA or base.purpose != self.Purpose.CHAT or base.vision:
+            raise ValidationError(
+                {"base_model": "The base must be a text chat model, not an adapter itself."}
+            )
+        if self.purpose != self.Purpose.CHAT or self.vision:
+            raise ValidationError({"purpose": "A LoRA adapter is a text chat model."})
 
     def clean_aliases(self) -> None:
         """No id or exact alias names two models; no two globs tie (catalog/aliases.py)."""

@@ -3,16 +3,13 @@ answers as mlx-lm's own `load(base, adapter_path=)` does, and leaves the base as
 
 from __future__ import annotations
 
-import json
 import queue
 from pathlib import Path
 
 import mlx.core as mx
 import pytest
-from mlx.utils import tree_flatten
 from mlx_lm import load
 from mlx_lm.generate import generate_step
-from mlx_lm.tuner.utils import linear_to_lora_layers
 
 from inference.engine.types import (
     Delta,
@@ -23,29 +20,11 @@ from inference.engine.types import (
     Started,
     TokenPrompt,
 )
-from tests.helpers import quantize_model_dir
+from tests.helpers import make_adapter, quantize_model_dir
 
 pytestmark = pytest.mark.database_independent
 PROMPT = "The quick brown fox jumps over"
 TOKENS = 10
-
-
-def make_adapter(base: Path, folder: Path, layers: int = 2, seed: int = 7) -> Path:
-    """A LoRA adapter as mlx-lm's trainer saves one, its B random (nonzero) so it shows."""
-    model, _ = load(str(base))
-    model.freeze()
-    parameters = {"rank": 4, "scale": 4.0, "dropout": 0.0}
-    linear_to_lora_layers(model, layers, parameters)
-    mx.random.seed(seed)
-    weights = {
-        name: (mx.random.normal(value.shape) * 0.3 if name.endswith("lora_b") else value)
-        for name, value in tree_flatten(model.trainable_parameters())
-    }
-    folder.mkdir(parents=True)
-    mx.save_safetensors(str(folder / "adapters.safetensors"), weights)
-    config = {"fine_tune_type": "lora", "num_layers": layers, "lora_parameters": parameters}
-    (folder / "adapter_config.json").write_text(json.dumps(config))
-    return folder
 
 
 @pytest.fixture(scope="module")
