@@ -248,6 +248,8 @@ class ModelPool:
             base = self.finish(load.base_load, base_outcome)
         else:
             base = load.base
+            if self._models.get(base.spec.model_id) is not base:  # unloaded on request meanwhile
+                outcome = EngineError(ErrorKind.MODEL_UNAVAILABLE, "its base was unloaded")
         if isinstance(outcome, Exception):
             raise _refusal(load.spec, outcome) from outcome
         return self._adopt(load, outcome, base)
