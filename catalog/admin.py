@@ -99,6 +99,7 @@ class CatalogModelAdmin(admin.ModelAdmin):
         "context_overflow",
     )
     search_fields = ("public_id", "display_name", "location")
+    autocomplete_fields = ("base_model",)
     readonly_fields = ("created", "updated", "last_used", "family_detected")
     actions = ("warm", "unload", "enable", "disable")
     fieldsets = (
@@ -133,6 +134,7 @@ class CatalogModelAdmin(admin.ModelAdmin):
                 "fields": (
                     "source",
                     "location",
+                    "base_model",
                     "family",
                     "family_detected",
                     "compute_format",
@@ -335,3 +337,7 @@ def import_command(job: GGUFImport) -> list[str]:
     if job.weights != GGUFImport.Weights.QUANTIZED:
         command += ["--weights", job.weights]
     return command
+
+
+# Registered by its own module, which the admin's autodiscovery reaches through this import.
+from catalog import pull_admin  # noqa: E402, F401

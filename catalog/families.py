@@ -45,6 +45,9 @@ def choose_family(entry: CatalogModel, families: list[ModelFamily]) -> FamilyCho
     config's model_type; else a template that shows only its format; else the default."""
     if entry.family_id is not None:
         return FamilyChoice(entry.family, "chosen in the catalog")
+    if entry.base_model_id is not None:  # a LoRA adapter is prompted as its base is
+        choice = choose_family(entry.base_model, families)
+        return FamilyChoice(choice.family, f"its base model's: {choice.reason}")
     by_slug = {family.slug: family for family in families}
     found = model_detection(entry)
     if found and not found.generic and found.slug in by_slug:

@@ -10,6 +10,7 @@ from django.db import models
 from catalog.aliases import alias_conflicts, validate_alias_list
 from catalog.validators import (
     public_id_validator,
+    validate_adapter_dir,
     validate_hf_repo,
     validate_model_dir,
     validate_regex_list,
@@ -140,10 +141,15 @@ class ModelFamily(models.Model):
 class CatalogModel(models.Model):
     """A model this server may serve, under the id clients send as `model`."""
 
+    # What spec() and family detection read besides the row: fetched with it where an async
+    # request reads the row (a lazy read there would be a query from the event loop).
+    RELATED = ("family", "base_model", "base_model__family", "draft_model")
+
     class Source(models.TextChoices):
         LOCAL = "local", "Local MLX directory"
         HUGGING_FACE = "hf", "Hugging Face repo"
         GGUF = "gguf", "Imported GGUF"
+        LORA = "lora", "LoRA adapter over a base model"
 
     class Purpose(models.TextChoices):
         CHAT = "chat", "Chat and completions"
@@ -232,7 +238,18 @@ class CatalogModel(models.Model):
     source = models.CharField(max_length=8, choices=Source.choices, default=Source.LOCAL)
     location = models.CharField(
         max_length=1024,
-        help_text="Absolute path of the MLX directory, or the Hugging Face repo id.",
+        help_text="Absolute path of the MLX directory, or the Hugging Face repo id; for a LoRA "
+        "adapter, its folder (adapter_config.json and adapters.safetensors, as mlx-lm's "
+        "trainer writes them).",
+    )
+    base_model = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="adapters",
+        help_text="LoRA adapters: the chat model whose weights it applies to. Both are served, "
+        "under their own ids, sharing the base's weights in memory.",
     )
     family = models.ForeignKey(
         ModelFamily,
@@ -357,6 +374,8 @@ class CatalogModel(models.Model):
 
     def spec(self) -> ModelSpec:
         """What the engine needs to load this model."""
+        if self.source == self.Source.LORA and self.base_model is not None:
+            return self.adapter_spec()
         return ModelSpec(
             model_id=self.public_id,
             location=self.location,
@@ -379,12 +398,30 @@ class CatalogModel(models.Model):
             if self.speculative == "draft_model":
                 raise ValidationError({"speculative": "Choose a draft model first."})
             return
-        if self.purpose != self.Purpose.CHAT or self.vision:
-            raise ValidationError({"draft_model": "Only text chat models take a draft model."})
+        if self.purpose != self.Purpose.CHAT or self.vision or self.source == self.Source.LORA:
+            raise ValidationError(
+                {"draft_model": "Only text chat models (not LoRA adapters) take a draft model."}
+            )
+        if draft.source == self.Source.LORA:
+            raise ValidationError({"draft_model": "A LoRA adapter cannot be a draft model."})
         if draft.pk == self.pk or draft.draft_model_id:
             raise ValidationError(
                 {"draft_model": "A draft model must be another model without a draft of its own."}
             )
+
+    def adapter_spec(self) -> ModelSpec:
+        """An adapter computes as its base does (same format, context, KV cache): it is the
+        base's weights with its LoRA layers over them."""
+        base = self.base_model.spec()
+        return ModelSpec(
+            model_id=self.public_id,
+            location=self.location,
+            context_length=self.context_length or base.context_length,
+            pinned=self.pinned,
+            compute_format=base.compute_format,
+            kv_cache=base.kv_cache,
+            base=base,
+        )
 
     def capabilities(self) -> list[str]:
         """What /v1/models tells clients this model does (Ollama's words for them)."""
@@ -397,14 +434,34 @@ class CatalogModel(models.Model):
         if self.vision and self.purpose == self.Purpose.EMBEDDING:
             raise ValidationError({"vision": "Only chat models read images."})
         self.clean_draft()
-        validate = (
-            validate_hf_repo if self.source == self.Source.HUGGING_FACE else (validate_model_dir)
-        )
+        if self.source == self.Source.LORA:
+            self.clean_adapter()
+        elif self.base_model_id is not None:
+            raise ValidationError({"base_model": "Only a LoRA adapter has a base model."})
+        else:
+            validate = (
+                validate_hf_repo if self.source == self.Source.HUGGING_FACE else validate_model_dir
+            )
+            try:
+                validate(self.location)
+            except ValidationError as exc:
+                raise ValidationError({"location": exc.messages}) from exc
+        self.clean_aliases()
+
+    def clean_adapter(self) -> None:
         try:
-            validate(self.location)
+            validate_adapter_dir(self.location)
         except ValidationError as exc:
             raise ValidationError({"location": exc.messages}) from exc
-        self.clean_aliases()
+        base = self.base_model
+        if base is None:
+            raise ValidationError({"base_model": "A LoRA adapter needs its base model."})
+        if base.source == self.Source.LORA or base.purpose != self.Purpose.CHAT or base.vision:
+            raise ValidationError(
+                {"base_model": "The base must be a text chat model, not an adapter itself."}
+            )
+        if self.purpose != self.Purpose.CHAT or self.vision:
+            raise ValidationError({"purpose": "A LoRA adapter is a text chat model."})
 
     def clean_aliases(self) -> None:
         """No id or exact alias names two models; no two globs tie (catalog/aliases.py)."""
@@ -531,3 +588,63 @@ class PromptMetadataPattern(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class HubPull(models.Model):
+    """A Hugging Face hub repo being downloaded into the catalog by a background `pull`."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    ACTIVE = (Status.QUEUED, Status.RUNNING)
+
+    repo = models.CharField(
+        max_length=200, validators=[validate_hf_repo], help_text="owner/name on the hub"
+    )
+    revision = models.CharField(max_length=200, default="main", help_text="branch, tag or commit")
+    filename = models.CharField(
+        "GGUF file",
+        max_length=500,
+        blank=True,
+        help_text="For a GGUF repo: the one .gguf file to fetch and import. Empty: an MLX "
+        "(safetensors) repo.",
+    )
+    model_id = models.CharField("model id", max_length=128, validators=[public_id_validator])
+    family = models.ForeignKey(
+        ModelFamily,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        help_text="Leave empty to detect it from the model's chat template.",
+    )
+    status = models.CharField(max_length=9, choices=Status.choices, default=Status.QUEUED)
+    progress = models.PositiveSmallIntegerField(default=0, help_text="percent")
+    bytes_done = models.BigIntegerField(default=0)
+    bytes_total = models.BigIntegerField(default=0)
+    speed = models.FloatField(default=0.0, help_text="bytes per second")
+    message = models.TextField(blank=True)
+    pid = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    imported = models.ForeignKey(
+        CatalogModel, null=True, blank=True, on_delete=models.SET_NULL, editable=False
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+        verbose_name = "hub pull"
+
+    def __str__(self) -> str:
+        return f"{self.model_id} ({self.status})"
+
+    def clean(self) -> None:
+        super().clean()
+        if CatalogModel.objects.filter(public_id=self.model_id).exists():
+            raise ValidationError({"model_id": "The catalog already has a model with this id."})
+        running = HubPull.objects.filter(model_id=self.model_id, status__in=self.ACTIVE)
+        if running.exclude(pk=self.pk).exists():
+            raise ValidationError({"model_id": "A pull for this id is already running."})

@@ -21,6 +21,18 @@ def validate_hf_repo(value: str) -> None:
         raise ValidationError(f"{value!r} is not a Hugging Face repo id like 'owner/name'.")
 
 
+def validate_adapter_dir(value: str) -> None:
+    """A folder mlx-lm's `load(adapter_path=)` reads."""
+    path = Path(value)
+    if not path.is_absolute():
+        raise ValidationError("Give an absolute path.")
+    missing = [
+        n for n in ("adapter_config.json", "adapters.safetensors") if not (path / n).is_file()
+    ]
+    if missing:
+        raise ValidationError(f"{value} has no {' and no '.join(missing)}: not an mlx-lm adapter.")
+
+
 def validate_model_dir(value: str) -> None:
     path = Path(value)
     if not path.is_absolute():

@@ -115,8 +115,11 @@ WHITENOISE_USE_FINDERS = True
 
 # Uploaded GGUF files (admin imports) before conversion.
 MEDIA_ROOT = VAR_DIR / "media"
-# Where imported models (GGUF conversions) are written.
+# Where imported models (GGUF conversions, hub pulls) are written.
 MODEL_STORAGE_DIR = Path(env.str("MODEL_STORAGE_DIR", default=str(VAR_DIR / "models")))
+# The Hugging Face hub `manage.py pull` downloads from: huggingface_hub's own variable, so a
+# mirror set for it serves both the pulls and the first load of a model named by its repo.
+HF_ENDPOINT = env.str("HF_ENDPOINT", default="https://huggingface.co").rstrip("/")
 
 
 def lmstudio_models_dir() -> Path:

@@ -91,6 +91,29 @@ def quantize_model_dir(source: Path, destination: Path, bits: int = 4) -> Path:
     return destination
 
 
+def make_adapter(base: Path, folder: Path, layers: int = 2, seed: int = 7) -> Path:
+    """A LoRA adapter as mlx-lm's trainer saves one, its B random (nonzero) so it shows."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm import load
+    from mlx_lm.tuner.utils import linear_to_lora_layers
+
+    model, _ = load(str(base))
+    model.freeze()
+    parameters = {"rank": 4, "scale": 4.0, "dropout": 0.0}
+    linear_to_lora_layers(model, layers, parameters)
+    mx.random.seed(seed)
+    weights = {
+        name: (mx.random.normal(value.shape) * 0.3 if name.endswith("lora_b") else value)
+        for name, value in tree_flatten(model.trainable_parameters())
+    }
+    folder.mkdir(parents=True)
+    mx.save_safetensors(str(folder / "adapters.safetensors"), weights)
+    config = {"fine_tune_type": "lora", "num_layers": layers, "lora_parameters": parameters}
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    return folder
+
+
 def run_job(
     engine,
     spec: ModelSpec,

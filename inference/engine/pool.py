@@ -15,7 +15,7 @@ from typing import Any
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from inference.engine import compute_format
+from inference.engine import compute_format, lora
 from inference.engine.loaders import load_weights, prepares_compute_format
 from inference.engine.sharding import load_sharded
 from inference.engine.token_text import TokenText
@@ -43,6 +43,7 @@ class LoadedModel(TokenizerFacts):
     # Seconds it stays loaded once idle, as its last request said (Ollama's keep_alive): 0
     # unloads it when its sequences end, negative never; None: the engine's idle TTL.
     keep_alive: float | None = None
+    base: LoadedModel | None = None  # a LoRA adapter's base, whose weights its model shares
 
     def idle_ttl(self, default: float) -> float | None:
         """Seconds idle before it is unloaded; None: never (pinned, or no TTL applies)."""
@@ -61,6 +62,10 @@ def weights_size(spec: ModelSpec) -> int:
     if spec.from_hub:
         return draft
     return draft + sum(f.stat().st_size for f in Path(spec.location).glob("*.safetensors"))
+
+
+def _parameter_bytes(model: Any) -> int:
+    return sum(v.nbytes for _, v in tree_flatten(model.parameters()))
 
 
 def everywhere(group: Any, ok: bool) -> bool:
@@ -109,12 +114,19 @@ class Loading:
     group: Any = None
     started: float = field(default_factory=time.monotonic)
     draft: Any = None  # read with the model when its spec names a draft model
+    # An adapter's: its base as loaded, or the base's own Loading when it is read along.
+    base: LoadedModel | None = None
+    base_load: Loading | None = None
+    base_read: Read | None = None
+    adapter_bytes: int = 0
 
     def read(self) -> Read:
         """The weights, in the format the model will compute in (this rank's shard of a
         model marked parallel, in a group), and its draft model's into `draft`. Touches no
         pool state: any thread may run it."""
         spec = self.spec
+        if spec.base is not None:
+            return self._read_adapter()
         if self.group is not None and spec.parallel:
             read = load_sharded(spec, self.group, self.room)
         else:
@@ -137,6 +149,27 @@ class Loading:
         )
         return model, tokenizer, config, choice
 
+    def _read_adapter(self) -> Read:
+        """The base's model (read now if it was not loaded) with the adapter's layers over
+        its weights; the base's tokenizer, config and format."""
+        if self.base_load is not None:
+            self.base_read = self.base_load.read()
+            model, tokenizer, config, choice = self.base_read
+        else:
+            base = self.base
+            model, tokenizer, config = base.model, base.tokenizer, base.config
+            choice = compute_format.FormatChoice(
+                base.compute_format, base.format_reason, base.kernels
+            )
+        twin, self.adapter_bytes = lora.with_adapter(model, Path(self.spec.location))
+        reason = f"its base {self.spec.base.model_id}'s: {choice.reason}"
+        return (
+            twin,
+            tokenizer,
+            config,
+            compute_format.FormatChoice(choice.format, reason, choice.kernels),
+        )
+
 
 class ModelPool:
     def __init__(
@@ -152,6 +185,7 @@ class ModelPool:
         self._group = group
         self._models: OrderedDict[str, LoadedModel] = OrderedDict()
         self._pending = 0  # bytes set aside for models being read (begin -> finish)
+        self._held: set[str] = set()  # bases of adapters being read: not evicted meanwhile
         self.evictions = 0  # unloaded to make room or for being idle (not on request)
 
     def loaded(self) -> list[LoadedModel]:
@@ -165,8 +199,10 @@ class ModelPool:
         """The model as loaded for exactly this spec (touched as used), or None."""
         entry = self._models.get(spec.model_id)
         if entry is not None and entry.spec == spec:
-            self._models.move_to_end(spec.model_id)
-            entry.last_used = time.monotonic()
+            for used in (entry.base, entry):  # an adapter's use is its base's too
+                if used is not None:
+                    self._models.move_to_end(used.spec.model_id)
+                    used.last_used = time.monotonic()
             return entry
         if entry is not None:  # the catalog entry changed since it was loaded
             self.unload(spec.model_id)
@@ -179,14 +215,19 @@ class ModelPool:
             return entry
         try:
             load = self.begin(spec)
-            outcome: Read | Exception = load.read()
         except Exception as exc:
-            load, outcome = Loading(spec), exc
+            return self.finish(Loading(spec), exc)
+        try:
+            outcome: Read | Exception = load.read()
+        except Exception as exc:  # finished with its own Loading: what begin set aside is freed
+            outcome = exc
         return self.finish(load, outcome)
 
     def begin(self, spec: ModelSpec) -> Loading:
         """Room made for the model's weights (unloading others: engine thread only); the
         returned Loading's read() may then run on any thread, while the engine steps."""
+        if spec.base is not None:
+            return self._begin_adapter(spec)
         if not spec.from_hub and not (Path(spec.location) / "config.json").is_file():
             # Never hand a missing local path to mlx-lm: it would try it as a hub repo id.
             raise EngineError(ErrorKind.MODEL_UNAVAILABLE, "its weights are missing on disk")
@@ -196,9 +237,33 @@ class ModelPool:
         self._pending += size
         return load
 
+    def _begin_adapter(self, spec: ModelSpec) -> Loading:
+        """An adapter's room: its LoRA matrices, and its base's weights unless loaded."""
+        base_spec = spec.base
+        if not (Path(spec.location) / lora.WEIGHTS).is_file():
+            raise EngineError(ErrorKind.MODEL_UNAVAILABLE, "its adapter is missing on disk")
+        if self._group is not None or not prepares_compute_format(base_spec):
+            raise EngineError(
+                ErrorKind.MODEL_UNAVAILABLE,
+                "adapters apply to mlx-lm chat models, outside a distributed group",
+            )
+        base = self.current(base_spec)
+        self._held.add(base_spec.model_id)
+        try:
+            base_load = None if base is not None else self.begin(base_spec)
+            size = weights_size(spec)
+            self._make_room(size + self._pending, spec.model_id)
+        except BaseException:
+            self._held.discard(base_spec.model_id)
+            raise
+        self._pending += size
+        return Loading(spec, size, base=base, base_load=base_load)
+
     def finish(self, load: Loading, outcome: Read | Exception) -> LoadedModel:
         """On the engine thread: the read weights join the pool, or their failure is raised
         as the refusal the requests hear."""
+        if load.spec.base is not None:
+            return self._finish_adapter(load, outcome)
         self._pending -= load.size
         failure = outcome if isinstance(outcome, Exception) else None
         # A group's ranks load together or not at all: one rank without the weights (or the
@@ -212,11 +277,27 @@ class ModelPool:
             raise _refusal(load.spec, failure) from failure
         return self._adopt(load, outcome)  # type: ignore[arg-type]
 
-    def _adopt(self, load: Loading, read: Read) -> LoadedModel:
+    def _finish_adapter(self, load: Loading, outcome: Read | Exception) -> LoadedModel:
+        """The adapter joins the pool beside its base (which joins first if read along)."""
+        self._pending -= load.size
+        self._held.discard(load.spec.base.model_id)
+        if load.base_load is not None:
+            base_outcome = load.base_read if load.base_read is not None else outcome
+            base = self.finish(load.base_load, base_outcome)
+        else:
+            base = load.base
+            if self._models.get(base.spec.model_id) is not base:  # unloaded on request meanwhile
+                outcome = EngineError(ErrorKind.MODEL_UNAVAILABLE, "its base was unloaded")
+        if isinstance(outcome, Exception):
+            raise _refusal(load.spec, outcome) from outcome
+        return self._adopt(load, outcome, base)
+
+    def _adopt(self, load: Loading, read: Read, base: LoadedModel | None = None) -> LoadedModel:
         spec, (model, tokenizer, config, choice) = load.spec, read
-        nbytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+        # An adapter's model shares its base's arrays: only its own LoRA matrices count.
+        nbytes = load.adapter_bytes if base is not None else _parameter_bytes(model)
         if load.draft is not None:
-            nbytes += sum(v.nbytes for _, v in tree_flatten(load.draft.parameters()))
+            nbytes += _parameter_bytes(load.draft)
         seconds = time.monotonic() - load.started
         entry = LoadedModel(
             spec,
@@ -229,7 +310,8 @@ class ModelPool:
             choice.format,
             choice.kernels,
             choice.reason,
-            load.draft,
+            draft=load.draft,
+            base=base,
         )
         self._models[spec.model_id] = entry
         log.info(
@@ -247,6 +329,8 @@ class ModelPool:
         entry = self._models.pop(model_id, None)
         if entry is None:
             return False
+        for adapter in [m for m in self._models.values() if m.base is entry]:
+            self.unload(adapter.spec.model_id)  # its model holds the base's weights
         self._on_unload(model_id)
         del entry
         gc.collect()
@@ -266,8 +350,16 @@ class ModelPool:
         return [
             m.spec.model_id
             for m in self._models.values()
-            if m.active == 0 and (t := m.idle_ttl(ttl)) is not None and m.last_used <= now - t
+            if not self._kept(m) and (t := m.idle_ttl(ttl)) is not None and m.last_used <= now - t
         ]
+
+    def _kept(self, entry: LoadedModel) -> bool:
+        """Never unloaded to make room nor for idleness: pinned or in use, itself or an
+        adapter over it (unloading a base unloads its adapters), or an adapter's base being
+        read."""
+        if entry.spec.pinned or entry.active > 0 or entry.spec.model_id in self._held:
+            return True
+        return any(m.base is entry and self._kept(m) for m in self._models.values())
 
     def next_idle_deadline(self, ttl: float) -> float | None:
         """When the next unpinned model turns idle for its TTL (monotonic clock)."""
@@ -291,16 +383,16 @@ class ModelPool:
                 f"model '{model_id}' needs {needed / 2**30:.1f} GiB, more than the pool's "
                 f"budget of {self.budget / 2**30:.1f} GiB",
             )
-        used = self._used()
-        evictable = [m for m in self._models.values() if m.active == 0 and not m.spec.pinned]
+        evictable = [m for m in self._models.values() if not self._kept(m)]
         for victim in evictable:  # least recently used first
-            if used + needed <= self.budget:
+            if self._used() + needed <= self.budget:
                 break
-            used -= victim.nbytes
+            if victim.spec.model_id not in self._models:
+                continue  # an adapter unloaded with its base
             log.info("unloading %s to make room for %s", victim.spec.model_id, model_id)
             self.unload(victim.spec.model_id)
             self.evictions += 1
-        if used + needed > self.budget:
+        if self._used() + needed > self.budget:
             raise EngineError(
                 ErrorKind.MODEL_UNAVAILABLE,
                 f"no room for '{model_id}': the pool's budget is taken by models in use or pinned",

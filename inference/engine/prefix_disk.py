@@ -94,6 +94,10 @@ def model_key(spec: ModelSpec, compute_format: str, kernels: bool) -> str:
         "kv_cache": spec.kv_cache,
         "compute_format": [spec.compute_format, compute_format, kernels],
         "parallel": spec.parallel,
+        # An adapter's KV is computed by its base's weights and its own.
+        "base": [spec.base.location, _weight_files(spec.base.location, spec.base.from_hub)]
+        if spec.base
+        else None,
         "libraries": [mx.__version__, mlx_lm.__version__],
     }
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:32]

@@ -30,6 +30,9 @@ class ModelSpec:
     # The catalog's draft model for speculative decoding (engine/drafting.py): loaded with this
     # one, whole on every rank, and gone with it.
     draft: ModelSpec | None = None
+    # A LoRA adapter (engine/lora.py): `location` is the adapter's folder, `base` the model
+    # whose weights it shares in the pool (loaded first, and kept while the adapter is).
+    base: ModelSpec | None = None
 
 
 @dataclass(frozen=True)

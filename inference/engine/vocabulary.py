@@ -79,10 +79,11 @@ class Vocabulary(TokenizerFacts):
 def _read(spec: ModelSpec) -> Vocabulary:
     from mlx_lm.utils import _download, load_tokenizer
 
-    if spec.from_hub:  # what mlx-lm's load would fetch first: the users' machines have internet
-        path = _download(spec.location)
+    files = spec.base or spec  # an adapter's tokenizer and config are its base's
+    if files.from_hub:  # what mlx-lm's load would fetch first: the users' machines have internet
+        path = _download(files.location)
     else:
-        path = Path(spec.location)
+        path = Path(files.location)
         if not (path / "config.json").is_file():
             raise EngineError(
                 ErrorKind.MODEL_UNAVAILABLE,
@@ -107,7 +108,8 @@ class Vocabularies:
         self._reading: dict[tuple, threading.Lock] = {}
 
     def get(self, spec: ModelSpec) -> Vocabulary:
-        key = (spec.location, spec.from_hub, spec.context_length, _changed_at(spec))
+        files = spec.base or spec  # an adapter reads its base's tokenizer
+        key = (files.location, files.from_hub, spec.context_length, _changed_at(files))
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:

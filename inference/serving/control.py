@@ -28,7 +28,7 @@ T = TypeVar("T")
 
 
 async def _catalog_entry(model_id: str, enabled_only: bool) -> CatalogModel:
-    entries = CatalogModel.objects.select_related("draft_model").filter(public_id=model_id)
+    entries = CatalogModel.objects.select_related(*CatalogModel.RELATED).filter(public_id=model_id)
     if enabled_only:
         entries = entries.filter(enabled=True)
     entry = await entries.afirst()

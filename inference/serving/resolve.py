@@ -55,7 +55,7 @@ async def find_model(model_id: str, caller: Caller, purpose: str = "chat") -> Ca
     catalog: never a path or a repo to fetch. A key's model list holds public ids, and applies
     to the model an alias or the default leads to: a model the key may not use is reported
     exactly like one that does not exist."""
-    enabled = CatalogModel.objects.select_related("family", "draft_model").filter(enabled=True)
+    enabled = CatalogModel.objects.select_related(*CatalogModel.RELATED).filter(enabled=True)
     entry = await enabled.filter(public_id=model_id).afirst()
     if entry is None:
         entry = best_match(model_id, [e async for e in enabled.exclude(aliases=[])])

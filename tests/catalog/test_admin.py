@@ -97,7 +97,6 @@ def test_admin_form_errors_instead_of_crashes(admin_client, fields, message):
     assert not CatalogModel.objects.exists()
 
 
-
 def test_admin_checks_a_draft_model(admin_client, tiny_dir):
     """A draft model: asked for only once chosen, for a text chat model, not itself drafted."""
     drafter = CatalogModel.objects.create(public_id="drafter", location=str(tiny_dir))
@@ -107,7 +106,7 @@ def test_admin_checks_a_draft_model(admin_client, tiny_dir):
     errors = [
         ({"speculative": "draft_model"}, b"Choose a draft model first."),
         ({"draft_model": nested.pk}, b"without a draft of its own"),
-        ({"draft_model": drafter.pk, "purpose": "embedding"}, b"Only text chat models take"),
+        ({"draft_model": drafter.pk, "purpose": "embedding"}, b"Only text chat models (not LoRA adapters) take"),
     ]
     for fields, message in errors:
         response = admin_client.post(ADD_URL, form(location=str(tiny_dir), **fields))
@@ -117,6 +116,7 @@ def test_admin_checks_a_draft_model(admin_client, tiny_dir):
     assert response.status_code == 302, response.content
     spec = CatalogModel.objects.get(public_id="new-model").spec()
     assert spec.draft == drafter.spec()
+
 
 def test_family_form_validates_lists(admin_client):
     response = admin_client.post(

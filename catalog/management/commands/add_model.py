@@ -40,6 +40,7 @@ class Command(BaseCommand):
         where = parser.add_mutually_exclusive_group(required=True)
         where.add_argument("--local", metavar="DIR", help="an MLX model directory")
         where.add_argument("--hf", metavar="REPO", help="a Hugging Face repo id (owner/name)")
+        _adapter_arguments(parser, where)
         parser.add_argument("--family", help="family slug (default: detected)")
         parser.add_argument("--name", default="", help="display name")
         parser.add_argument("--pinned", action="store_true", help="never evicted nor unloaded")
@@ -97,8 +98,9 @@ class Command(BaseCommand):
         entry = CatalogModel(
             public_id=model_id,
             display_name=options["name"],
-            source=CatalogModel.Source.HUGGING_FACE if options["hf"] else CatalogModel.Source.LOCAL,
-            location=options["hf"] or options["local"],
+            source=_source(options),
+            location=options["hf"] or options["local"] or options["adapter"],
+            base_model=_base(options["base"], options["adapter"]),
             family=family_by_slug(options["family"]),
             pinned=options["pinned"],
             preload=options["preload"],
@@ -130,3 +132,30 @@ class Command(BaseCommand):
             raise CommandError(f"not added: {error_messages(exc)}") from None
         entry.save()
         self.stdout.write(self.style.SUCCESS(f"added {model_id} ({entry.location})"))
+
+
+def _source(options: dict) -> str:
+    if options["adapter"]:
+        return CatalogModel.Source.LORA
+    return CatalogModel.Source.HUGGING_FACE if options["hf"] else CatalogModel.Source.LOCAL
+
+
+def _base(base_id: str | None, adapter: str | None) -> CatalogModel | None:
+    if bool(base_id) != bool(adapter):
+        raise CommandError("--adapter DIR and --base ID go together")
+    if base_id is None:
+        return None
+    base = CatalogModel.objects.filter(public_id=base_id).first()
+    if base is None:
+        raise CommandError(f"no catalog model {base_id!r} to be the adapter's base")
+    return base
+
+
+def _adapter_arguments(parser: CommandParser, where) -> None:
+    """--adapter DIR (instead of --local/--hf) --base ID: a LoRA adapter over a catalog model."""
+    where.add_argument(
+        "--adapter",
+        metavar="DIR",
+        help="a LoRA adapter folder (adapter_config.json, adapters.safetensors) over --base",
+    )
+    parser.add_argument("--base", metavar="ID", help="the catalog model a LoRA adapter applies to")

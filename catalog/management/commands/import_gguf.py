@@ -1,9 +1,5 @@
 from __future__ import annotations
 
-import signal
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +20,7 @@ from catalog.gguf_sources import (
     read_lmstudio,
     read_ollama,
 )
-from catalog.management.options import error_messages, family_by_slug
+from catalog.management.options import error_messages, family_by_slug, sigterm_unwinds
 from catalog.models import CatalogModel, GGUFImport, ModelFamily
 from inference.conversion.gguf import UnsupportedGGUF, convert_gguf
 
@@ -36,24 +32,6 @@ class Source:
     gguf: Path
     model_id: str
     ollama: OllamaModel | None = None
-
-
-def _interrupt(signum: int, frame) -> None:
-    raise KeyboardInterrupt(f"stopped by signal {signum}")
-
-
-@contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
-    """A stopped import (kill, a service manager's stop) unwinds like Ctrl-C: the converter
-    removes its staging folder and the admin's job says it failed."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread may set handlers (call_command from a thread)
-        return
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 class Command(BaseCommand):
@@ -112,7 +90,7 @@ class Command(BaseCommand):
             self._list()
             return
         self._notes: list[str] = []
-        with _sigterm_unwinds():
+        with sigterm_unwinds():
             self._handle_import(job, **options)
 
     def _handle_import(self, job: int | None, **options) -> None:
