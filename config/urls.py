@@ -2,7 +2,16 @@ from django.contrib import admin
 from django.urls import include, path
 
 from inference import control_views
-from inference.views import health, live, metrics, openapi, ready
+from inference.views import (
+    apply_template,
+    detokenize,
+    health,
+    live,
+    metrics,
+    openapi,
+    ready,
+    tokenize,
+)
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -12,6 +21,10 @@ urlpatterns = [
     path("health/ready", ready),
     path("openapi.json", openapi),
     path("metrics", metrics),
+    # llama.cpp's server has these at its root, vLLM's too; the same views as under /v1.
+    path("tokenize", tokenize),
+    path("detokenize", detokenize),
+    path("apply-template", apply_template),
     path("", include("dashboard.urls")),
     path("control/pool", control_views.pool),
     path("control/engine/fault", control_views.engine_fault),

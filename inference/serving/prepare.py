@@ -107,6 +107,19 @@ def _embedding_ids(spec: ModelSpec, inputs: list[str | tuple[int, ...]]) -> list
         return [tuple(vocabulary.tokenizer(i)) if isinstance(i, str) else i for i in inputs]
 
 
+async def with_vocabulary(spec: ModelSpec, work: Callable[[Vocabulary], T]) -> T:
+    """`work(vocabulary)` on a prompt thread, under the vocabulary's lock: for what reads a
+    model's tokenizer without a prompt to prepare (/tokenize, /detokenize), never the
+    weights."""
+    return await _on_prompt_thread(_with_vocabulary, spec, work)
+
+
+def _with_vocabulary(spec: ModelSpec, work: Callable[[Vocabulary], T]) -> T:
+    vocabulary = vocabularies.get(spec)
+    with vocabulary.lock:
+        return work(vocabulary)
+
+
 def _prepared(request: PromptJob, ready: Ready, first: bool) -> JobRequest:
     matcher = ready.matcher
     if matcher is not None and not first:
@@ -196,7 +209,12 @@ def _chat_tokens(request: PromptJob, vocabulary: Vocabulary, prompt: ChatPrompt)
 def _render(adapter: Any, tokenizer: Any, prompt: ChatPrompt) -> list[int]:
     try:
         return adapter.render_prompt(
-            tokenizer, prompt.messages, prompt.tools, prompt.template_kwargs, prompt.prefill
+            tokenizer,
+            prompt.messages,
+            prompt.tools,
+            prompt.template_kwargs,
+            prompt.prefill,
+            prompt.generation_prompt,
         )
     except ChatTemplateMissing as exc:
         raise EngineError(ErrorKind.INVALID_REQUEST, str(exc), "messages") from exc
