@@ -52,11 +52,13 @@ class EmbeddingRunner:
         self.tokenizer: EmbeddingTokenizer = loaded.tokenizer
         self.config = config
         self.budget = max(1, config.prefill_step)
-        pooling = loaded.spec.pooling
-        self.pooling = self.model.default_pooling if pooling == "auto" else pooling
+        self.pooling = self._pooling(loaded.spec.pooling)
         self._pending: list[Pending] = []
         self._rows: deque[tuple[Pending, int]] = deque()  # (request, input index) to run
         self._recent: deque[tuple[float, int]] = deque()
+
+    def _pooling(self, asked: str) -> str:
+        return self.model.default_pooling if asked == "auto" else asked
 
     @property
     def busy(self) -> bool:
@@ -153,14 +155,16 @@ class EmbeddingRunner:
             padded[i, : len(row)] = row
         lengths = mx.array([len(r) for r in rows], dtype=mx.int32)
         mask = (mx.arange(longest)[None, :] < lengths[:, None]).astype(mx.float32)
-        vectors = pool(self.model.hidden(mx.array(padded), mask), lengths, self.pooling)
-        if self.loaded.spec.normalize:
-            vectors = l2_normalize(vectors)
+        vectors = self._vectors(mx.array(padded), mask, lengths)
         mx.eval(vectors)
         self._recent.append((time.monotonic(), sum(len(r) for r in rows)))
         while self._recent and self._recent[0][0] < time.monotonic() - RATE_WINDOW:
             self._recent.popleft()
         return np.array(vectors, dtype=np.float32)
+
+    def _vectors(self, ids: mx.array, mask: mx.array, lengths: mx.array) -> mx.array:
+        vectors = pool(self.model.hidden(ids, mask), lengths, self.pooling)
+        return l2_normalize(vectors) if self.loaded.spec.normalize else vectors
 
     def cancel(self, pendings: list[Pending]) -> None:
         for pending in pendings:
