@@ -10,6 +10,7 @@ from inference.views import (
     metrics,
     openapi,
     ready,
+    rerank,
     tokenize,
 )
 
@@ -25,6 +26,9 @@ urlpatterns = [
     path("tokenize", tokenize),
     path("detokenize", detokenize),
     path("apply-template", apply_template),
+    # Rerankers' clients (Jina, Cohere v1 and v2, vLLM's) post to these.
+    path("rerank", rerank),
+    path("v2/rerank", rerank),
     path("", include("dashboard.urls")),
     path("control/pool", control_views.pool),
     path("control/engine/fault", control_views.engine_fault),

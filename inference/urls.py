@@ -6,6 +6,7 @@ urlpatterns = [
     path("chat/completions", views.chat_completions),
     path("completions", views.completions),
     path("embeddings", views.embeddings),
+    path("rerank", views.rerank),
     path("tokenize", views.tokenize),
     path("detokenize", views.detokenize),
     path("apply-template", views.apply_template),

@@ -20,6 +20,7 @@ from inference.protocol.openai.chat import (
 from inference.protocol.openai.completions import Completion, CompletionRequest
 from inference.protocol.openai.embeddings import EmbeddingList, EmbeddingRequest
 from inference.protocol.openai.models import ModelCard, ModelList
+from inference.protocol.openai.rerank import RerankRequest, RerankResponse
 from inference.protocol.openai.tokenize import (
     ApplyTemplateRequest,
     ApplyTemplateResponse,
@@ -34,6 +35,7 @@ from inference.serving.control import health_document, not_ready
 from inference.serving.embeddings import answer_embeddings
 from inference.serving.openai import tokenize as tokenizer
 from inference.serving.pipeline import answer
+from inference.serving.rerank import answer_rerank
 from inference.serving.sse import EventStream
 
 PROBE = ("GET", "HEAD")
@@ -73,6 +75,13 @@ async def embeddings(
     request: HttpRequest, ctx: RequestContext, body: EmbeddingRequest
 ) -> EmbeddingList:
     return await answer_embeddings(body, ctx)
+
+
+@endpoint("POST", body=RerankRequest, auth=API_KEY, record=True, response=RerankResponse)
+async def rerank(request: HttpRequest, ctx: RequestContext, body: RerankRequest) -> RerankResponse:
+    # Cohere's v2 client posts to /v2/rerank and reads meta.api_version as "2".
+    version = "2" if request.path.startswith("/v2/") else "1"
+    return await answer_rerank(body, ctx, api_version=version)
 
 
 @endpoint("POST", body=TokenizeRequest, auth=API_KEY, record=True, response=TokenizeResponse)

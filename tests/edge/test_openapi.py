@@ -43,6 +43,7 @@ ADDED_PATHS = {  # endpoints added since
     "/v1/tokenize",
     "/v1/detokenize",
     "/v1/apply-template",
+    "/v1/rerank",
 }
 
 
