@@ -87,7 +87,7 @@ def test_admin_accepts_a_hub_repo_without_fetching_it(admin_client):
         ({"public_id": "a/b", "location": "/tmp"}, b"no slashes or spaces"),
         ({"default_temperature": "5"}, b"less than or equal to 2.0"),
         ({"purpose": "embedding", "vision": "on"}, b"Only chat models read images."),
-        ({"purpose": "rerank"}, b"Select a valid choice"),
+        ({"purpose": "classify"}, b"Select a valid choice"),
     ],
 )
 def test_admin_form_errors_instead_of_crashes(admin_client, fields, message):
