@@ -18,7 +18,9 @@ class ChatTemplateFields(RequestModel):
 
     model_config = ConfigDict(extra="allow")
 
-    model: str = Field(min_length=1)
+    # llama.cpp's server has one model and its clients send none: left out, the catalog's
+    # default model for unknown ids.
+    model: str = ""
     messages: list[ChatMessage] | None = Field(default=None, min_length=1)
     tools: list[ToolDefinition] | None = Field(default=None, max_length=128)
     add_generation_prompt: bool = True
@@ -62,7 +64,7 @@ class ApplyTemplateRequest(ChatTemplateFields):
 class DetokenizeRequest(RequestModel):
     model_config = ConfigDict(extra="allow")
 
-    model: str = Field(min_length=1)
+    model: str = ""  # as ChatTemplateFields.model
     tokens: list[int]
 
 

@@ -27,7 +27,7 @@ from inference.serving.openai.chat import plan_chat
 from inference.serving.pipeline import shape
 from inference.serving.prepare import prepare_requests, with_vocabulary
 from inference.serving.prompts import PromptJob
-from inference.serving.resolve import ResolvedModel, resolve_model
+from inference.serving.resolve import ResolvedModel, find_model, resolve_model
 
 
 async def tokenize(body: TokenizeRequest, ctx: RequestContext) -> TokenizeResponse:
@@ -56,6 +56,12 @@ async def apply_template(body: ApplyTemplateRequest, ctx: RequestContext) -> App
 
 
 async def _resolved(model: str, ctx: RequestContext) -> ResolvedModel:
+    if not model and await find_model(model, ctx.caller) is None:
+        raise APIError(
+            "model is required: this server has no default model for unknown ids.",
+            param="model",
+            code="missing_model",
+        )
     resolved = await resolve_model(model, ctx.caller)
     if ctx.record is not None:
         ctx.record.model = resolved.entry.public_id

@@ -22,14 +22,25 @@ CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": 
 @pytest.fixture(scope="module")
 def server(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     var = tmp_path_factory.mktemp("tokenize")
-    setup = ("add_model", "tiny", "--local", str(tiny_dir), "--max-output-tokens", "4")
-    with live_server(var, setup, REQUIRE_API_KEY="true") as live:
+    tiny = ("add_model", "tiny", "--local", str(tiny_dir), "--max-output-tokens", "4")
+    # Another copy as the default for unknown ids: llama.cpp's clients name no model.
+    default = ("add_model", "default", "--local", str(tiny_dir), "--default-for-unknown-ids")
+    with live_server(var, tiny, default, REQUIRE_API_KEY="true") as live:
         yield live
 
 
 @pytest.fixture(scope="module")
 def http(server: LiveServer) -> Iterator[httpx.Client]:
     secret = server.manage("create_api_key", "tokenizer").stdout.strip()
+    headers = {"Authorization": f"Bearer {secret}"}
+    with httpx.Client(base_url=server.url, headers=headers, timeout=60) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def narrow(server: LiveServer) -> Iterator[httpx.Client]:
+    """A key for "tiny" alone: the default model is not its, so an unknown id is a 404."""
+    secret = server.manage("create_api_key", "tiny-only", "--model", "tiny").stdout.strip()
     headers = {"Authorization": f"Bearer {secret}"}
     with httpx.Client(base_url=server.url, headers=headers, timeout=60) as client:
         yield client
@@ -50,6 +61,12 @@ def test_llama_cpp_shape(http: httpx.Client, reference: Tokenizer, root: str) ->
     assert body["count"] == len(expected) and body["max_model_len"] > 0
     back = http.post(f"{root}/detokenize", json={"model": "tiny", "tokens": expected}).json()
     assert back == {"content": TEXT, "prompt": TEXT}
+
+
+def test_no_model_is_the_default_model(http: httpx.Client, reference: Tokenizer) -> None:
+    answer = http.post("/tokenize", json={"content": "hello"}).json()
+    assert answer["tokens"] == reference.encode("hello", add_special_tokens=False).ids
+    assert http.post("/detokenize", json={"tokens": answer["tokens"]}).json()["content"] == "hello"
 
 
 def test_pieces_hold_every_byte(http: httpx.Client) -> None:
@@ -97,10 +114,10 @@ def test_tools_are_rendered(http: httpx.Client) -> None:
 
 
 ERRORS = [
+    ("/tokenize", {"content": "x"}, 400, "model"),
     ("/tokenize", {"model": "nope", "content": "x"}, 404, "model"),
     ("/tokenize", {"model": "tiny"}, 400, "content"),
     ("/tokenize", {"model": "tiny", "content": "x", "prompt": "y"}, 400, "content"),
-    ("/tokenize", {"content": "x"}, 400, "model"),
     ("/detokenize", {"model": "tiny", "tokens": [1, 10**9]}, 400, "tokens"),
     ("/detokenize", {"model": "tiny", "tokens": [-1]}, 400, "tokens"),
     ("/detokenize", {"model": "tiny", "tokens": "abc"}, 400, "tokens"),
@@ -110,8 +127,8 @@ ERRORS = [
 
 
 @pytest.mark.parametrize(("path", "body", "status", "param"), ERRORS)
-def test_errors(http: httpx.Client, path: str, body: dict, status: int, param: str) -> None:
-    answer = http.post(path, json=body)
+def test_errors(narrow: httpx.Client, path: str, body: dict, status: int, param: str) -> None:
+    answer = narrow.post(path, json=body)
     assert answer.status_code == status, answer.text
     error = answer.json()["error"]
     assert error["param"] == param and error["message"] and error["type"]
