@@ -45,6 +45,7 @@ class EmbeddingRunner:
     waiting, add, step, cancel, close, tokens_per_second, prefix_cache_bytes)."""
 
     prefix_cache_bytes = 0
+    input_param = "input"  # the request field its inputs came in, named in errors
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         self.loaded = loaded
@@ -86,7 +87,7 @@ class EmbeddingRunner:
                 ErrorKind.PROMPT_TOO_LARGE,
                 f"This request's inputs take {pending.tokens} tokens; this server reads at most "
                 f"{limit} for one request",
-                param="input",
+                param=self.input_param,
             )
         self._pending.append(pending)
         self.loaded.active += 1

@@ -12,6 +12,8 @@ from inference.engine.types import EmbeddingJob, EngineError, ErrorKind
 
 
 class RerankRunner(EmbeddingRunner):
+    input_param = "documents"
+
     def _pooling(self, asked: str) -> str:
         return ""  # a reranker scores the pair itself
 

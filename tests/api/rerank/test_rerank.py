@@ -47,7 +47,8 @@ def server(
     ]
     setup.append(("add_model", "tiny", "--local", str(tiny_dir)))
     var = tmp_path_factory.mktemp("rerank")
-    with live_server(var, *setup, REQUIRE_API_KEY="true") as live:
+    limits = {"MAX_REQUEST_PROMPT_TOKENS": "2000"}
+    with live_server(var, *setup, REQUIRE_API_KEY="true", **limits) as live:
         yield live
 
 
@@ -236,6 +237,12 @@ def test_models_lists_the_capability(http: httpx.Client) -> None:
 
 
 ERRORS = [
+    # 20 pairs of 128 tokens: over MAX_REQUEST_PROMPT_TOKENS.
+    (
+        {"model": "bert-rerank", "query": QUERY, "documents": [DOCUMENTS[1] * 3] * 20},
+        400,
+        "documents",
+    ),
     ({"model": "bert-rerank", "documents": DOCUMENTS}, 400, "query"),
     ({"model": "bert-rerank", "query": "", "documents": DOCUMENTS}, 400, "query"),
     ({"model": "bert-rerank", "query": QUERY, "documents": []}, 400, "documents"),
