@@ -125,7 +125,8 @@ class CatalogModelAdmin(admin.ModelAdmin):
                     "max_input_tokens",
                     "truncate_inputs",
                 ),
-                "description": "Used only when the model is for embeddings.",
+                "description": "Used only when the model is for embeddings (max input tokens: "
+                "also for reranking).",
             },
         ),
         (

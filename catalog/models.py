@@ -154,6 +154,7 @@ class CatalogModel(models.Model):
     class Purpose(models.TextChoices):
         CHAT = "chat", "Chat and completions"
         EMBEDDING = "embedding", "Embeddings"
+        RERANK = "rerank", "Reranking"
 
     class Pooling(models.TextChoices):
         AUTO = "auto", "auto (the model's sentence-transformers config, else last for "
@@ -195,7 +196,8 @@ class CatalogModel(models.Model):
         choices=Purpose.choices,
         default=Purpose.CHAT,
         help_text="What clients may use it for: /v1/chat/completions, /v1/completions and "
-        "/v1/messages, or /v1/embeddings.",
+        "/v1/messages, or /v1/embeddings, or /v1/rerank (a cross-encoder, or a decoder "
+        "reranker that answers yes or no, as Qwen3-Reranker).",
     )
     vision = models.BooleanField(
         "reads images",
@@ -229,7 +231,9 @@ class CatalogModel(models.Model):
         null=True,
         blank=True,
         validators=[MinValueValidator(1)],
-        help_text="Embedding models: the longest input in tokens (empty: the context length).",
+        help_text="Embedding models: the longest input in tokens; reranking models: the longest "
+        "query and document read together (a longer document is cut to fit). Empty: the "
+        "context length.",
     )
     truncate_inputs = models.BooleanField(
         default=False,
@@ -427,11 +431,13 @@ class CatalogModel(models.Model):
         """What /v1/models tells clients this model does (Ollama's words for them)."""
         if self.purpose == self.Purpose.EMBEDDING:
             return ["embedding"]
+        if self.purpose == self.Purpose.RERANK:
+            return ["rerank"]
         return ["completion", "vision"] if self.vision else ["completion"]
 
     def clean(self) -> None:
         super().clean()
-        if self.vision and self.purpose == self.Purpose.EMBEDDING:
+        if self.vision and self.purpose != self.Purpose.CHAT:
             raise ValidationError({"vision": "Only chat models read images."})
         self.clean_draft()
         if self.source == self.Source.LORA:

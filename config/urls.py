@@ -2,7 +2,17 @@ from django.contrib import admin
 from django.urls import include, path
 
 from inference import control_views
-from inference.views import health, live, metrics, openapi, ready
+from inference.views import (
+    apply_template,
+    detokenize,
+    health,
+    live,
+    metrics,
+    openapi,
+    ready,
+    rerank,
+    tokenize,
+)
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -13,6 +23,13 @@ urlpatterns = [
     path("health/ready", ready),
     path("openapi.json", openapi),
     path("metrics", metrics),
+    # llama.cpp's server has these at its root, vLLM's too; the same views as under /v1.
+    path("tokenize", tokenize),
+    path("detokenize", detokenize),
+    path("apply-template", apply_template),
+    # Rerankers' clients (Jina, Cohere v1 and v2, vLLM's) post to these.
+    path("rerank", rerank),
+    path("v2/rerank", rerank),
     path("", include("dashboard.urls")),
     path("control/pool", control_views.pool),
     path("control/engine/fault", control_views.engine_fault),

@@ -20,11 +20,22 @@ from inference.protocol.openai.chat import (
 from inference.protocol.openai.completions import Completion, CompletionRequest
 from inference.protocol.openai.embeddings import EmbeddingList, EmbeddingRequest
 from inference.protocol.openai.models import ModelCard, ModelList
+from inference.protocol.openai.rerank import RerankRequest, RerankResponse
+from inference.protocol.openai.tokenize import (
+    ApplyTemplateRequest,
+    ApplyTemplateResponse,
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeRequest,
+    TokenizeResponse,
+)
 from inference.serving import models
 from inference.serving.context import RequestContext
 from inference.serving.control import health_document, not_ready
 from inference.serving.embeddings import answer_embeddings
+from inference.serving.openai import tokenize as tokenizer
 from inference.serving.pipeline import answer
+from inference.serving.rerank import answer_rerank
 from inference.serving.sse import EventStream
 
 PROBE = ("GET", "HEAD")
@@ -64,6 +75,36 @@ async def embeddings(
     request: HttpRequest, ctx: RequestContext, body: EmbeddingRequest
 ) -> EmbeddingList:
     return await answer_embeddings(body, ctx)
+
+
+@endpoint("POST", body=RerankRequest, auth=API_KEY, record=True, response=RerankResponse)
+async def rerank(request: HttpRequest, ctx: RequestContext, body: RerankRequest) -> RerankResponse:
+    # Cohere's v2 client posts to /v2/rerank and reads meta.api_version as "2".
+    version = "2" if request.path.startswith("/v2/") else "1"
+    return await answer_rerank(body, ctx, api_version=version)
+
+
+@endpoint("POST", body=TokenizeRequest, auth=API_KEY, record=True, response=TokenizeResponse)
+async def tokenize(
+    request: HttpRequest, ctx: RequestContext, body: TokenizeRequest
+) -> TokenizeResponse:
+    return await tokenizer.tokenize(body, ctx)
+
+
+@endpoint("POST", body=DetokenizeRequest, auth=API_KEY, record=True, response=DetokenizeResponse)
+async def detokenize(
+    request: HttpRequest, ctx: RequestContext, body: DetokenizeRequest
+) -> DetokenizeResponse:
+    return await tokenizer.detokenize(body, ctx)
+
+
+@endpoint(
+    "POST", body=ApplyTemplateRequest, auth=API_KEY, record=True, response=ApplyTemplateResponse
+)
+async def apply_template(
+    request: HttpRequest, ctx: RequestContext, body: ApplyTemplateRequest
+) -> ApplyTemplateResponse:
+    return await tokenizer.apply_template(body, ctx)
 
 
 def anthropic_client(request: HttpRequest) -> bool:

@@ -114,6 +114,7 @@ class FamilyAdapter:
         tools: list[dict] | None = None,
         template_kwargs: dict[str, Any] | None = None,
         prefill: str = "",
+        generation_prompt: bool = True,
     ) -> list[int]:
         template = self.profile.chat_template or None
         effective = template or tokenizer.chat_template
@@ -137,7 +138,7 @@ class FamilyAdapter:
         tokens = tokenizer.apply_chat_template(
             self.prepare_messages(messages),
             chat_template=template,
-            add_generation_prompt=True,
+            add_generation_prompt=generation_prompt,
             tokenize=True,
             **extra,
         )

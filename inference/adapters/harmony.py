@@ -135,11 +135,14 @@ class HarmonyAdapter(FamilyAdapter):
         tools: list[dict] | None = None,
         template_kwargs: dict[str, Any] | None = None,
         prefill: str = "",
+        generation_prompt: bool = True,
     ) -> list[int]:
         # The template writes every function's description, and fails on a tool without one
         # (Anthropic's tools often have none).
         described = [_with_description(tool) for tool in tools] if tools else tools
-        return super().render_prompt(tokenizer, messages, described, template_kwargs, prefill)
+        return super().render_prompt(
+            tokenizer, messages, described, template_kwargs, prefill, generation_prompt
+        )
 
     def prepare_messages(self, messages: list[dict]) -> list[dict]:
         """Thinking passed back as `thinking` (which the template renders before a call), text

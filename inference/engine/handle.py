@@ -154,6 +154,15 @@ class EngineHandle:
             raise event.error
         return event
 
+    async def rerank(
+        self, spec: ModelSpec, pairs: list[tuple[int, ...]], owner: str = ""
+    ) -> list[float]:
+        """One score per (query, document) pair of ids (engine/rerank/tokens.py), in order:
+        an embedding job whose vectors are the reranker's one score each, so it is admitted,
+        batched and cancelled exactly as embeddings are."""
+        scored = await self.embed(spec, list(pairs), owner=owner)
+        return [float(vector[0]) for vector in scored.vectors]
+
     async def call(self, run: Callable[[Engine], T]) -> T:
         """Runs `run(engine)` on the engine thread between steps and returns its result."""
         return await asyncio.wrap_future(self._supervisor.engine.call(run))

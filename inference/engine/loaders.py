@@ -2,7 +2,8 @@
 
 Chat models load through mlx-lm; vision-language chat models through mlx-vlm
 (`engine/vision/`); embedding models through mlx-lm (decoders) or mlx-embeddings (encoders)
-(`engine/embedding/`). Each returns the same triple, so the pool treats them all alike.
+(`engine/embedding/`); rerankers through mlx-embeddings' encoders with a classifier head, or
+mlx-lm (`engine/rerank/`). Each returns the same triple, so the pool treats them all alike.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ def load_weights(spec: ModelSpec) -> tuple[Any, Any, dict]:
         from inference.engine.embedding.load import load_embedder
 
         return load_embedder(spec.location)
+    if spec.purpose == "rerank":
+        from inference.engine.rerank.load import load_reranker
+
+        return load_reranker(spec.location)
     if spec.vision:
         from inference.engine.vision.load import load_vision
 

@@ -65,7 +65,8 @@ class TokenizerFacts:
 class Vocabulary(TokenizerFacts):
     spec: ModelSpec
     # mlx-lm's TokenizerWrapper; for an embedding model, its text -> content ids function
-    # (engine/embedding/tokens.py: content_encoder)
+    # (engine/embedding/tokens.py: content_encoder); for a reranker, its (query, documents)
+    # -> pairs of ids function (engine/rerank/tokens.py: pair_encoder)
     tokenizer: Any
     config: dict
     # Held while the tokenizer is used: see the module's docstring.
@@ -94,6 +95,10 @@ def _read(spec: ModelSpec) -> Vocabulary:
         from inference.engine.embedding.tokens import content_encoder
 
         return Vocabulary(spec, content_encoder(Path(path)), config)
+    if spec.purpose == "rerank":
+        from inference.engine.rerank.tokens import pair_encoder
+
+        return Vocabulary(spec, pair_encoder(Path(path)), config)
     text_config = config.get("text_config") or {}
     eos = config.get("eos_token_id", text_config.get("eos_token_id"))
     return Vocabulary(spec, load_tokenizer(Path(path), eos_token_ids=eos), config)

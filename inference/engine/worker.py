@@ -26,6 +26,7 @@ from inference.engine.loading import Loads
 from inference.engine.lockstep import Turn, current_link
 from inference.engine.overflow import too_many_prompt_tokens
 from inference.engine.pool import LoadedModel, ModelPool
+from inference.engine.rerank.runner import RerankRunner
 from inference.engine.sequence import Sequence, vision_model
 from inference.engine.state import EngineState, ModelState
 from inference.engine.types import (
@@ -51,6 +52,8 @@ RESTARTING = EngineError(
     ErrorKind.ENGINE_RESTARTED, "The inference engine failed and is restarting; retry shortly."
 )
 Job = GenerationJob | EmbeddingJob
+# Which runner steps a loaded model, by what it is for (chat models: ModelRunner).
+RUNNERS: dict[str, type[EmbeddingRunner]] = {"embedding": EmbeddingRunner, "rerank": RerankRunner}
 
 
 class Engine:
@@ -471,7 +474,7 @@ class Engine:
     def _runner(self, loaded: LoadedModel) -> ModelRunner | EmbeddingRunner:
         runner = self._runners.get(loaded.spec.model_id)
         if runner is None or runner.loaded is not loaded:
-            kind = EmbeddingRunner if loaded.spec.purpose == "embedding" else ModelRunner
+            kind = RUNNERS.get(loaded.spec.purpose, ModelRunner)
             runner = self._runners[loaded.spec.model_id] = kind(loaded, self.config)
         return runner
 

@@ -62,7 +62,9 @@ async def list_models(caller: Caller, anthropic: bool) -> ModelList | AnthropicM
 async def retrieve_model(
     model_id: str, caller: Caller, anthropic: bool
 ) -> ModelCard | AnthropicModel:
-    entry = await find_model(model_id, caller) or await find_model(model_id, caller, "embedding")
+    entry = None
+    for purpose in ("chat", "embedding", "rerank"):  # an unknown id: each purpose's default
+        entry = entry or await find_model(model_id, caller, purpose)
     if entry is None:
         raise model_not_found(model_id)
     card = model_card(entry, model_id)

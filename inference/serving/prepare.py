@@ -72,7 +72,7 @@ async def prepare_requests(requests: list[PromptJob]) -> list[JobRequest]:
     gives. Copies of one prompt (one request's n) are the same object and prepared once."""
     distinct = list({id(r.prompt): r for r in requests}.values())
     param = "messages" if isinstance(distinct[0].prompt, ChatPrompt) else "prompt"
-    _check_characters(sum(_characters(r.prompt) for r in distinct), param)
+    check_characters(sum(_characters(r.prompt) for r in distinct), param)
     ready = {id(r.prompt): await _on_prompt_thread(_ready, r) for r in distinct}
     prepared = [_prepared(r, ready[id(r.prompt)], first=i == 0) for i, r in enumerate(requests)]
     _check_tokens(prepared)
@@ -95,7 +95,7 @@ async def embedding_ids(spec: ModelSpec, inputs: list[str | tuple[int, ...]]) ->
     """An embedding request's inputs as token ids: text tokenized by the model's tokenizer on
     a prompt thread, after the character limit; ids as the client sent them. The engine adds
     the model's special tokens to each (engine/embedding/tokens.py)."""
-    _check_characters(sum(len(i) for i in inputs if isinstance(i, str)), "input")
+    check_characters(sum(len(i) for i in inputs if isinstance(i, str)), "input")
     if not any(isinstance(i, str) for i in inputs):
         return list(inputs)
     return await _on_prompt_thread(_embedding_ids, spec, inputs)
@@ -105,6 +105,19 @@ def _embedding_ids(spec: ModelSpec, inputs: list[str | tuple[int, ...]]) -> list
     vocabulary = vocabularies.get(spec)
     with vocabulary.lock:
         return [tuple(vocabulary.tokenizer(i)) if isinstance(i, str) else i for i in inputs]
+
+
+async def with_vocabulary(spec: ModelSpec, work: Callable[[Vocabulary], T]) -> T:
+    """`work(vocabulary)` on a prompt thread, under the vocabulary's lock: for what reads a
+    model's tokenizer without a prompt to prepare (/tokenize, /detokenize), never the
+    weights."""
+    return await _on_prompt_thread(_with_vocabulary, spec, work)
+
+
+def _with_vocabulary(spec: ModelSpec, work: Callable[[Vocabulary], T]) -> T:
+    vocabulary = vocabularies.get(spec)
+    with vocabulary.lock:
+        return work(vocabulary)
 
 
 def _prepared(request: PromptJob, ready: Ready, first: bool) -> JobRequest:
@@ -131,7 +144,7 @@ def _characters(prompt: Any) -> int:
     return 0
 
 
-def _check_characters(total: int, param: str) -> None:
+def check_characters(total: int, param: str) -> None:
     limit = settings.MAX_REQUEST_PROMPT_CHARS
     if limit and total > limit:
         raise APIError(
@@ -196,7 +209,12 @@ def _chat_tokens(request: PromptJob, vocabulary: Vocabulary, prompt: ChatPrompt)
 def _render(adapter: Any, tokenizer: Any, prompt: ChatPrompt) -> list[int]:
     try:
         return adapter.render_prompt(
-            tokenizer, prompt.messages, prompt.tools, prompt.template_kwargs, prompt.prefill
+            tokenizer,
+            prompt.messages,
+            prompt.tools,
+            prompt.template_kwargs,
+            prompt.prefill,
+            prompt.generation_prompt,
         )
     except ChatTemplateMissing as exc:
         raise EngineError(ErrorKind.INVALID_REQUEST, str(exc), "messages") from exc

@@ -27,6 +27,9 @@ class ChatPrompt:
     # "truncate_middle" (drop old turns). The catalog's choice; not part of ModelSpec, so
     # changing it never reloads the model.
     overflow: str = "error"
+    # Whether the assistant's turn is opened after the messages: always for generation; a
+    # client of /tokenize or /apply-template may ask for the conversation alone.
+    generation_prompt: bool = True
 
 
 @dataclass(frozen=True)

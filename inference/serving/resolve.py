@@ -70,14 +70,14 @@ def check_purpose(entry: CatalogModel, purpose: str) -> None:
     """A 400 naming `model` when it is made for something else than the endpoint does."""
     if entry.purpose == purpose:
         return
-    if purpose == "embedding":
-        message = (
-            f"The model '{entry.public_id}' is a chat model; /v1/embeddings needs an embedding "
-            "model (see /v1/models: capabilities)."
-        )
-    else:
-        message = (
-            f"The model '{entry.public_id}' is an embedding model; it serves /v1/embeddings "
-            "only, not text generation."
-        )
+    serves = {
+        "chat": "text generation (/v1/chat/completions)",
+        "embedding": "/v1/embeddings",
+        "rerank": "/v1/rerank",
+    }
+    message = (
+        f"The model '{entry.public_id}' is a{'n' if entry.purpose == 'embedding' else ''} "
+        f"{entry.purpose} model; it serves {serves[entry.purpose]} only, not "
+        f"{serves[purpose]} (see /v1/models: capabilities)."
+    )
     raise APIError(message, param="model", code="model_not_supported")

@@ -87,7 +87,7 @@ def test_admin_accepts_a_hub_repo_without_fetching_it(admin_client):
         ({"public_id": "a/b", "location": "/tmp"}, b"no slashes or spaces"),
         ({"default_temperature": "5"}, b"less than or equal to 2.0"),
         ({"purpose": "embedding", "vision": "on"}, b"Only chat models read images."),
-        ({"purpose": "rerank"}, b"Select a valid choice"),
+        ({"purpose": "classify"}, b"Select a valid choice"),
     ],
 )
 def test_admin_form_errors_instead_of_crashes(admin_client, fields, message):
@@ -106,7 +106,7 @@ def test_admin_checks_a_draft_model(admin_client, tiny_dir):
     errors = [
         ({"speculative": "draft_model"}, b"Choose a draft model first."),
         ({"draft_model": nested.pk}, b"without a draft of its own"),
-        ({"draft_model": drafter.pk, "purpose": "embedding"}, b"Only text chat models (not LoRA adapters) take"),
+        ({"draft_model": drafter.pk, "purpose": "embedding"}, b"Only text chat models"),
     ]
     for fields, message in errors:
         response = admin_client.post(ADD_URL, form(location=str(tiny_dir), **fields))

@@ -72,24 +72,11 @@ class Command(BaseCommand):
             "--if-missing", action="store_true", help="do nothing when the id already exists"
         )
         parser.add_argument("--vision", action="store_true", help="a chat model that reads images")
-        embedding = parser.add_argument_group("embedding models")
-        embedding.add_argument(
-            "--embedding", action="store_true", help="serve it on /v1/embeddings (not chat)"
-        )
-        embedding.add_argument(
-            "--pooling", choices=CatalogModel.Pooling.values, default=CatalogModel.Pooling.AUTO
-        )
-        embedding.add_argument(
-            "--no-normalize", action="store_true", help="return vectors as the model makes them"
-        )
-        embedding.add_argument("--query-prefix", default="", help='for input_type "query"')
-        embedding.add_argument("--document-prefix", default="", help='for input_type "document"')
-        embedding.add_argument("--max-input-tokens", type=int, help="longest input accepted")
-        embedding.add_argument(
-            "--truncate", action="store_true", help="cut longer inputs instead of refusing them"
-        )
+        add_kind_arguments(parser)
 
     def handle(self, *args, model_id: str, **options) -> None:
+        if options["embedding"] and options["rerank"]:
+            raise CommandError("a model is for --embedding or for --rerank, not both")
         if CatalogModel.objects.filter(public_id=model_id).exists():
             if options["if_missing"]:
                 self.stdout.write(f"{model_id} is already in the catalog; nothing to do.")
@@ -116,9 +103,7 @@ class Command(BaseCommand):
             draft_model=draft_model(options["draft_model"]),
             draft_tokens=options["draft_tokens"],
             vision=options["vision"],
-            purpose=CatalogModel.Purpose.EMBEDDING
-            if options["embedding"]
-            else CatalogModel.Purpose.CHAT,
+            purpose=purpose_of(options),
             pooling=options["pooling"],
             normalize=not options["no_normalize"],
             query_prefix=options["query_prefix"],
@@ -159,3 +144,37 @@ def _adapter_arguments(parser: CommandParser, where) -> None:
         help="a LoRA adapter folder (adapter_config.json, adapters.safetensors) over --base",
     )
     parser.add_argument("--base", metavar="ID", help="the catalog model a LoRA adapter applies to")
+
+
+def purpose_of(options: dict) -> str:
+    if options["embedding"]:
+        return CatalogModel.Purpose.EMBEDDING
+    if options["rerank"]:
+        return CatalogModel.Purpose.RERANK
+    return CatalogModel.Purpose.CHAT
+
+
+def add_kind_arguments(parser: CommandParser) -> None:
+    """What the model is for, when not chat, and the settings of that kind."""
+    embedding = parser.add_argument_group("embedding and reranking models")
+    embedding.add_argument(
+        "--embedding", action="store_true", help="serve it on /v1/embeddings (not chat)"
+    )
+    embedding.add_argument(
+        "--rerank",
+        action="store_true",
+        help="serve it on /v1/rerank: a cross-encoder (BERT, XLM-RoBERTa) or a decoder "
+        "reranker answering yes or no (Qwen3-Reranker); --max-input-tokens caps a pair",
+    )
+    embedding.add_argument(
+        "--pooling", choices=CatalogModel.Pooling.values, default=CatalogModel.Pooling.AUTO
+    )
+    embedding.add_argument(
+        "--no-normalize", action="store_true", help="return vectors as the model makes them"
+    )
+    embedding.add_argument("--query-prefix", default="", help='for input_type "query"')
+    embedding.add_argument("--document-prefix", default="", help='for input_type "document"')
+    embedding.add_argument("--max-input-tokens", type=int, help="longest input accepted")
+    embedding.add_argument(
+        "--truncate", action="store_true", help="cut longer inputs instead of refusing them"
+    )

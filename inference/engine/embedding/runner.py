@@ -45,6 +45,7 @@ class EmbeddingRunner:
     waiting, add, step, cancel, close, tokens_per_second, prefix_cache_bytes)."""
 
     prefix_cache_bytes = 0
+    input_param = "input"  # the request field its inputs came in, named in errors
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         self.loaded = loaded
@@ -52,11 +53,13 @@ class EmbeddingRunner:
         self.tokenizer: EmbeddingTokenizer = loaded.tokenizer
         self.config = config
         self.budget = max(1, config.prefill_step)
-        pooling = loaded.spec.pooling
-        self.pooling = self.model.default_pooling if pooling == "auto" else pooling
+        self.pooling = self._pooling(loaded.spec.pooling)
         self._pending: list[Pending] = []
         self._rows: deque[tuple[Pending, int]] = deque()  # (request, input index) to run
         self._recent: deque[tuple[float, int]] = deque()
+
+    def _pooling(self, asked: str) -> str:
+        return self.model.default_pooling if asked == "auto" else asked
 
     @property
     def busy(self) -> bool:
@@ -84,7 +87,7 @@ class EmbeddingRunner:
                 ErrorKind.PROMPT_TOO_LARGE,
                 f"This request's inputs take {pending.tokens} tokens; this server reads at most "
                 f"{limit} for one request",
-                param="input",
+                param=self.input_param,
             )
         self._pending.append(pending)
         self.loaded.active += 1
@@ -153,14 +156,16 @@ class EmbeddingRunner:
             padded[i, : len(row)] = row
         lengths = mx.array([len(r) for r in rows], dtype=mx.int32)
         mask = (mx.arange(longest)[None, :] < lengths[:, None]).astype(mx.float32)
-        vectors = pool(self.model.hidden(mx.array(padded), mask), lengths, self.pooling)
-        if self.loaded.spec.normalize:
-            vectors = l2_normalize(vectors)
+        vectors = self._vectors(mx.array(padded), mask, lengths)
         mx.eval(vectors)
         self._recent.append((time.monotonic(), sum(len(r) for r in rows)))
         while self._recent and self._recent[0][0] < time.monotonic() - RATE_WINDOW:
             self._recent.popleft()
         return np.array(vectors, dtype=np.float32)
+
+    def _vectors(self, ids: mx.array, mask: mx.array, lengths: mx.array) -> mx.array:
+        vectors = pool(self.model.hidden(ids, mask), lengths, self.pooling)
+        return l2_normalize(vectors) if self.loaded.spec.normalize else vectors
 
     def cancel(self, pendings: list[Pending]) -> None:
         for pending in pendings:
