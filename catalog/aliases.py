@@ -15,8 +15,9 @@ from typing import Protocol, TypeVar
 
 from django.core.exceptions import ValidationError
 
-# A public id's characters, plus `*`.
-ALIAS = re.compile(r"^[A-Za-z0-9*][A-Za-z0-9._:*-]{0,127}$")
+# A public id's characters, plus `*` and `/`: clients name models by hub paths too (Ollama's
+# `hf.co/owner/repo:Q4_K_M`, what an /api/pull adds as an alias).
+ALIAS = re.compile(r"^[A-Za-z0-9*][A-Za-z0-9._:/*-]{0,127}$")
 
 
 class Aliased(Protocol):
@@ -75,8 +76,8 @@ def validate_alias_list(value: object) -> None:
     for alias in value:
         if not ALIAS.match(alias):
             raise ValidationError(
-                f"{alias!r}: use letters, digits, '.', '_', ':', '-' and '*' (no slashes or "
-                "spaces), at most 128 characters."
+                f"{alias!r}: use letters, digits, '.', '_', ':', '/', '-' and '*' (no spaces), at "
+                "most 128 characters."
             )
         if not alias.replace("*", ""):
             raise ValidationError(

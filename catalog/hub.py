@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import re
 import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -44,6 +45,14 @@ class HubError(Exception):
     """What stops a pull, said so an operator can act on it."""
 
 
+class NotOnHub(HubError):
+    """The repo, or the file asked for, is not there (or not for this token)."""
+
+
+class HubUnreachable(HubError):
+    """The hub did not answer the listing."""
+
+
 @dataclass(frozen=True)
 class RepoFile:
     name: str
@@ -63,6 +72,13 @@ class Listing:
     files: list[RepoFile]
 
 
+def hub_token() -> str | None:
+    """The user's hub token (HF_TOKEN, or `hf auth login`'s): gated and private repos."""
+    from huggingface_hub import get_token
+
+    return get_token()
+
+
 def list_files(endpoint: str, repo: str, revision: str, token: str | None) -> Listing:
     """The repo's files at `revision`, with their sizes and checksums."""
     from huggingface_hub import HfApi
@@ -72,9 +88,9 @@ def list_files(endpoint: str, repo: str, revision: str, token: str | None) -> Li
     try:
         info = api.model_info(repo, revision=revision, files_metadata=True)
     except RepositoryNotFoundError:
-        raise HubError(f"{repo} was not found on {endpoint} (or it needs a token)") from None
+        raise NotOnHub(f"{repo} was not found on {endpoint} (or it needs a token)") from None
     except (HfHubHTTPError, httpx.HTTPError) as exc:
-        raise HubError(f"could not list {repo}@{revision} on {endpoint}: {exc}") from None
+        raise HubUnreachable(f"could not list {repo}@{revision} on {endpoint}: {exc}") from None
     files = [
         RepoFile(
             name=sibling.rfilename,
@@ -104,6 +120,44 @@ def choose_files(listing: Listing, gguf_file: str | None) -> list[RepoFile]:
             )
         raise HubError(f"{listing.repo} has no safetensors weights and no GGUF file")
     return files
+
+
+def gguf_for_quantization(listing: Listing, quantization: str | None) -> RepoFile | None:
+    """The GGUF file a quantization names (`Q4_K_M`, any case), as Ollama reads the tag of an
+    `hf.co/owner/repo:TAG`: the file whose name holds it as a whole part of the name (`Q4_K`
+    is not `Q4_K_M`'s file). No tag: Q4_K_M when the repo has it, else the one GGUF file, else
+    the first of a few common ones. None for a repo without GGUF files (an MLX repo, whole)."""
+    ggufs = [file for file in listing.files if file.is_gguf and not _is_projector(file)]
+    if not ggufs:
+        if quantization:
+            raise NotOnHub(f"{listing.repo} has no GGUF files for the tag {quantization!r}")
+        return None
+    for wanted in [quantization] if quantization else DEFAULT_QUANTIZATIONS:
+        chosen = [file for file in ggufs if _names_quantization(file.name, wanted)]
+        if len(chosen) > 1:
+            names = ", ".join(file.name for file in chosen)
+            raise HubError(f"{listing.repo} has more than one file for {wanted}: {names}")
+        if chosen:
+            return chosen[0]
+        if not quantization and len(ggufs) == 1:
+            return ggufs[0]
+    asked = quantization or "Q4_K_M"
+    raise NotOnHub(f"{listing.repo} has no GGUF file for {asked}; {_gguf_choices(ggufs)}")
+
+
+# What a tagless Ollama pull takes, in this order (Ollama's default is Q4_K_M).
+DEFAULT_QUANTIZATIONS = ("Q4_K_M", "Q4_K_S", "Q4_0", "Q5_K_M", "Q8_0")
+
+
+def _names_quantization(name: str, quantization: str) -> bool:
+    # Bounded on both sides: `_` may come before (model_Q4_0), not after (Q4_K is not Q4_K_M).
+    pattern = rf"(?<![a-z0-9]){re.escape(quantization.lower())}(?![a-z0-9_])"
+    return re.search(pattern, name.lower()) is not None
+
+
+def _is_projector(file: RepoFile) -> bool:
+    """A vision model's projector (mmproj-*.gguf) sits beside its weights; it is not a model."""
+    return "mmproj" in file.name.lower()
 
 
 def _gguf_choices(ggufs: list[RepoFile]) -> str:

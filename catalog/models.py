@@ -627,6 +627,13 @@ class HubPull(models.Model):
         on_delete=models.SET_NULL,
         help_text="Leave empty to detect it from the model's chat template.",
     )
+    aliases = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[validate_alias_list],
+        help_text="Other ids the pulled model answers to (an Ollama pull adds the name its "
+        "client pulled, hf.co/owner/repo:TAG).",
+    )
     status = models.CharField(max_length=9, choices=Status.choices, default=Status.QUEUED)
     progress = models.PositiveSmallIntegerField(default=0, help_text="percent")
     bytes_done = models.BigIntegerField(default=0)

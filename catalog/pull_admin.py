@@ -1,5 +1,5 @@
-"""The admin's hub pulls: a pull runs `manage.py pull --job` in its own process (the download
-and a GGUF's conversion never hold a server thread); the list shows bytes, total and speed,
+"""The admin's hub pulls: a pull runs `manage.py pull --job` in its own process, started by
+catalog/pulls.py as Ollama's /api/pull starts it; the list shows bytes, total and speed,
 refreshes while one runs, and has a cancel button per running pull (SIGTERM: the command
 keeps its partial files and says cancelled) and a resume action (the same pull again)."""
 
@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 
-from django.conf import settings
 from django.contrib import admin, messages
 from django.http import HttpRequest, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -19,6 +16,7 @@ from django.utils.html import format_html
 from django.utils.timezone import now
 
 from catalog.models import HubPull
+from catalog.pulls import start_pull
 
 
 @admin.register(HubPull)
@@ -104,31 +102,6 @@ class HubPullAdmin(admin.ModelAdmin):
     def changelist_view(self, request, extra_context=None):
         running = HubPull.objects.filter(status__in=HubPull.ACTIVE).exists()
         return super().changelist_view(request, {**(extra_context or {}), "refresh": running})
-
-
-def pull_command(job: HubPull) -> list[str]:
-    command = [sys.executable, str(settings.BASE_DIR / "manage.py"), "pull", job.repo]
-    command += ["--revision", job.revision, "--id", job.model_id, "--job", str(job.pk)]
-    if job.filename:
-        command += ["--file", job.filename]
-    if job.family:
-        command += ["--family", job.family.slug]
-    return command
-
-
-def start_pull(job: HubPull) -> None:
-    log_path = settings.VAR_DIR / "pulls" / f"{job.pk}.log"
-    log_path.parent.mkdir(exist_ok=True)
-    with log_path.open("w") as out:
-        process = subprocess.Popen(
-            pull_command(job),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=settings.BASE_DIR,
-            start_new_session=True,  # outlives a server restart
-        )
-    # The cancel button signals this process; the command writes its own pid again at start.
-    HubPull.objects.filter(pk=job.pk).update(pid=getattr(process, "pid", None))
 
 
 def cancel_pull(job: HubPull) -> str:

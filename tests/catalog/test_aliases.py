@@ -149,7 +149,8 @@ def test_key_limits_apply_to_the_model_an_alias_reaches(client, pair):
         (["*laude-haiku-4"], "equally specific"),  # 13 characters, as claude-haiku-*
         (["*"], "would match every id"),
         (["big"], "this model's own id"),
-        (["a b"], "no slashes or spaces"),
+        (["a b"], "no spaces"),
+        (["hf.co/owner/repo-GGUF:Q4_K_M"], None),  # a hub path, as an Ollama pull names it
         (["x", "x"], "listed twice"),
     ],
 )

@@ -117,7 +117,7 @@ def test_a_cancelled_pull_says_so_and_keeps_its_partial(db, hub, storage, monkey
 
 
 def test_the_admin_starts_watches_and_cancels_a_pull(admin_client, monkeypatch, settings, tmp_path):
-    from catalog import pull_admin
+    from catalog import pulls
 
     settings.VAR_DIR = tmp_path
     started = []
@@ -129,7 +129,7 @@ def test_the_admin_starts_watches_and_cancels_a_pull(admin_client, monkeypatch, 
         started.append(command)
         return Started()
 
-    monkeypatch.setattr(pull_admin.subprocess, "Popen", popen)
+    monkeypatch.setattr(pulls.subprocess, "Popen", popen)
     response = admin_client.post(
         "/admin/catalog/hubpull/add/",
         {"repo": REPO, "revision": "main", "filename": "", "model_id": "tiny"},

@@ -25,6 +25,7 @@ from catalog.hub import (
     choose_files,
     download,
     file_url,
+    hub_token,
     list_files,
     missing_bytes,
 )
@@ -106,7 +107,7 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{target.destination} already exists; remove it or pick another --id"
             )
-        listing = list_files(settings.HF_ENDPOINT, target.repo, target.revision, _token())
+        listing = list_files(settings.HF_ENDPOINT, target.repo, target.revision, hub_token())
         files = choose_files(listing, target.gguf_file)
         needed = missing_bytes(files, target.staging)
         # A GGUF is converted beside the download: about its size again.
@@ -149,7 +150,7 @@ class Command(BaseCommand):
     def _download(self, listing: Listing, files: list[RepoFile], folder: Path) -> None:
         total = sum(file.size for file in files)
         progress = Progress(self, total, total - missing_bytes(files, folder))
-        headers = {"Accept-Encoding": "identity", **_auth(_token())}
+        headers = {"Accept-Encoding": "identity", **_auth(hub_token())}
         with (
             httpx.Client(follow_redirects=True, timeout=TIMEOUT, headers=headers) as client,
             progress,
@@ -232,13 +233,6 @@ class Progress:
             progress=min(99, 100 * self.done // self.total) if self.total else 0,
             speed=(self.done - self.started_with) / elapsed,
         )
-
-
-def _token() -> str | None:
-    """The user's hub token (HF_TOKEN, or `hf auth login`'s): gated and private repos."""
-    from huggingface_hub import get_token
-
-    return get_token()
 
 
 def _auth(token: str | None) -> dict[str, str]:
