@@ -19,6 +19,8 @@ class Caller:
     name: str
     allowed_models: frozenset[str] | None  # None: every enabled model
     max_concurrent: int | None
+    # The admin token or a staff session: what only an operator may do (a pull from the hub).
+    operator: bool = False
 
     def may_use(self, model_id: str) -> bool:
         return self.allowed_models is None or model_id in self.allowed_models

@@ -1,13 +1,15 @@
 """Ollama's API under /api: chat, generate, embed, the model listings and pull, for tools that
 speak only Ollama (Open WebUI, Continue, Home Assistant). Errors are Ollama's {"error": ...};
 keys as on /v1 (Authorization: Bearer; Ollama's clients send none unless told, which a server
-with REQUIRE_API_KEY=false accepts)."""
+with REQUIRE_API_KEY=false accepts). /api/pull takes the admin token too: a pull from the hub
+is the operator's."""
 
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 
 from inference.edge import API_KEY, endpoint
+from inference.edge.auth import OPERATOR_OR_KEY
 from inference.edge.dialects import OLLAMA
 from inference.protocol.errors import APIError
 from inference.protocol.ollama.requests import (
@@ -111,7 +113,7 @@ async def version(request: HttpRequest, ctx: RequestContext) -> VersionResponse:
     return models.version()
 
 
-@endpoint("POST", body=PullRequest, auth=API_KEY, dialect=OLLAMA, response=StatusResponse)
+@endpoint("POST", body=PullRequest, auth=OPERATOR_OR_KEY, dialect=OLLAMA, response=StatusResponse)
 async def pull(
     request: HttpRequest, ctx: RequestContext, body: PullRequest
 ) -> StatusResponse | EventStream:

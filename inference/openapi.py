@@ -21,6 +21,7 @@ from inference.edge.auth import (
     ANTHROPIC_KEY,
     API_KEY,
     EITHER_KEY,
+    OPERATOR_OR_KEY,
     PUBLIC,
     STAFF_OR_TOKEN,
     Auth,
@@ -43,6 +44,7 @@ SECURITY: dict[Auth, list[dict]] = {
     ANTHROPIC_KEY: [{"x-api-key": []}, {"bearer": []}],
     EITHER_KEY: [{"bearer": []}, {"x-api-key": []}],
     STAFF_OR_TOKEN: [{"bearer": []}],  # the admin token (or a staff session's cookie)
+    OPERATOR_OR_KEY: [{"bearer": []}],  # an API key, or the admin token
 }
 _PARAMETER = re.compile(r"<(?:[^>:]+:)?([^>]+)>")
 Refs = dict[tuple[type[BaseModel], JsonSchemaMode], dict]

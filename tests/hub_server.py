@@ -10,6 +10,7 @@ endpoints `manage.py pull` and huggingface_hub use, for repos the test builds fr
 
 `drop[file] = n` ends the next n responses for that file halfway through its bytes;
 `corrupt[file] = bytes` serves other content than the listing's checksum says;
+`pace[file] = seconds` spreads that file's body over about so many seconds (progress to watch);
 `requests` records (method, path, Range header).
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,6 +41,7 @@ class Hub:
     repos: dict[str, dict[str, Path]] = field(default_factory=dict)
     drop: dict[str, int] = field(default_factory=dict)
     corrupt: dict[str, bytes] = field(default_factory=dict)
+    pace: dict[str, float] = field(default_factory=dict)
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
     _sha: dict[Path, str] = field(default_factory=dict)
 
@@ -148,7 +151,18 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             return
-        self.wfile.write(content[start:])
+        self._write(content[start:], self.hub.pace.get(name, 0.0))
+
+    def _write(self, data: bytes, seconds: float) -> None:
+        if seconds <= 0:
+            self.wfile.write(data)
+            return
+        pieces = 20
+        step = -(-len(data) // pieces)
+        for offset in range(0, len(data), step):
+            self.wfile.write(data[offset : offset + step])
+            self.wfile.flush()
+            time.sleep(seconds / pieces)
 
     def _json(self, document: object, status: int = 200, headers: dict | None = None) -> None:
         import json

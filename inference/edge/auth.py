@@ -80,6 +80,9 @@ async def _key_holder(secret: str | None, missing: str) -> Caller:
     return caller
 
 
+OPERATOR = Caller(None, "admin-token", None, None, operator=True)
+
+
 def _denied(message: str) -> APIError:
     return APIError(message, status=401, type="authentication_error", code="invalid_admin_token")
 
@@ -96,14 +99,24 @@ async def staff_or_token(request: HttpRequest) -> Caller:
     token = bearer(request)
     if token is not None:
         if secrets.compare_digest(token.encode(), settings.ADMIN_TOKEN.encode()):
-            return Caller(None, "admin-token", None, None)
+            return OPERATOR
         raise _denied("The admin token is not valid.")
     user = await request.auser()
     if not (user.is_active and user.is_staff):
         raise _denied("Give the admin token or log in as staff.")
     if request.method not in ("GET", "HEAD") and _csrf_rejected(request):
         raise APIError("CSRF check failed.", status=403)
-    return Caller(None, f"staff:{user.get_username()}", None, None)
+    return Caller(None, f"staff:{user.get_username()}", None, None, operator=True)
+
+
+async def operator_or_key(request: HttpRequest) -> Caller:
+    """The admin token as a bearer token names an operator; any other bearer is an API key
+    (or none, where keys are not required). For endpoints where an operator may do more, as
+    Ollama's /api/pull pulls from the hub for one; serving decides what a key may not."""
+    token = bearer(request)
+    if token and secrets.compare_digest(token.encode(), settings.ADMIN_TOKEN.encode()):
+        return OPERATOR
+    return await _key_holder(token, MISSING_KEY)
 
 
 async def hold_slot(ctx: RequestContext) -> None:
@@ -133,3 +146,4 @@ API_KEY = Auth("API key", api_key, limit_concurrency=True)
 ANTHROPIC_KEY = Auth("API key (x-api-key or bearer)", anthropic_key, limit_concurrency=True)
 EITHER_KEY = Auth("API key (bearer or x-api-key)", either_key, limit_concurrency=True)
 STAFF_OR_TOKEN = Auth("staff session or admin token", staff_or_token)
+OPERATOR_OR_KEY = Auth("admin token or API key", operator_or_key, limit_concurrency=True)

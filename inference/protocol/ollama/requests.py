@@ -2,10 +2,11 @@
 and /api/pull.
 
 Ollama names models `name:tag`; our catalog ids have no tag, and /api/tags lists each as
-`id:latest`, so `:latest` is dropped from `model` here and the name as sent is kept for the
-replies (`OllamaRequest.name`). Options Ollama reads when it loads a model (num_ctx, num_gpu,
-num_thread...) or that this server has no sampler for (mirostat, tfs_z, typical_p) are
-checked for their type and otherwise ignored, as Ollama ignores the options a runner lacks."""
+`id:latest`, so `:latest` is dropped from `model` here (and `huggingface.co/` spelled `hf.co/`)
+and the name as sent is kept for the replies (`OllamaRequest.name`). Options Ollama reads when
+it loads a model (num_ctx, num_gpu, num_thread...) or that this server has no sampler for
+(mirostat, tfs_z, typical_p) are checked for their type and otherwise ignored, as Ollama
+ignores the options a runner lacks."""
 
 from __future__ import annotations
 
@@ -22,8 +23,19 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
+# Ollama takes the hub's two host names for one (hf.co/owner/repo, huggingface.co/owner/repo).
+HUB_PREFIX = "hf.co/"
+_HUB_HOSTS = ("huggingface.co/",)
+
+
 def catalog_id(name: str) -> str:
-    """The catalog id an Ollama model name stands for: `smollm2:latest` is `smollm2`."""
+    """The catalog id an Ollama model name stands for: `smollm2:latest` is `smollm2`; a hub
+    name is spelled `hf.co/...`, as the alias an /api/pull gives the model it pulls."""
+    for host in _HUB_HOSTS:
+        if name.lower().startswith(host):
+            name = HUB_PREFIX + name[len(host) :]
+    if name.lower().startswith(HUB_PREFIX):
+        name = HUB_PREFIX + name[len(HUB_PREFIX) :]
     return name[: -len(LATEST)] if name.endswith(LATEST) else name
 
 

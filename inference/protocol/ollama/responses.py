@@ -1,6 +1,6 @@
 """Ollama's answers: /api/chat and /api/generate objects (each line of their NDJSON stream, the
 last with done: true and the timings, in nanoseconds), /api/embed, /api/embeddings, /api/tags,
-/api/show, /api/ps, /api/version and /api/pull's status.
+/api/show, /api/ps, /api/version and /api/pull's status and progress.
 
 Ollama's server is written in Go and leaves out a field it has no value for; these models do the
 same (None is left out, `OllamaModel`), so a stream's pieces carry no final-only fields."""
@@ -129,3 +129,12 @@ class VersionResponse(OllamaModel):
 
 class StatusResponse(OllamaModel):
     status: str
+
+
+class ProgressResponse(StatusResponse):
+    """A line of /api/pull's stream: a status, and while a file downloads its digest and
+    bytes (what the client's progress bar reads)."""
+
+    digest: str | None = None
+    total: int | None = None
+    completed: int | None = None
