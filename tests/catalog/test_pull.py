@@ -15,7 +15,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from catalog import hub as hub_module
-from catalog.hub import RETRIES
+from catalog.hub import RETRIES, HubError, Listing, RepoFile, gguf_for_quantization
 from catalog.models import CatalogModel, HubPull
 from tests.hub_server import stand_in_hub
 from tests.live_server import live_server
@@ -187,3 +187,37 @@ def test_a_pulled_model_serves(hub, tmp_path):
         response = httpx.post(f"{server.api}/chat/completions", json=body, timeout=120)
     assert response.status_code == 200, response.text
     assert response.json()["model"] == "pulled"
+
+
+def _listing(*names: str) -> Listing:
+    return Listing("o/r", "c", [RepoFile(name, 1, None, None) for name in names])
+
+
+@pytest.mark.parametrize(
+    ("names", "tag", "chosen"),
+    [
+        (["m.Q4_K_S.gguf", "m.Q4_K_M.gguf"], "q4_k_m", "m.Q4_K_M.gguf"),  # any case
+        (["m-Q4_K_M.gguf", "m-Q8_0.gguf"], None, "m-Q4_K_M.gguf"),  # Ollama's default
+        (["m-Q8_0.gguf"], None, "m-Q8_0.gguf"),  # no Q4_K_M: the only file
+        (["m-Q8_0.gguf", "m-Q4_0.gguf", "mmproj-m-Q4_K_M.gguf"], None, "m-Q4_0.gguf"),
+        (["m_IQ4_XS.gguf", "m_Q4_XS.gguf"], "Q4_XS", "m_Q4_XS.gguf"),  # IQ4_XS is not Q4_XS
+        (["config.json", "model.safetensors"], None, None),  # an MLX repo: taken whole
+    ],
+)
+def test_a_quantization_tag_picks_its_gguf_file(names, tag, chosen):
+    found = gguf_for_quantization(_listing(*names), tag)
+    assert (found.name if found else None) == chosen
+
+
+@pytest.mark.parametrize(
+    ("names", "tag", "message"),
+    [
+        (["m.Q4_K_M.gguf", "m.Q4_K_S.gguf"], "Q4_K", "no GGUF file for Q4_K; its GGUF files"),
+        (["a-Q4_0.gguf", "b-Q4_0.gguf"], "Q4_0", "more than one file for Q4_0"),
+        (["a-Q2_K.gguf", "a-Q3_K_M.gguf"], None, "no GGUF file for Q4_K_M"),
+        (["model.safetensors"], "Q4_0", "no GGUF files for the tag"),
+    ],
+)
+def test_a_tag_without_one_file_is_refused(names, tag, message):
+    with pytest.raises(HubError, match=message):
+        gguf_for_quantization(_listing(*names), tag)
