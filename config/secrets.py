@@ -1,12 +1,45 @@
+"""The files only this server's user may read: var/ (the database, stored conversations,
+uploads, logs) and the secrets in it. Each is created owner-only from its first byte, not
+written first and chmodded after (a reader could open it in between)."""
+
+from __future__ import annotations
+
+import os
 import secrets
 from pathlib import Path
+
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+
+
+def private_dir(path: Path) -> None:
+    """Makes the folder owner-only when this call creates it; an existing folder keeps its mode
+    (the operator chose it), and the start-up check says when others may read it."""
+    if not path.exists():
+        path.mkdir(mode=PRIVATE_DIR, parents=True)
+        path.chmod(PRIVATE_DIR)  # mkdir's mode passes through the umask; this does not
+
+
+def create_private_file(path: Path) -> bool:
+    """Creates an empty owner-only file unless one exists; True when it did."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE))
+    except FileExistsError:
+        return False
+    return True
 
 
 def read_or_create_secret(path: Path) -> str:
     try:
         return path.read_text().strip()
     except FileNotFoundError:
-        key = secrets.token_urlsafe(50)
-        path.write_text(key)
-        path.chmod(0o600)
-        return key
+        pass
+    key = secrets.token_urlsafe(50)
+    try:
+        # O_EXCL: two processes starting at once never both write; the loser reads the winner's.
+        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(descriptor, "w") as out:
+        out.write(key)
+    return key

@@ -9,7 +9,7 @@ from corsheaders.defaults import default_headers as default_cors_headers
 from django.core.exceptions import ImproperlyConfigured
 from pydantic import ByteSize, TypeAdapter, ValidationError
 
-from config.secrets import read_or_create_secret
+from config.secrets import create_private_file, private_dir, read_or_create_secret
 from inference import blas
 from storedresponses.durations import parse_duration
 
@@ -40,7 +40,9 @@ BLAS = blas.preload(env.bool("BLAS_PRELOAD", default=True), env.str("BLAS_LIBRAR
 
 DEBUG = env.bool("DEBUG", default=False)
 VAR_DIR = Path(env.str("VAR_DIR", default=str(BASE_DIR / "var")))
-VAR_DIR.mkdir(parents=True, exist_ok=True)  # the default SQLite file and secret key live here
+# The default SQLite file (staff sessions, stored conversations), the secrets, uploads and logs
+# live here: made owner-only (0700) when this creates it; the `files` check warns otherwise.
+private_dir(VAR_DIR)
 
 # Without SECRET_KEY set, each install makes its own random key once and keeps it in var/.
 SECRET_KEY = env.str("SECRET_KEY", default="") or read_or_create_secret(VAR_DIR / "secret_key")
@@ -95,6 +97,22 @@ TEMPLATES = [
 DATABASES = {
     "default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'db.sqlite3'}"),
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Requests write their records and stored responses while others read: WAL lets readers
+    # go on beside the one writer; IMMEDIATE takes the write lock when a transaction begins
+    # (a deferred one that later writes fails at once with "database is locked" instead of
+    # waiting), and the timeout is how long a writer waits for the lock.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": env.float("SQLITE_TIMEOUT", default=20),
+        }
+    )
+    if DATABASES["default"]["NAME"] not in ("", ":memory:"):
+        # Created owner-only before SQLite makes it with the umask's mode (0644 as a rule);
+        # its -wal and -shm files take the database file's mode.
+        create_private_file(Path(DATABASES["default"]["NAME"]))
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"

@@ -1,0 +1,59 @@
+"""What `var/` holds (the SQLite database with staff sessions and stored conversations, the
+secrets) is owner-only from its first byte, the start-up check says when it is not, and the
+SQLite database takes concurrent writers (WAL, IMMEDIATE transactions, a busy timeout). Each
+test runs manage.py on a fresh VAR_DIR of its own, as a new install's first start would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+from tests.live_server import manage
+
+# Its own SQLite files, never the test database: the PostgreSQL pass would only repeat it.
+pytestmark = pytest.mark.database_independent
+
+
+def fresh_env(var_dir: Path) -> dict:
+    # No DATABASE_URL (the default SQLite file in VAR_DIR) and no secrets from the environment
+    # (the install makes its own files).
+    left_out = {"DATABASE_URL", "SECRET_KEY", "ADMIN_TOKEN"}
+    env = {name: value for name, value in os.environ.items() if name not in left_out}
+    return {**env, "VAR_DIR": str(var_dir)}
+
+
+def mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_a_fresh_var_is_owner_only_and_the_check_says_when_it_is_not(tmp_path: Path) -> None:
+    var_dir = tmp_path / "var"
+    env = fresh_env(var_dir)
+    manage(env, "migrate", "-v0")
+    assert mode(var_dir) == 0o700
+    for name in ("db.sqlite3", "secret_key", "admin_token"):
+        assert mode(var_dir / name) == 0o600, name
+
+    (var_dir / "db.sqlite3").chmod(0o644)
+    checked = manage(env, "check")
+    warnings = [line for line in checked.stderr.splitlines() if "files.W001" in line]
+    assert len(warnings) == 1, checked.stderr
+    assert str(var_dir / "db.sqlite3") in warnings[0] and "mode 644" in warnings[0]
+
+
+def test_sixteen_concurrent_writers_never_find_the_database_locked(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.operations.sqlite_writers"],
+        cwd=ROOT,
+        env=fresh_env(tmp_path / "var"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["stored 240"], done.stdout[-3000:]
