@@ -7,6 +7,7 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.db import IntegrityError, transaction
+from django.http import HttpRequest
 from django.urls import path
 from django.utils.html import format_html
 
@@ -208,7 +209,10 @@ class CatalogModelAdmin(admin.ModelAdmin):
         loaded = self._loaded(entry)
         return loaded.compute_format if loaded else f"({entry.compute_format})"
 
-    @admin.action(description="Warm (load into the running server)")
+    def has_operate_pool_permission(self, request) -> bool:
+        return request.user.has_perm("catalog.operate_pool")
+
+    @admin.action(description="Warm (load into the running server)", permissions=["operate_pool"])
     def warm(self, request, queryset) -> None:
         for entry in queryset:
             try:
@@ -220,7 +224,7 @@ class CatalogModelAdmin(admin.ModelAdmin):
             note = "already loaded" if result["already_loaded"] else f"loaded in {seconds:.1f}s"
             self.message_user(request, f"{entry}: {note}", messages.SUCCESS)
 
-    @admin.action(description="Enable (clients may use it)")
+    @admin.action(description="Enable (clients may use it)", permissions=["change"])
     def enable(self, request, queryset) -> None:
         try:
             with transaction.atomic():
@@ -233,11 +237,13 @@ class CatalogModelAdmin(admin.ModelAdmin):
                 messages.ERROR,
             )
 
-    @admin.action(description="Disable (clients get 404; unload it to free memory)")
+    @admin.action(
+        description="Disable (clients get 404; unload it to free memory)", permissions=["change"]
+    )
     def disable(self, request, queryset) -> None:
         queryset.update(enabled=False)
 
-    @admin.action(description="Unload (free its memory)")
+    @admin.action(description="Unload (free its memory)", permissions=["operate_pool"])
     def unload(self, request, queryset) -> None:
         for entry in queryset:
             result = async_to_sync(unload_model)(runtime.engine_handle(), entry.public_id)
@@ -283,6 +289,12 @@ class GGUFImportAdmin(admin.ModelAdmin):
     def has_change_permission(self, request, obj=None) -> bool:
         return False  # an import is started, watched and deleted; never edited
 
+    def has_add_permission(self, request) -> bool:
+        return may_import(request)
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return may_import(request) or super().has_view_permission(request, obj)
+
     def get_urls(self):
         view = self.admin_site.admin_view(partial(sources_view, model_admin=self))
         sources = path("sources/", view, name="catalog_ggufimport_sources")
@@ -306,19 +318,20 @@ class GGUFImportAdmin(admin.ModelAdmin):
         log_path = settings.VAR_DIR / "imports" / f"{job.pk}.log"
         log_path.parent.mkdir(exist_ok=True)
         with log_path.open("w") as out:
-            subprocess.Popen(
+            process = subprocess.Popen(
                 import_command(job),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=settings.BASE_DIR,
                 start_new_session=True,  # outlives a server restart
             )
+        # Known at once, so that an import killed before it starts is found out too.
+        GGUFImport.objects.filter(pk=job.pk).update(pid=getattr(process, "pid", None))
         self.message_user(request, f"Importing {job.model_id} in the background.")
 
     def changelist_view(self, request, extra_context=None):
-        running = GGUFImport.objects.filter(
-            status__in=[GGUFImport.Status.QUEUED, GGUFImport.Status.RUNNING]
-        ).exists()
+        GGUFImport.reap_lost()
+        running = GGUFImport.objects.filter(status__in=GGUFImport.ACTIVE).exists()
         return super().changelist_view(request, {**(extra_context or {}), "refresh": running})
 
 
@@ -330,14 +343,19 @@ def import_command(job: GGUFImport) -> list[str]:
         command += ["--ollama", job.origin_name]
     elif job.origin == GGUFImport.Origin.LMSTUDIO:
         command += ["--lmstudio", job.origin_name]
-    else:
-        command += [job.gguf_path]
     command += ["--id", job.model_id, "--job", str(job.pk)]
     if job.family:
         command += ["--family", job.family.slug]
     if job.weights != GGUFImport.Weights.QUANTIZED:
         command += ["--weights", job.weights]
+    if job.origin == GGUFImport.Origin.FILE:
+        # After "--": a file named "-x.gguf" or "--help" is a path, never an option.
+        command += ["--", job.gguf_path]
     return command
+
+
+def may_import(request: HttpRequest) -> bool:
+    return request.user.has_perm("catalog.import_models")
 
 
 # Registered by its own module, which the admin's autodiscovery reaches through this import.

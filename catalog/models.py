@@ -6,8 +6,10 @@ from pathlib import Path
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.utils.timezone import now
 
 from catalog.aliases import alias_conflicts, validate_alias_list
+from catalog.processes import LOST, process_alive
 from catalog.validators import (
     public_id_validator,
     validate_adapter_dir,
@@ -363,6 +365,13 @@ class CatalogModel(models.Model):
     class Meta:
         ordering = ["public_id"]
         verbose_name = "catalog model"
+        # What a staff member may do beyond editing rows (a superuser may do everything; the
+        # admin token too). Keys are managed with apikeys' own add/change/delete permissions.
+        permissions = [
+            ("operate_pool", "Can warm and unload models (admin actions, /control)"),
+            ("use_playground", "Can chat with any enabled model in the playground"),
+            ("import_models", "Can import models (GGUF imports, hub pulls)"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["purpose"],
@@ -529,11 +538,16 @@ class GGUFImport(models.Model):
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED)
     progress = models.PositiveSmallIntegerField(default=0, help_text="percent")
     message = models.TextField(blank=True)
+    # The import's process, so that one killed (a reboot, the OOM killer) is marked failed
+    # instead of staying "running" and blocking the id (see reap_lost_imports).
+    pid = models.PositiveIntegerField(null=True, blank=True, editable=False)
     imported = models.ForeignKey(
         CatalogModel, null=True, blank=True, on_delete=models.SET_NULL, editable=False
     )
     created = models.DateTimeField(auto_now_add=True)
     finished = models.DateTimeField(null=True, blank=True)
+
+    ACTIVE = (Status.QUEUED, Status.RUNNING)
 
     class Meta:
         ordering = ["-created"]
@@ -545,6 +559,11 @@ class GGUFImport(models.Model):
     @property
     def gguf_path(self) -> str:
         return self.upload.path if self.upload else self.source_path
+
+    def discard_upload(self) -> None:
+        """Deletes the uploaded file (the row keeps its name, which the list shows)."""
+        if self.upload:
+            self.upload.storage.delete(self.upload.name)
 
     @property
     def source_label(self) -> str:
@@ -558,12 +577,37 @@ class GGUFImport(models.Model):
             self._clean_file()
         if CatalogModel.objects.filter(public_id=self.model_id).exists():
             raise ValidationError({"model_id": "The catalog already has a model with this id."})
+        GGUFImport.reap_lost(model_id=self.model_id)
+        running = GGUFImport.objects.filter(model_id=self.model_id, status__in=self.ACTIVE)
+        if running.exclude(pk=self.pk).exists():
+            raise ValidationError({"model_id": "An import of this id is already running."})
+
+    @classmethod
+    def reap_lost(cls, **among: object) -> None:
+        """Marks failed each active import whose process is gone, its upload deleted."""
+        for job in reap_lost_jobs(cls, **among):
+            job.discard_upload()
 
     def _clean_file(self) -> None:
         if bool(self.source_path) == bool(self.upload):
             raise ValidationError("Give either a path on the server or a file to upload.")
         if self.source_path and not Path(self.source_path).is_file():
             raise ValidationError({"source_path": "There is no such file on the server."})
+
+
+def reap_lost_jobs(model: type[GGUFImport] | type[HubPull], **among: object) -> list:
+    """An active row whose recorded process is gone was killed before it could say so: marked
+    failed. Returns the rows this call marked."""
+    reaped = []
+    for job in model.objects.filter(status__in=model.ACTIVE, pid__isnull=False, **among):
+        if process_alive(job.pid):
+            continue
+        marked = model.objects.filter(pk=job.pk, status__in=model.ACTIVE).update(
+            status=model.Status.FAILED, message=LOST, finished=now()
+        )
+        if marked:
+            reaped.append(job)
+    return reaped
 
 
 def validate_pattern(value: str) -> None:
@@ -658,6 +702,12 @@ class HubPull(models.Model):
         super().clean()
         if CatalogModel.objects.filter(public_id=self.model_id).exists():
             raise ValidationError({"model_id": "The catalog already has a model with this id."})
+        HubPull.reap_lost(model_id=self.model_id)
         running = HubPull.objects.filter(model_id=self.model_id, status__in=self.ACTIVE)
         if running.exclude(pk=self.pk).exists():
             raise ValidationError({"model_id": "A pull for this id is already running."})
+
+    @classmethod
+    def reap_lost(cls, **among: object) -> None:
+        """Marks failed each active pull whose process is gone."""
+        reap_lost_jobs(cls, **among)

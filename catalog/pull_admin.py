@@ -39,6 +39,13 @@ class HubPullAdmin(admin.ModelAdmin):
     def has_change_permission(self, request, obj=None) -> bool:
         return False  # a pull is started, watched, cancelled and deleted; never edited
 
+    def has_add_permission(self, request) -> bool:
+        # Starting, cancelling and resuming pulls: the import permission, as for GGUF imports.
+        return request.user.has_perm("catalog.import_models")
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return self.has_add_permission(request) or super().has_view_permission(request, obj)
+
     def get_urls(self):
         view = self.admin_site.admin_view(self.cancel_view)
         cancel = path("<int:pk>/cancel/", view, name="catalog_hubpull_cancel")
@@ -82,12 +89,12 @@ class HubPullAdmin(admin.ModelAdmin):
         start_pull(job)
         self.message_user(request, f"Pulling {job.repo} as {job.model_id} in the background.")
 
-    @admin.action(description="Cancel (keeps what was downloaded)")
+    @admin.action(description="Cancel (keeps what was downloaded)", permissions=["add"])
     def cancel(self, request, queryset) -> None:
         for job in queryset:
             self.message_user(request, cancel_pull(job))
 
-    @admin.action(description="Resume (pull again from where it stopped)")
+    @admin.action(description="Resume (pull again from where it stopped)", permissions=["add"])
     def resume(self, request, queryset) -> None:
         for job in queryset:
             if job.status in (HubPull.Status.CANCELLED, HubPull.Status.FAILED):
@@ -100,6 +107,7 @@ class HubPullAdmin(admin.ModelAdmin):
                 self.message_user(request, f"{job.model_id} is {job.status}.", messages.WARNING)
 
     def changelist_view(self, request, extra_context=None):
+        HubPull.reap_lost()
         running = HubPull.objects.filter(status__in=HubPull.ACTIVE).exists()
         return super().changelist_view(request, {**(extra_context or {}), "refresh": running})
 

@@ -114,11 +114,6 @@ def new_job(origin: str, name: str, model_id: str, weights: str) -> GGUFImport:
         source_path=str(path),
         weights=weights,
     )
-    job.full_clean()
-    running = GGUFImport.objects.filter(
-        model_id=model_id, status__in=[GGUFImport.Status.QUEUED, GGUFImport.Status.RUNNING]
-    )
-    if running.exists():
-        raise ValidationError(f"an import as {model_id!r} is already under way.")
+    job.full_clean()  # refuses an id another import is still running for (GGUFImport.clean)
     job.save()
     return job

@@ -1,15 +1,17 @@
-"""The operator's pages: a live dashboard at / and a chat playground (staff only)."""
+"""The operator's pages: a live dashboard at / (staff) and a chat playground (staff with the
+catalog.use_playground permission)."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.admin.views.decorators import staff_member_required
+from django.contrib.auth.decorators import permission_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 
 from catalog.models import CatalogModel
-from inference.edge import OPENAI, STAFF_OR_TOKEN, endpoint
+from inference.edge import OPENAI, PLAYGROUND, STAFF_OR_TOKEN, endpoint
 from inference.observability import records
 from inference.protocol.openai.chat import ChatCompletion, ChatCompletionRequest
 from inference.serving.context import RequestContext
@@ -29,6 +31,7 @@ def index(request: HttpRequest) -> HttpResponse:
 
 
 @staff_member_required
+@permission_required("catalog.use_playground", raise_exception=True)  # 403, not a login loop
 @ensure_csrf_cookie
 def playground(request: HttpRequest) -> HttpResponse:
     models = CatalogModel.objects.filter(enabled=True).values_list("public_id", flat=True)
@@ -41,7 +44,7 @@ async def state(request: HttpRequest, ctx: RequestContext) -> dict:
     return await dashboard_document(ctx.engine.health(), list(records.recent))
 
 
-@endpoint("POST", body=ChatCompletionRequest, auth=STAFF_OR_TOKEN, record=True)
+@endpoint("POST", body=ChatCompletionRequest, auth=PLAYGROUND, record=True)
 async def playground_chat(
     request: HttpRequest, ctx: RequestContext, body: ChatCompletionRequest
 ) -> ChatCompletion | EventStream:

@@ -22,6 +22,8 @@ from inference.edge.auth import (
     API_KEY,
     EITHER_KEY,
     OPERATOR_OR_KEY,
+    PLAYGROUND,
+    POOL_OPERATOR,
     PUBLIC,
     STAFF_OR_TOKEN,
     Auth,
@@ -44,6 +46,8 @@ SECURITY: dict[Auth, list[dict]] = {
     ANTHROPIC_KEY: [{"x-api-key": []}, {"bearer": []}],
     EITHER_KEY: [{"bearer": []}, {"x-api-key": []}],
     STAFF_OR_TOKEN: [{"bearer": []}],  # the admin token (or a staff session's cookie)
+    POOL_OPERATOR: [{"bearer": []}],  # the same, the session with its permission
+    PLAYGROUND: [{"bearer": []}],
     OPERATOR_OR_KEY: [{"bearer": []}],  # an API key, or the admin token
 }
 _PARAMETER = re.compile(r"<(?:[^>:]+:)?([^>]+)>")

@@ -93,9 +93,10 @@ def _csrf_rejected(request: HttpRequest) -> bool:
     return CsrfViewMiddleware(lambda r: None).process_view(request, None, (), {}) is not None
 
 
-async def staff_or_token(request: HttpRequest) -> Caller:
-    """The admin token as a bearer token, or a staff member's session (with CSRF for writes).
-    The caller speaks for an operator: every enabled model, no key limits."""
+async def staff_or_token(request: HttpRequest, permission: str | None = None) -> Caller:
+    """The admin token as a bearer token (every power), or a staff member's session (with CSRF
+    for writes) holding `permission` when one is named (a superuser holds them all). The
+    caller speaks for an operator: every enabled model, no key limits."""
     token = bearer(request)
     if token is not None:
         if secrets.compare_digest(token.encode(), settings.ADMIN_TOKEN.encode()):
@@ -104,6 +105,13 @@ async def staff_or_token(request: HttpRequest) -> Caller:
     user = await request.auser()
     if not (user.is_active and user.is_staff):
         raise _denied("Give the admin token or log in as staff.")
+    if permission is not None and not await user.ahas_perm(permission):
+        raise APIError(
+            f"Your account lacks the {permission} permission.",
+            status=403,
+            type="permission_error",
+            code="permission_denied",
+        )
     if request.method not in ("GET", "HEAD") and _csrf_rejected(request):
         raise APIError("CSRF check failed.", status=403)
     return Caller(None, f"staff:{user.get_username()}", None, None, operator=True)
@@ -146,4 +154,14 @@ API_KEY = Auth("API key", api_key, limit_concurrency=True)
 ANTHROPIC_KEY = Auth("API key (x-api-key or bearer)", anthropic_key, limit_concurrency=True)
 EITHER_KEY = Auth("API key (bearer or x-api-key)", either_key, limit_concurrency=True)
 STAFF_OR_TOKEN = Auth("staff session or admin token", staff_or_token)
+# The staff powers (catalog.CatalogModel's permissions): the admin token, or a staff session
+# with the permission.
+POOL_OPERATOR = Auth(
+    "admin token, or a staff session with catalog.operate_pool",
+    partial(staff_or_token, permission="catalog.operate_pool"),
+)
+PLAYGROUND = Auth(
+    "admin token, or a staff session with catalog.use_playground",
+    partial(staff_or_token, permission="catalog.use_playground"),
+)
 OPERATOR_OR_KEY = Auth("admin token or API key", operator_or_key, limit_concurrency=True)

@@ -135,15 +135,16 @@ def cookie(scope: Scope, name: str) -> str | None:
 
 
 def is_staff_session(session_key: str | None) -> bool:
-    """Whether the session is a signed-in, active staff user's, checked as the admin checks
-    it (django.contrib.auth.get_user: the session's user, and its password hash unchanged)."""
+    """Whether the session is a signed-in, active staff user's who may import models, checked
+    as the admin checks it (django.contrib.auth.get_user: the session's user, and its password
+    hash unchanged); anyone else's body would only be refused after it was read."""
     if not session_key:
         return False
     from django.contrib.auth import get_user
 
     store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
     user = get_user(SimpleNamespace(session=store))  # type: ignore[arg-type]
-    return bool(user.is_active and user.is_staff)
+    return bool(user.is_active and user.is_staff and user.has_perm("catalog.import_models"))
 
 
 def dialect_of(path: str) -> Dialect:

@@ -205,7 +205,9 @@ def test_gguf_import_from_admin_runs_in_the_background(
     assert response.status_code == 302
     job = GGUFImport.objects.get()
     (command,) = started
-    assert command[2:] == ["import_gguf", str(demo_gguf), "--id", "imported", "--job", str(job.pk)]
+    assert command[2:] == [
+        "import_gguf", "--id", "imported", "--job", str(job.pk), "--", str(demo_gguf)
+    ]  # fmt: skip
     listing = admin_client.get("/admin/catalog/ggufimport/").content
     assert b'http-equiv="refresh"' in listing  # watched while it runs
     assert b'<progress max="100" value="0">' in listing

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,7 +99,8 @@ class Command(BaseCommand):
         if self._job is None:
             self._import(**options)
             return
-        self._update(status=GGUFImport.Status.RUNNING)
+        # Its own pid again: run by hand with --job, no admin recorded one.
+        self._update(status=GGUFImport.Status.RUNNING, pid=os.getpid())
         try:
             entry = self._import(**options)
         except BaseException as exc:
@@ -107,6 +109,9 @@ class Command(BaseCommand):
             )
             self._update(status=GGUFImport.Status.FAILED, message=message, finished=now())
             raise
+        finally:
+            # Converted or not, an uploaded GGUF is not kept: another import uploads it again.
+            self._job.discard_upload()
         self._update(
             status=GGUFImport.Status.DONE,
             progress=100,
