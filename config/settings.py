@@ -224,6 +224,9 @@ ENGINE_STALL_TIMEOUT = env.float("ENGINE_STALL_TIMEOUT", default=300)
 # as lost (503 engine_unavailable until the group is restarted).
 DISTRIBUTED_BACKEND = env.str("DISTRIBUTED_BACKEND", default="any")
 DISTRIBUTED_TIMEOUT = env.float("DISTRIBUTED_TIMEOUT", default=20)
+# The group's shared secret (at least 16 characters, the same on every rank): rank 0 signs each
+# turn with it and followers check it before unpickling. A group refuses to start without one.
+DISTRIBUTED_SECRET = env.str("DISTRIBUTED_SECRET", default="")
 # On SIGTERM/SIGINT: seconds running requests get to finish before they end with an error.
 DRAIN_TIMEOUT = env.float("DRAIN_TIMEOUT", default=30)
 # Lets POST /control/engine/fault crash or stall the engine (recovery drills, tests). Never

@@ -216,7 +216,8 @@ def group_server(
 ):
     """As live_server, but rank 0 of an MLX ring group whose other ranks run
     `manage.py serve --follower`: the environment mlx.launch would give each process (plus
-    `follower_settings` on the other ranks)."""
+    `follower_settings` on the other ranks), DISTRIBUTED_SECRET one fresh secret for all."""
+    settings = {"DISTRIBUTED_SECRET": secrets.token_hex(16), **settings}
     with _prepared(var, setup, settings) as (env, processes):
         hostfile = ring_hostfile(var / "hosts.json", ranks)
         port = free_port()
