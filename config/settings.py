@@ -210,7 +210,14 @@ MAX_MESSAGES = env.int("MAX_MESSAGES", default=1024)
 # IMAGE_FETCH_REMOTE is on (off by default: the server would fetch URLs its clients name);
 # data: URLs and Anthropic base64 sources always work.
 IMAGE_FETCH_REMOTE = env.bool("IMAGE_FETCH_REMOTE", default=False)
+# Seconds one whole fetch may take: resolving, connecting, every read and every redirect.
 IMAGE_FETCH_TIMEOUT = env.float("IMAGE_FETCH_TIMEOUT", default=10.0)
+# Fetched only from public addresses (serving/image_fetch.py). Hosts a URL (and each redirect)
+# must name, when set: exact names or "*.example.com" (its subdomains); empty: any host.
+IMAGE_FETCH_ALLOWED_HOSTS = env.list("IMAGE_FETCH_ALLOWED_HOSTS", default=[])
+# Non-public networks the operator trusts to fetch from anyway (CIDRs, e.g. an internal image
+# store at 10.1.2.0/24): checked on every hop like public ones. Empty: none.
+IMAGE_FETCH_PRIVATE_NETWORKS = env.list("IMAGE_FETCH_PRIVATE_NETWORKS", default=[])
 IMAGE_MAX_BYTES = env.int("IMAGE_MAX_BYTES", default=20 * 2**20)
 IMAGE_MAX_PIXELS = env.int("IMAGE_MAX_PIXELS", default=25_000_000)
 IMAGE_MAX_PER_REQUEST = env.int("IMAGE_MAX_PER_REQUEST", default=16)
