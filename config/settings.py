@@ -228,7 +228,14 @@ MAX_MESSAGES = env.int("MAX_MESSAGES", default=1024)
 # IMAGE_FETCH_REMOTE is on (off by default: the server would fetch URLs its clients name);
 # data: URLs and Anthropic base64 sources always work.
 IMAGE_FETCH_REMOTE = env.bool("IMAGE_FETCH_REMOTE", default=False)
+# Seconds one whole fetch may take: resolving, connecting, every read and every redirect.
 IMAGE_FETCH_TIMEOUT = env.float("IMAGE_FETCH_TIMEOUT", default=10.0)
+# Fetched only from public addresses (serving/image_fetch.py). Hosts a URL (and each redirect)
+# must name, when set: exact names or "*.example.com" (its subdomains); empty: any host.
+IMAGE_FETCH_ALLOWED_HOSTS = env.list("IMAGE_FETCH_ALLOWED_HOSTS", default=[])
+# Non-public networks the operator trusts to fetch from anyway (CIDRs, e.g. an internal image
+# store at 10.1.2.0/24): checked on every hop like public ones. Empty: none.
+IMAGE_FETCH_PRIVATE_NETWORKS = env.list("IMAGE_FETCH_PRIVATE_NETWORKS", default=[])
 IMAGE_MAX_BYTES = env.int("IMAGE_MAX_BYTES", default=20 * 2**20)
 IMAGE_MAX_PIXELS = env.int("IMAGE_MAX_PIXELS", default=25_000_000)
 IMAGE_MAX_PER_REQUEST = env.int("IMAGE_MAX_PER_REQUEST", default=16)
@@ -242,6 +249,9 @@ ENGINE_STALL_TIMEOUT = env.float("ENGINE_STALL_TIMEOUT", default=300)
 # as lost (503 engine_unavailable until the group is restarted).
 DISTRIBUTED_BACKEND = env.str("DISTRIBUTED_BACKEND", default="any")
 DISTRIBUTED_TIMEOUT = env.float("DISTRIBUTED_TIMEOUT", default=20)
+# The group's shared secret (at least 16 characters, the same on every rank): rank 0 signs each
+# turn with it and followers check it before unpickling. A group refuses to start without one.
+DISTRIBUTED_SECRET = env.str("DISTRIBUTED_SECRET", default="")
 # On SIGTERM/SIGINT: seconds running requests get to finish before they end with an error.
 DRAIN_TIMEOUT = env.float("DRAIN_TIMEOUT", default=30)
 # Lets POST /control/engine/fault crash or stall the engine (recovery drills, tests). Never

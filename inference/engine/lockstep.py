@@ -10,11 +10,19 @@ collectives. Everything else the engine decides (fair shares, which rows finish,
 strings, sampling: seeds are fixed when a job is taken) follows from the same inputs, so it
 comes out the same everywhere.
 
+Followers unpickle what their leader sends, so every turn is signed (a `Seal`: HMAC-SHA256
+under the group's secret, DISTRIBUTED_SECRET, keyed afresh for each start of the group from
+nonces every rank draws, over the turn's number and its bytes) and checked before it is
+unpickled: a turn that is unsigned, badly signed or not the next one (a replay) stops the
+follower (TurnRefused) instead of running code someone else wrote on the group's network.
+
 A process outside a group has a `Solo` link: the turn goes nowhere, the code path is the same.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import os
 import pickle
@@ -32,6 +40,66 @@ log = logging.getLogger(__name__)
 # Bytes of the first collective of a turn: an empty or small turn (most of them) needs no
 # second one. The first 8 hold the pickled turn's length.
 HEADER = 2048
+# Bytes of a sealed turn before its payload: its number (8), then its HMAC-SHA256 (32).
+SEAL = 40
+# Each rank's share of the nonces a group's session key is drawn from.
+NONCE = 16
+# A shorter group secret is refused: it would be guessable offline from one signed turn.
+MIN_SECRET = 16
+
+
+class TurnRefused(Exception):
+    """A turn this follower will not run: unsigned, badly signed, or not the next one."""
+
+
+def check_secret(secret: bytes) -> bytes:
+    """The group secret, or a ValueError when it is missing or too short."""
+    if len(secret) < MIN_SECRET:
+        raise ValueError(
+            f"a distributed group needs a secret of at least {MIN_SECRET} characters "
+            "(DISTRIBUTED_SECRET, the same on every rank): its turns are signed with it"
+        )
+    return secret
+
+
+class Seal:
+    """Signs the leader's turns and checks them on a follower, before anything unpickles them.
+
+    The key is the group secret bound to `session` (nonces from every rank, drawn at each
+    start: a turn recorded from an earlier run of the group does not verify in this one); each
+    turn carries its number, and a follower takes only the next one (a replay is refused)."""
+
+    def __init__(self, secret: bytes, session: bytes = b"") -> None:
+        self._key = hmac.new(
+            check_secret(secret), b"lockstep session:" + session, hashlib.sha256
+        ).digest()
+        self._number = 0  # of the last turn signed or taken
+
+    def _mac(self, number: bytes, payload: bytes) -> bytes:
+        return hmac.new(self._key, number + payload, hashlib.sha256).digest()
+
+    def seal(self, payload: bytes) -> bytes:
+        self._number += 1
+        number = self._number.to_bytes(8, "little")
+        return number + self._mac(number, payload) + payload
+
+    def open(self, sealed: bytes) -> bytes:
+        """The payload, once it proves to be the leader's next turn; TurnRefused otherwise."""
+        if len(sealed) < SEAL:
+            raise TurnRefused("an unsigned turn arrived on the group's link")
+        number, mac, payload = sealed[:8], sealed[8:SEAL], sealed[SEAL:]
+        if not hmac.compare_digest(mac, self._mac(number, payload)):
+            raise TurnRefused(
+                "a turn with a bad signature arrived on the group's link (not our leader's, "
+                "or DISTRIBUTED_SECRET differs between ranks)"
+            )
+        if int.from_bytes(number, "little") != self._number + 1:
+            raise TurnRefused(
+                f"a stale turn arrived on the group's link: number "
+                f"{int.from_bytes(number, 'little')}, expected {self._number + 1}"
+            )
+        self._number += 1
+        return payload
 
 
 @dataclass
@@ -73,16 +141,35 @@ class _Linked:
     # while nobody is asking for anything.
     heartbeat: float | None = 1.0
 
-    def __init__(self, group: mx.distributed.Group, backend: str = "") -> None:
+    def __init__(self, group: mx.distributed.Group, secret: bytes, backend: str = "") -> None:
         self.group = group
         self.rank, self.size = group.rank(), group.size()
         self.backend = backend
+        self._secret = secret
+        self._seal = Seal(secret)  # until start() binds it to this run's session
 
     def start(self) -> None:
-        """Every rank draws from the same random state (a sampler without a seed of its own
-        gets one from the leader, but MLX's global state is shared too, for model code)."""
-        seed = self._exchange(secrets.randbits(62).to_bytes(8, "little") if self.rank == 0 else b"")
+        """The session's key, from nonces every rank adds; then every rank draws from the same
+        random state (a sampler without a seed of its own gets one from the leader, but MLX's
+        global state is shared too, for model code)."""
+        self._seal = Seal(self._secret, self._nonces())
+        seed = self._shared(secrets.randbits(62).to_bytes(8, "little") if self.rank == 0 else b"")
         mx.random.seed(int.from_bytes(seed, "little"))
+
+    def _nonces(self) -> bytes:
+        """Every rank's fresh random bytes, each in its own slot of one all_sum."""
+        slots = np.zeros(self.size * NONCE, dtype=np.uint8)
+        mine = np.frombuffer(secrets.token_bytes(NONCE), dtype=np.uint8)
+        slots[self.rank * NONCE : (self.rank + 1) * NONCE] = mine
+        return self._sum(slots).astype(np.uint8).tobytes()
+
+    def _shared(self, payload: bytes) -> bytes:
+        """The leader's bytes on every rank, signed by the leader and checked by the others
+        (the followers pass b"")."""
+        if self.rank == 0:
+            self._exchange(self._seal.seal(payload))
+            return payload
+        return self._seal.open(self._exchange(b""))
 
     def describe(self) -> dict:
         return {"rank": self.rank, "size": self.size, "backend": self.backend}
@@ -116,7 +203,7 @@ class Leader(_Linked):
     """Rank 0: decides each turn and sends it."""
 
     def share(self, turn: Turn) -> Turn:
-        self._exchange(pickle.dumps(_to_wire(turn), protocol=pickle.HIGHEST_PROTOCOL))
+        self._shared(pickle.dumps(_to_wire(turn), protocol=pickle.HIGHEST_PROTOCOL))
         return turn
 
 
@@ -126,20 +213,22 @@ class Follower(_Linked):
     heartbeat = None
 
     def share(self, turn: Turn) -> Turn:
-        # Only rank 0 writes into the group: the bytes are our own leader's.
-        return _from_wire(pickle.loads(self._exchange(b"")))
+        # Checked before unpickling: pickle runs whatever code the bytes name.
+        return _from_wire(pickle.loads(self._shared(b"")))
 
 
-def join(backend: str = "any") -> _Linked | None:
+def join(backend: str = "any", secret: bytes = b"") -> _Linked | None:
     """This process's place in the MLX group its launcher set up (mlx.launch, or MLX_RANK and
-    MLX_HOSTFILE); None when it runs alone."""
+    MLX_HOSTFILE); None when it runs alone. `secret` signs the group's turns (a ValueError
+    when it is missing or short: no group runs unsigned)."""
     group = mx.distributed.init(strict=backend != "any", backend=backend)
     if group.size() < 2:
         return None
+    check_secret(secret)
     kind = Leader if group.rank() == 0 else Follower
     backend = backend if backend != "any" else launched_backend() or "any"
     log.info("rank %d of %d in an MLX group (%s backend)", group.rank(), group.size(), backend)
-    return kind(group, backend)
+    return kind(group, secret, backend)
 
 
 def launched_backend() -> str | None:

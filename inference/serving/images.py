@@ -2,9 +2,9 @@
 
 Every dialect names its images as `ImageSource`s (where the bytes are, and the param that names
 the part); `load_images` refuses them for a model that does not read images, fetches remote
-ones (only when IMAGE_FETCH_REMOTE is on; bytes and time capped), decodes each with Pillow
-after checking its size against IMAGE_MAX_PIXELS (no decompression bombs), and answers a 400
-naming the part for anything wrong.
+ones (only when IMAGE_FETCH_REMOTE is on, only from public addresses: serving/image_fetch.py),
+decodes each with Pillow after checking its size against IMAGE_MAX_PIXELS (no decompression
+bombs), and answers a 400 naming the part for anything wrong.
 """
 
 from __future__ import annotations
@@ -13,14 +13,17 @@ import asyncio
 import base64
 import binascii
 import io
+import logging
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from django.conf import settings
 from PIL import Image
 
 from inference.protocol.errors import APIError
+from inference.serving import image_fetch
+
+log = logging.getLogger(__name__)
 
 MEDIA_TYPES = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}
 
@@ -119,24 +122,17 @@ async def _fetch(source: ImageSource, url: str) -> bytes:
             "image as a data: URL.",
         )
     try:
-        async with (
-            httpx.AsyncClient(timeout=settings.IMAGE_FETCH_TIMEOUT) as client,
-            client.stream("GET", url, follow_redirects=True) as response,
-        ):
-            if response.status_code != 200:
-                raise bad_image(source, f"Fetching the image failed: HTTP {response.status_code}.")
-            return await _capped(source, response)
-    except httpx.HTTPError as exc:
-        raise bad_image(source, f"The image could not be fetched: {type(exc).__name__}.") from None
-
-
-async def _capped(source: ImageSource, response: httpx.Response) -> bytes:
-    body = bytearray()
-    async for chunk in response.aiter_bytes():
-        body.extend(chunk)
-        if len(body) > settings.IMAGE_MAX_BYTES:
-            raise _too_big(source)
-    return bytes(body)
+        return await image_fetch.fetch(url)
+    except image_fetch.TooLarge:
+        raise _too_big(source) from None
+    except image_fetch.FetchRefused as exc:
+        # What the inside network answered (an address, a status) stays in the log.
+        log.warning("the image at %s (%s) was not fetched: %s", source.param, url, exc)
+    raise bad_image(
+        source,
+        f"The image at {source.param} could not be fetched: this server fetches only public "
+        f"http(s) URLs that answer with the image within {settings.IMAGE_FETCH_TIMEOUT:g} s.",
+    )
 
 
 def decode(source: ImageSource, data: bytes) -> Image.Image:

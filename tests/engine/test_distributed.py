@@ -262,3 +262,29 @@ def test_a_model_one_rank_cannot_load_is_refused_not_hung(tiny_dir: Path, tmp_pa
             assert failed.value.body["code"] == "model_unavailable"
             assert "every rank" in failed.value.body["message"]
         assert httpx.get(f"{group.leader.url}/health/ready", timeout=5).status_code == 200
+
+
+def test_a_follower_refuses_turns_signed_with_another_secret(
+    tiny_dir: Path, tmp_path: Path
+) -> None:
+    """The follower's DISTRIBUTED_SECRET is not the leader's (as a forger's would not be): it
+    refuses the first turn before unpickling it and stops saying why; rank 0 counts the group
+    lost."""
+    setup = model_setup(tiny_dir, "--parallel", "tensor")
+    forged = {"DISTRIBUTED_SECRET": "not the leader's secret at all"}
+    with group_server(
+        tmp_path, setup, follower_settings=forged, wait_ready=False, DISTRIBUTED_TIMEOUT="5"
+    ) as group:
+        follower = group.followers[0]
+        assert follower.wait(timeout=120) != 0
+        assert "bad signature" in group.follower_logs[0].read_text()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                ready = httpx.get(f"{group.leader.url}/health/ready", timeout=5)
+                if ready.status_code == 503 and "distributed group lost" in ready.text:
+                    break
+            except httpx.TransportError:  # rank 0 still starting
+                pass
+            assert time.monotonic() < deadline, "rank 0 did not count the group lost"
+            time.sleep(0.25)

@@ -102,7 +102,12 @@ class Command(BaseCommand):
         # A backend named in the settings asks to join even without a launcher's variables.
         if lockstep.launched_backend() is None and settings.DISTRIBUTED_BACKEND == "any":
             return None
-        link = lockstep.join(settings.DISTRIBUTED_BACKEND)
+        secret = settings.DISTRIBUTED_SECRET.encode()
+        try:  # before joining: the other ranks would wait on this one
+            lockstep.check_secret(secret)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        link = lockstep.join(settings.DISTRIBUTED_BACKEND, secret)
         lockstep.set_link(link)
         return link
 

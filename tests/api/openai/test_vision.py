@@ -34,6 +34,7 @@ from inference.engine.types import (
 from inference.protocol.errors import APIError
 from inference.serving.prompts import ChatPrompt
 from tests.helpers import build_tiny_model, prepared_job
+from tests.image_server import image_server
 from tests.live_server import LiveServer, free_port, live_server
 from tests.vision_models import (
     build_tiny_gemma3,
@@ -48,6 +49,9 @@ BUILDERS = {"llava": build_tiny_llava, "smolvlm": build_tiny_smolvlm, "gemma3": 
 LIMITS = {
     "IMAGE_FETCH_REMOTE": "true",
     "IMAGE_FETCH_TIMEOUT": "3",
+    # The test image server is on loopback, which fetching refuses unless the operator trusts
+    # it: 127.0.0.1 only, so a redirect elsewhere inside ([::1], 169.254.169.254) is refused.
+    "IMAGE_FETCH_PRIVATE_NETWORKS": "127.0.0.1/32",
     "IMAGE_MAX_PIXELS": "4096",
     "IMAGE_MAX_BYTES": "20000",
     "IMAGE_MAX_PER_REQUEST": "3",
@@ -214,6 +218,33 @@ def test_bad_images_are_400s_naming_the_part(server: LiveServer, model, messages
     name = next(case[0] for case in OPENAI_CASES if case[2] is messages)
     assert error["param"] == OPENAI_PARAMS.get(name, "messages.0.content.0")
     assert words in error["message"]
+
+
+def test_a_remote_image_is_fetched_and_read(client: openai.OpenAI) -> None:
+    with image_server() as served:
+        remote = first_top(client, user(image_part(f"{served.url}/image")))
+    assert remote == first_top(client, user(image_part(data_url(RED))))  # the same image
+    assert served.paths == ["/image"]
+
+
+@pytest.mark.parametrize(
+    "inside", ["http://[::1]:{port}/image", "http://169.254.169.254/latest/meta-data/"]
+)
+def test_a_redirect_into_the_server_s_network_is_refused(server: LiveServer, inside) -> None:
+    """The URL's host is trusted; where it redirects to is not: the fetch stops there, and the
+    caller learns nothing of the address or what answered."""
+    with image_server() as served:
+        target = inside.format(port=served.url.rsplit(":", 1)[1])
+        url = f"{served.url}/redirect?to={target}"
+        body = {"model": "vl", "messages": user(image_part(url)), "max_tokens": 2}
+        response = httpx.post(f"{server.api}/chat/completions", json=body, timeout=60)
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    assert "messages.0.content.0 could not be fetched" in message
+    for detail in ("::1", "169.254", "302", "meta-data"):
+        assert detail not in message
+    assert served.paths == [f"/redirect?to={target}"]  # the inside address was never asked
+    assert "not a public address" in server.log.read_text()
 
 
 @pytest.mark.parametrize(

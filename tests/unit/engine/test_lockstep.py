@@ -36,6 +36,7 @@ from inference.engine.types import GenerationJob, ImagePrompt, ModelSpec, Sampli
 from tests.unit.engine.jobs import greedy, token_job
 
 SPEC = ModelSpec(model_id="tiny", location="/nowhere")
+SECRET = b"a group secret for the tests"
 Link = TypeVar("Link", bound=_Linked)
 
 
@@ -62,7 +63,7 @@ class PairedSum:
         self.collectives = 0
 
     def link(self, kind: type[Link], rank: int) -> Link:
-        link = kind(Group(rank, 2), backend="threads")
+        link = kind(Group(rank, 2), SECRET, backend="threads")
         link._sum = lambda data: self._sum(rank, data)  # type: ignore[method-assign]
         return link
 
