@@ -12,6 +12,9 @@ from inference.engine.types import ModelSpec, SamplingParams
 from inference.engine.worker import Engine
 from tests.helpers import quantize_model_dir, run_job
 
+# The engine never imports Django: the PostgreSQL pass would only repeat these.
+pytestmark = pytest.mark.database_independent
+
 PROMPTS = ["What is the capital of France?", "Name three colours.", "Write a haiku about the sea."]
 
 

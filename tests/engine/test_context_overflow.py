@@ -16,6 +16,9 @@ from inference.engine.overflow import droppable, reply_room, truncate_middle
 from inference.serving.generation import TRUNCATED_HEADER
 from tests.helpers import CHAT, NO_EOS
 
+# The engine never imports Django: the PostgreSQL pass would only repeat these.
+pytestmark = pytest.mark.database_independent
+
 SYSTEM = {"role": "system", "content": "You are terse."}
 LAST = {"role": "user", "content": "And the last question?"}
 

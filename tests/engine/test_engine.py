@@ -20,6 +20,9 @@ from inference.engine.types import (
 from inference.serving.prompts import ChatPrompt
 from tests.helpers import prepared_job, run_job, start_job, wait_until
 
+# The engine never imports Django: the PostgreSQL pass would only repeat these.
+pytestmark = pytest.mark.database_independent
+
 HELLO = 19556  # "Hello" in SmolLM2's vocabulary
 EOS = 2
 NO_EOS = {EOS: -100.0}

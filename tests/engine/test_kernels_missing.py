@@ -4,9 +4,13 @@ path, and says why once in its log and on /health."""
 import os
 
 import httpx
+import pytest
 
 from tests.helpers import CHAT, DEMO_ID
 from tests.live_server import live_server
+
+# What is tested is the engine's fallback; the server's database plays no part in it.
+pytestmark = pytest.mark.database_independent
 
 
 def test_a_server_without_the_cpu_kernels_answers_on_mlx_path(demo_gguf, tmp_path):

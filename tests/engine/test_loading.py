@@ -6,6 +6,8 @@ import shutil
 import threading
 import time
 
+import pytest
+
 from inference.engine.pool import Loading
 from inference.engine.types import (
     Delta,
@@ -19,6 +21,9 @@ from inference.engine.types import (
     TokenPrompt,
 )
 from tests.helpers import collect, run_job, start_job
+
+# The engine never imports Django: the PostgreSQL pass would only repeat these.
+pytestmark = pytest.mark.database_independent
 
 NO_EOS = {2: -100.0}
 READ_SECONDS = 3.0

@@ -10,6 +10,9 @@ from inference.engine import fastmath
 from inference.engine.sampling import make_row_sampler, sample
 from inference.engine.types import SamplingParams
 
+# The engine never imports Django: the PostgreSQL pass would only repeat these.
+pytestmark = pytest.mark.database_independent
+
 VOCAB = 300
 DRAWS = 20_000
 

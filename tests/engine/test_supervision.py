@@ -10,6 +10,9 @@ from inference.engine.supervisor import Supervisor
 from inference.engine.types import Done, ErrorKind, Failed, ModelSpec, SamplingParams
 from tests.helpers import collect, start_job
 
+# The engine never imports Django: the PostgreSQL pass would only repeat these.
+pytestmark = pytest.mark.database_independent
+
 LONG = SamplingParams(temperature=0, max_tokens=100_000, logit_bias={2: -100.0})
 
 
