@@ -23,7 +23,7 @@ from inference.engine.types import EngineError, ErrorKind, SamplingParams
 
 DRAFTERS = ("ngram", "draft_model")
 MAX_DRAFT_TOKENS = 16  # past this a step's wasted positions cost more than drafts save
-DRAFT_CHUNK = 512  # prompt tokens a draft model reads per forward
+DRAFT_CHUNK = 256  # tokens a draft model catches up on per step (a prompt over several)
 
 
 class Drafter:
@@ -123,9 +123,8 @@ class ModelDrafter(Drafter):
 
     def propose(self, limit: int) -> list[int]:
         limit = min(limit, self.length)
-        if limit <= 0:
+        if limit <= 0 or not self._catch_up():
             return []
-        self._catch_up()
         token, draft = self.tokens[-1], []
         for _ in range(limit):
             logits = self.model(mx.array([[token]]), cache=self.cache)
@@ -136,9 +135,11 @@ class ModelDrafter(Drafter):
             draft.append(token)
         return draft
 
-    def _catch_up(self) -> None:
+    def _catch_up(self) -> bool:
         """The cache cut back to where it agrees with the sequence, then fed the sequence's
-        tokens up to (not with) its last, which the next proposal starts from."""
+        tokens up to (not with) its last, which the next proposal starts from: at most
+        DRAFT_CHUNK of them per step, so that reading a long prompt never holds up the other
+        rows' step for long (no draft until it is read). Whether it is caught up."""
         target = self.tokens[:-1]
         agree = 0
         for mine, theirs in zip(self.cached, target, strict=False):  # either may be longer
@@ -151,11 +152,12 @@ class ModelDrafter(Drafter):
         if extra:
             trim_prompt_cache(self.cache, extra)
             del self.cached[agree:]
-        for start in range(agree, len(target), DRAFT_CHUNK):
-            chunk = target[start : start + DRAFT_CHUNK]
+        chunk = target[agree : agree + DRAFT_CHUNK]
+        if chunk:
             self.model(mx.array([chunk]), cache=self.cache)
             mx.eval([c.state for c in self.cache])
             self.cached.extend(chunk)
+        return len(self.cached) == len(target)
 
 
 def make_drafter(

@@ -19,7 +19,13 @@ import pytest
 
 from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
-from inference.engine.drafting import Drafter, NgramDrafter, make_drafter
+from inference.engine.drafting import (
+    DRAFT_CHUNK,
+    Drafter,
+    ModelDrafter,
+    NgramDrafter,
+    make_drafter,
+)
 from inference.engine.pool import LoadedModel, ModelPool
 from inference.engine.sampling import RowSampler, sample
 from inference.engine.sequence import Sequence
@@ -449,3 +455,17 @@ def test_a_costly_drafter_is_asked_only_for_tokens_that_should_pay():
     for _ in range(200):
         failing.rest()
     assert worth_asking(failing, 1) > 0
+
+
+def test_a_draft_model_reads_a_long_prompt_a_chunk_per_step(drafted):
+    """A draft model catches up on a long prompt over several steps (no step of the batch
+    waits for a whole prompt's read), proposing only once it has read it all."""
+    model = drafted["self"]
+    prompt = list(range(10, 10 + 2 * DRAFT_CHUNK + 5))
+    drafter = ModelDrafter(model.draft, prompt, 4, model.vocab_size)
+    assert drafter.propose(4) == [] and drafter.propose(4) == []
+    assert len(drafter.propose(4)) == 4
+    assert len(drafter.cached) == len(prompt) + 3  # the prompt, then the draft but its last
+    drafter.extend([7, 8])  # the target kept none of it: the cache goes back to the prompt
+    assert len(drafter.propose(2)) == 2
+    assert drafter.cached[: len(prompt) + 2] == [*prompt, 7, 8][: len(prompt) + 2]
