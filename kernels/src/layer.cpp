@@ -100,16 +100,21 @@ void push_linear(std::vector<mx::array>& inputs, const Linear& l) {
 }
 
 // out[M, N] = x[M, K] @ W.T for the evaluated (w, scales, biases) at in[at..at+2].
-void product(const std::vector<mx::array>& in, size_t at, int group, int bits, const float* x,
-             int M, float* out) {
+Problem problem(const std::vector<mx::array>& in, size_t at, int group, int bits, const float* x,
+                int M, float* out) {
   for (size_t i = at; i < at + 3; i++) {
     if (!in[i].flags().row_contiguous) {
       throw std::runtime_error("[cpu_kernels] weights must be contiguous");
     }
   }
   const int K = in[at].shape(1) * 32 / bits;
-  Problem p{x, in[at].data<uint8_t>(), in[at + 1].data<void>(), in[at + 2].data<void>(),
-            scale_type(in[at + 1].dtype()), out, M, in[at].shape(0), K, group, bits};
+  return Problem{x, in[at].data<uint8_t>(), in[at + 1].data<void>(), in[at + 2].data<void>(),
+                 scale_type(in[at + 1].dtype()), out, M, in[at].shape(0), K, group, bits};
+}
+
+void product(const std::vector<mx::array>& in, size_t at, int group, int bits, const float* x,
+             int M, float* out) {
+  Problem p = problem(in, at, group, bits, x, M, out);
   if (p.M > 0 && p.N > 0) run_product(p, active_kernels());
 }
 
@@ -348,8 +353,10 @@ void LayerRun::operator()(const std::vector<mx::array>& in, mx::array& out, bool
   g.resize(size_t(M) * F);
   u.resize(g.size());
   sw.resize(g.size());
-  product(in, GATE, groups[2], bits[2], xn.data(), M, g.data());
-  product(in, UP, groups[3], bits[3], xn.data(), M, u.data());
+  // Gate and up read the same activations: one split over both (one pool hand-off).
+  const Problem gate_up[2] = {problem(in, GATE, groups[2], bits[2], xn.data(), M, g.data()),
+                              problem(in, UP, groups[3], bits[3], xn.data(), M, u.data())};
+  if (M > 0 && F > 0) run_products(gate_up, 2, active_kernels());
   swiglu_f32(g.data(), u.data(), sw.data(), sw.size());
   d.resize(size_t(M) * Dm);
   product(in, DOWN, groups[4], bits[4], sw.data(), M, d.data());

@@ -122,18 +122,52 @@ const Int8Kernels* int8_choice(const Problem& p, const Kernels& kernels) {
   return p.M >= (p.bits == 4 ? k->min_rows_4bit : k->min_rows_8bit) ? k : nullptr;
 }
 
-void run_product(const Problem& p, const Kernels& kernels) {
-  if (const Int8Kernels* k = int8_choice(p, kernels)) return k->product(p);
+namespace {
+
+// x as the float kernels read it (prepare()); valid until the caller's next product.
+const float* staged(const Problem& p, const Kernels& kernels) {
   thread_local std::vector<float> staging;
-  const float* xk = p.x;
-  if (p.bits == 4 && kernels.lanes > 1) {
-    staging.resize(size_t(p.M) * p.K);
-    prepare(p, kernels.lanes, staging.data());
-    xk = staging.data();
+  if (p.bits != 4 || kernels.lanes == 1) return p.x;
+  staging.resize(size_t(p.M) * p.K);
+  prepare(p, kernels.lanes, staging.data());
+  return staging.data();
+}
+
+// Whether products can share one staged x: the same activations, read alike.
+bool same_activations(const Problem* ps, int count) {
+  for (int i = 1; i < count; i++) {
+    const Problem& p = ps[i];
+    if (p.x != ps[0].x || p.M != ps[0].M || p.K != ps[0].K || p.bits != ps[0].bits) return false;
   }
-  // Whole blocks of 16 columns per task (the kernels take four at a time).
-  split(size_t(p.N), size_t(p.K) * p.M, 16, [&](size_t n0, size_t n1) {
-    kernels.rows(p, xk, int(n0), int(n1));
+  return true;
+}
+
+}  // namespace
+
+void run_product(const Problem& p, const Kernels& kernels) {
+  run_products(&p, 1, kernels);
+}
+
+void run_products(const Problem* ps, int count, const Kernels& kernels) {
+  if (count < 1) return;
+  const Int8Kernels* int8 = int8_choice(ps[0], kernels);
+  if (count > 1 && (int8 != nullptr || !same_activations(ps, count))) {
+    for (int i = 0; i < count; i++) run_products(&ps[i], 1, kernels);
+    return;
+  }
+  if (int8 != nullptr) return int8->product(ps[0]);
+  const float* xk = staged(ps[0], kernels);
+  // The products' columns side by side, each starting on a multiple of 16, so that every
+  // task holds whole blocks of 16 columns of one product (the kernels take four at a time).
+  std::vector<size_t> starts(count + 1, 0);
+  for (int i = 0; i < count; i++) starts[i + 1] = starts[i] + (size_t(ps[i].N) + 15) / 16 * 16;
+  split(starts[count], size_t(ps[0].K) * ps[0].M, 16, [&](size_t c0, size_t c1) {
+    for (int i = 0; i < count; i++) {
+      const size_t lo = starts[i], hi = lo + size_t(ps[i].N);
+      if (c0 < hi && c1 > lo) {
+        kernels.rows(ps[i], xk, int(std::max(c0, lo) - lo), int(std::min(c1, hi) - lo));
+      }
+    }
   });
 }
 

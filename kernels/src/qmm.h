@@ -56,5 +56,9 @@ bool supported(int bits, int group);
 
 // Whole product, split over the pool's threads by output columns.
 void run_product(const Problem& p, const Kernels& kernels);
+// Several products of the same activations (x, M, K and bits alike; else one after another)
+// in one split over all their columns: one hand-off to the pool instead of one each, and the
+// threads share out the columns of all of them. Each column's arithmetic is run_product's.
+void run_products(const Problem* ps, int count, const Kernels& kernels);
 
 }  // namespace cpu_kernels

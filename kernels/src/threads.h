@@ -33,6 +33,8 @@ class Pool {
 
  private:
   void work(int id);
+  // Returns when a product newer than `seen` is published, or after SPIN without one.
+  void spin(uint64_t seen) const;
   void drain(const std::function<void(int)>& task, int count);
 
   std::vector<std::thread> workers_;
