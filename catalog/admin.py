@@ -1,4 +1,3 @@
-import subprocess
 import sys
 from functools import partial
 
@@ -11,6 +10,7 @@ from django.http import HttpRequest
 from django.urls import path
 from django.utils.html import format_html
 
+from catalog.background import start_command
 from catalog.families import choose_family, model_detection
 from catalog.models import CatalogModel, GGUFImport, ModelFamily, PromptMetadataPattern
 from catalog.source_views import sources_view
@@ -316,15 +316,7 @@ class GGUFImportAdmin(admin.ModelAdmin):
 
     def start_import(self, request, job: GGUFImport) -> None:
         log_path = settings.VAR_DIR / "imports" / f"{job.pk}.log"
-        log_path.parent.mkdir(exist_ok=True)
-        with log_path.open("w") as out:
-            process = subprocess.Popen(
-                import_command(job),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=settings.BASE_DIR,
-                start_new_session=True,  # outlives a server restart
-            )
+        process = start_command(import_command(job), log_path)
         # Known at once, so that an import killed before it starts is found out too.
         GGUFImport.objects.filter(pk=job.pk).update(pid=getattr(process, "pid", None))
         self.message_user(request, f"Importing {job.model_id} in the background.")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from catalog.background import start_command
 from catalog.hub import choose_files, gguf_for_quantization, hub_token, list_files
 from catalog.models import CatalogModel, HubPull
 
@@ -50,16 +51,7 @@ def pull_command(job: HubPull) -> list[str]:
 
 
 def start_pull(job: HubPull) -> subprocess.Popen:
-    log_path = settings.VAR_DIR / "pulls" / f"{job.pk}.log"
-    log_path.parent.mkdir(exist_ok=True)
-    with log_path.open("w") as out:
-        process = subprocess.Popen(
-            pull_command(job),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=settings.BASE_DIR,
-            start_new_session=True,  # outlives a server restart
-        )
+    process = start_command(pull_command(job), settings.VAR_DIR / "pulls" / f"{job.pk}.log")
     # The cancel button signals this process; the command writes its own pid again at start.
     HubPull.objects.filter(pk=job.pk).update(pid=getattr(process, "pid", None))
     return process

@@ -1,6 +1,7 @@
 import pytest
 from django.utils.html import escape
 
+from catalog import background
 from catalog.models import CatalogModel, ModelFamily
 
 ADD_URL = "/admin/catalog/catalogmodel/add/"
@@ -186,14 +187,13 @@ def test_gguf_import_from_admin_runs_in_the_background(
 
     from django.core.management import call_command
 
-    from catalog import admin as catalog_admin
     from catalog.models import GGUFImport
 
     settings.MODEL_STORAGE_DIR = tmp_path / "models"
     settings.VAR_DIR = tmp_path
     started = []
     monkeypatch.setattr(
-        catalog_admin.subprocess, "Popen", lambda command, **kwargs: started.append(command)
+        background.subprocess, "Popen", lambda command, **kwargs: started.append(command)
     )
     refused = admin_client.post(
         "/admin/catalog/ggufimport/add/", {"model_id": "imported", "source_path": "/nope.gguf"}
@@ -261,7 +261,6 @@ def test_import_from_ollama_page_runs_in_the_background(
 
     from django.core.management import call_command
 
-    from catalog import admin as catalog_admin
     from catalog.models import GGUFImport
     from tests.gguf_layouts import SMOLLM_SYSTEM, add_smollm
 
@@ -272,7 +271,7 @@ def test_import_from_ollama_page_runs_in_the_background(
     add_smollm(settings.OLLAMA_MODELS_DIR, demo_gguf)
     started = []
     monkeypatch.setattr(
-        catalog_admin.subprocess, "Popen", lambda command, **kwargs: started.append(command)
+        background.subprocess, "Popen", lambda command, **kwargs: started.append(command)
     )
     page_url = "/admin/catalog/ggufimport/sources/"
     assert page_url.encode() in admin_client.get("/admin/catalog/ggufimport/").content

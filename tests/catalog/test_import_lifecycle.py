@@ -7,13 +7,14 @@ import io
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
 
-from catalog import admin as catalog_admin
+from catalog import background
 from catalog.models import GGUFImport
 from catalog.processes import LOST
 
@@ -29,9 +30,18 @@ def started(monkeypatch, settings, tmp_path) -> list[list[str]]:
     settings.VAR_DIR = settings.MEDIA_ROOT = tmp_path
     commands: list[list[str]] = []
     monkeypatch.setattr(
-        catalog_admin.subprocess, "Popen", lambda command, **kwargs: commands.append(command)
+        background.subprocess, "Popen", lambda command, **kwargs: commands.append(command)
     )
     return commands
+
+
+def until_zombie(pid: int, timeout: float = 10) -> None:
+    """Until a killed, unreaped child is dead (SIGKILL lands a moment later on a busy machine)."""
+    deadline = time.monotonic() + timeout
+    stat = Path(f"/proc/{pid}/stat")
+    while stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline, f"process {pid} outlived SIGKILL"
+        time.sleep(0.01)
 
 
 def run(command: list[str]) -> None:
@@ -48,6 +58,7 @@ def test_a_killed_import_is_marked_failed_and_its_id_imports_again(admin_client,
     assert b"An import of this id is already running." in refused.content
 
     victim.send_signal(signal.SIGKILL)  # not waited for: a zombie, as the admin's child is
+    until_zombie(victim.pid)
     listing = admin_client.get("/admin/catalog/ggufimport/").content.decode()
     job.refresh_from_db()
     assert (job.status, job.message) == (GGUFImport.Status.FAILED, LOST)

@@ -14,6 +14,7 @@ import httpx
 import pytest
 from django.core.management import CommandError, call_command
 
+from catalog import background
 from catalog import hub as hub_module
 from catalog.hub import RETRIES, HubError, Listing, RepoFile, gguf_for_quantization
 from catalog.models import CatalogModel, HubPull
@@ -117,7 +118,6 @@ def test_a_cancelled_pull_says_so_and_keeps_its_partial(db, hub, storage, monkey
 
 
 def test_the_admin_starts_watches_and_cancels_a_pull(admin_client, monkeypatch, settings, tmp_path):
-    from catalog import pulls
 
     settings.VAR_DIR = tmp_path
     started = []
@@ -129,7 +129,7 @@ def test_the_admin_starts_watches_and_cancels_a_pull(admin_client, monkeypatch, 
         started.append(command)
         return Started()
 
-    monkeypatch.setattr(pulls.subprocess, "Popen", popen)
+    monkeypatch.setattr(background.subprocess, "Popen", popen)
     response = admin_client.post(
         "/admin/catalog/hubpull/add/",
         {"repo": REPO, "revision": "main", "filename": "", "model_id": "tiny"},
