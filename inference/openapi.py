@@ -21,7 +21,9 @@ from inference.edge.auth import (
     ANTHROPIC_KEY,
     API_KEY,
     EITHER_KEY,
+    METRICS,
     OPERATOR_OR_KEY,
+    OPERATOR_OR_PUBLIC,
     PUBLIC,
     STAFF_OR_TOKEN,
     Auth,
@@ -45,6 +47,9 @@ SECURITY: dict[Auth, list[dict]] = {
     EITHER_KEY: [{"bearer": []}, {"x-api-key": []}],
     STAFF_OR_TOKEN: [{"bearer": []}],  # the admin token (or a staff session's cookie)
     OPERATOR_OR_KEY: [{"bearer": []}],  # an API key, or the admin token
+    # The probes and /metrics stay out of the document; listed so that every policy is.
+    OPERATOR_OR_PUBLIC: [{}, {"bearer": []}],
+    METRICS: [{}, {"bearer": []}],
 }
 _PARAMETER = re.compile(r"<(?:[^>:]+:)?([^>]+)>")
 Refs = dict[tuple[type[BaseModel], JsonSchemaMode], dict]
