@@ -5,6 +5,7 @@ deployment settings (proxy TLS header, HSTS, secure cookies, CSP) reach the resp
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 import threading
@@ -139,3 +140,23 @@ def test_staff_sessions_see_details_and_the_dashboard_has_a_csp(settings) -> Non
         response = client.get(page)
         assert response.status_code == 200, page
         assert "default-src 'self'" in response["Content-Security-Policy"], page
+
+
+@pytest.mark.django_db
+def test_loopback_a_key_or_required_keys_let_serve_start(settings) -> None:
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    from inference.management.commands.serve import Command
+
+    refuse = Command()._refuse_if_open
+    for loopback in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"):
+        refuse(loopback)
+    for network in ("0.0.0.0", "::", "192.168.1.5", "my-host"):
+        with pytest.raises(CommandError, match="ALLOW_ANONYMOUS_ON_NETWORK"):
+            refuse(network)
+    settings.REQUIRE_API_KEY = True
+    refuse("0.0.0.0")
+    settings.REQUIRE_API_KEY = False
+    call_command("create_api_key", "someone", stdout=io.StringIO())  # the secret: not needed
+    refuse("0.0.0.0")
