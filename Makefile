@@ -14,6 +14,8 @@ export HOST ?= 127.0.0.1
 export PORT ?= 8000
 # The demo listens on loopback only, so it takes any API key until one is created
 # (`manage.py create_api_key NAME`); a deployment leaves this at its default (required).
+# With HOST=0.0.0.0 and no key, `manage.py serve` refuses to start (README "Running it on a
+# network"): create a key, or set REQUIRE_API_KEY=true or ALLOW_ANONYMOUS_ON_NETWORK=true.
 export REQUIRE_API_KEY ?= false
 
 .PHONY: serve test lint bench

@@ -29,6 +29,13 @@ class Caller:
 ANONYMOUS = Caller(key_id=None, name="anonymous", allowed_models=None, max_concurrent=None)
 
 
+def anonymous() -> Caller:
+    """A caller without a key, where keys are not required: every anonymous caller together
+    is held to a default key's concurrency (API_KEY_MAX_CONCURRENT), so that an open server
+    cannot be made to run without bound. Read per request: the setting may change."""
+    return Caller(None, "anonymous", None, settings.API_KEY_MAX_CONCURRENT or None)
+
+
 async def keys_required() -> bool:
     return settings.REQUIRE_API_KEY or await ApiKey.objects.aexists()
 
@@ -48,14 +55,15 @@ async def authenticate(secret: str) -> Caller | None:
 
 
 class ConcurrencyLimiter:
-    """Requests running per key, in this process (each server instance counts its own)."""
+    """Requests running per key, in this process (each server instance counts its own).
+    Anonymous callers (key_id None) are counted together under None."""
 
     def __init__(self) -> None:
-        self._running: dict[int, int] = {}
+        self._running: dict[int | None, int] = {}
         self._lock = threading.Lock()
 
     def try_acquire(self, caller: Caller) -> bool:
-        if caller.key_id is None or caller.max_concurrent is None:
+        if caller.max_concurrent is None:  # the operator, or a key without a limit
             return True
         with self._lock:
             running = self._running.get(caller.key_id, 0)
@@ -65,7 +73,7 @@ class ConcurrencyLimiter:
             return True
 
     def release(self, caller: Caller) -> None:
-        if caller.key_id is None or caller.max_concurrent is None:
+        if caller.max_concurrent is None:
             return
         with self._lock:
             left = self._running.get(caller.key_id, 0) - 1
@@ -73,6 +81,11 @@ class ConcurrencyLimiter:
                 self._running[caller.key_id] = left
             else:
                 self._running.pop(caller.key_id, None)
+
+    def forget(self, key_id: int | None) -> None:
+        """Counts nothing running for this key (None: the anonymous callers); tests only."""
+        with self._lock:
+            self._running.pop(key_id, None)
 
 
 limiter = ConcurrencyLimiter()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import random
 import statistics
 import time
@@ -241,7 +242,11 @@ async def chats(url: str, model: str, clients: int, seconds: float, tokens: int)
 
 
 async def running_sequences(client: httpx.AsyncClient, url: str) -> int:
-    health = (await client.get(f"{url}/health")).json()
+    # /health's counts are for operators: the benchmarks' servers take the shell's admin
+    # token, or peers.bench_env's.
+    token = os.environ.get("ADMIN_TOKEN") or "bench-admin-token"
+    headers = {"Authorization": f"Bearer {token}"}
+    health = (await client.get(f"{url}/health", headers=headers)).json()
     return health["running_sequences"] + health["queued_sequences"]
 
 

@@ -84,12 +84,20 @@ def rss_mib(pid: int) -> float | None:
     return total / 1024
 
 
+BENCH_ADMIN_TOKEN = "bench-admin-token"
+
+
 def bench_env(workdir: Path, env: dict) -> dict:
     """What our server runs with in the benchmarks (every start and restart on `workdir`)."""
     return {
+        # /health's details (running sequences) are for the admin token (bench/load.py);
+        # one in `env` (the soak's, the shell's) wins.
+        "ADMIN_TOKEN": BENCH_ADMIN_TOKEN,
         **ours_env(workdir, env),
-        # Loopback only, like the peers: no key (it defaults to required outside DEBUG).
+        # Loopback only, like the peers: no key (it defaults to required outside DEBUG), and
+        # no limit on the anonymous callers' concurrent requests (the bursts go past 16).
         "REQUIRE_API_KEY": "false",
+        "API_KEY_MAX_CONCURRENT": "0",
         # The abusive-request scenario sends 128k prompt tokens in one request on purpose.
         "MAX_REQUEST_PROMPT_TOKENS": "200000",
     }

@@ -373,7 +373,7 @@ async def poll_drain(soak: Soak, client: httpx.AsyncClient, admin_headers: dict)
         except (httpx.HTTPError, ValueError) as exc:
             state["pool_error"] = f"{type(exc).__name__}: {exc}"[:160]
         try:
-            response = await client.get(f"{soak.url}/health")
+            response = await client.get(f"{soak.url}/health", headers=admin_headers)
             state["health"] = response.json() if response.status_code == 200 else None
             state["health_error"] = "" if state["health"] else f"HTTP {response.status_code}"
         except (httpx.HTTPError, ValueError) as exc:

@@ -74,7 +74,31 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "config.security.ContentSecurityPolicyMiddleware",
 ]
+
+# Behind a TLS-terminating proxy (README "Running it on a network"). Only trust the proxy's
+# X-Forwarded-Proto when a proxy always sets it: a client could send it otherwise.
+if env.bool("TRUST_PROXY_SSL_HEADER", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# The session and CSRF cookies only over HTTPS (the admin, the dashboard).
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env.bool("SECURE_COOKIES", default=False)
+# Strict-Transport-Security on HTTPS responses (0: none); a browser then refuses plain HTTP to
+# this host for that long, so raise it once HTTPS works.
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+# Plain HTTP redirected to HTTPS, except the probes: load balancers check instances directly.
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
+SECURE_REDIRECT_EXEMPT = [r"^health(/|$)", r"^metrics$"]
+# Sent on every HTML page (the dashboard, the playground, the admin): their scripts are static
+# files, the admin's templates carry inline styles; empty: none.
+CONTENT_SECURITY_POLICY = env.str(
+    "CONTENT_SECURITY_POLICY",
+    default="default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; object-src 'none'; base-uri 'self'; form-action 'self'; "
+    "frame-ancestors 'none'",
+)
 
 ROOT_URLCONF = "config.urls"
 ASGI_APPLICATION = "config.asgi.application"
@@ -183,8 +207,16 @@ ADMIN_TOKEN = env.str("ADMIN_TOKEN", default="") or read_or_create_secret(VAR_DI
 # /v1 takes `Authorization: Bearer <key>` whenever an API key exists; this demands one even
 # before any exists (on unless DEBUG: set it to false only on a trusted network).
 REQUIRE_API_KEY = env.bool("REQUIRE_API_KEY", default=not DEBUG)
+# `manage.py serve` refuses a non-loopback HOST while /v1 takes no key (REQUIRE_API_KEY false
+# and no key in the database): anyone who reached the port could use it. This says that is
+# what the operator wants (a trusted network).
+ALLOW_ANONYMOUS_ON_NETWORK = env.bool("ALLOW_ANONYMOUS_ON_NETWORK", default=False)
 # Requests one API key may have running at once, unless the key sets its own (0: no limit).
+# Where keys are not required, the callers without one share this limit too.
 API_KEY_MAX_CONCURRENT = env.int("API_KEY_MAX_CONCURRENT", default=16)
+# /metrics names every loaded model: set, it takes this bearer token (or the admin token) and
+# answers 401 without; empty, anyone may scrape it.
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 # Replicas behind a load balancer. Several instances on one PostgreSQL count each key's running
 # requests together when SHARED_LIMITS is on: a slot is a leased row (apikeys.ConcurrencySlot)
 # instead of a counter in this process. Off, or on SQLite, each process counts its own.

@@ -21,7 +21,9 @@ from inference.edge.auth import (
     ANTHROPIC_KEY,
     API_KEY,
     EITHER_KEY,
+    METRICS,
     OPERATOR_OR_KEY,
+    OPERATOR_OR_PUBLIC,
     PLAYGROUND,
     POOL_OPERATOR,
     PUBLIC,
@@ -49,6 +51,9 @@ SECURITY: dict[Auth, list[dict]] = {
     POOL_OPERATOR: [{"bearer": []}],  # the same, the session with its permission
     PLAYGROUND: [{"bearer": []}],
     OPERATOR_OR_KEY: [{"bearer": []}],  # an API key, or the admin token
+    # The probes and /metrics stay out of the document; listed so that every policy is.
+    OPERATOR_OR_PUBLIC: [{}, {"bearer": []}],
+    METRICS: [{}, {"bearer": []}],
 }
 _PARAMETER = re.compile(r"<(?:[^>:]+:)?([^>]+)>")
 Refs = dict[tuple[type[BaseModel], JsonSchemaMode], dict]

@@ -7,7 +7,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from inference.edge import API_KEY, OPENAI, endpoint
-from inference.edge.auth import EITHER_KEY
+from inference.edge.auth import EITHER_KEY, METRICS, OPERATOR_OR_PUBLIC
 from inference.observability.metrics import registry
 from inference.openapi import openapi_document
 from inference.protocol.anthropic.models import AnthropicModel, AnthropicModelList
@@ -136,15 +136,19 @@ async def openapi(request: HttpRequest, ctx: RequestContext) -> dict:
     return openapi_document()
 
 
-@endpoint(*PROBE)
+# The probes answer anyone whether this instance is ok (their status and HTTP code); what it
+# runs (models, sequences, BLAS, the last engine failure) only the admin token or staff.
+@endpoint(*PROBE, auth=OPERATOR_OR_PUBLIC)
 async def health(request: HttpRequest, ctx: RequestContext) -> dict:
     """What the engine is doing; cheap enough to poll."""
-    return health_document(ctx.engine.health())
+    document = health_document(ctx.engine.health())
+    return document if ctx.caller.operator else {"status": document["status"]}
 
 
-@endpoint(*PROBE)
+@endpoint(*PROBE, auth=METRICS)
 async def metrics(request: HttpRequest, ctx: RequestContext) -> HttpResponse:
-    """Prometheus scrape endpoint (no secrets in it: key names are never labels)."""
+    """Prometheus scrape endpoint (no secrets in it: key names are never labels); behind
+    METRICS_TOKEN when that is set, since it names the loaded models."""
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 
 
@@ -154,9 +158,13 @@ async def live(request: HttpRequest, ctx: RequestContext) -> dict:
     return {"status": "ok"}
 
 
-@endpoint(*PROBE)
+@endpoint(*PROBE, auth=OPERATOR_OR_PUBLIC)
 async def ready(request: HttpRequest, ctx: RequestContext) -> dict | HttpResponse:
-    """Whether to send this instance traffic: engine running (not restarting), not draining."""
+    """Whether to send this instance traffic: engine running (not restarting), not draining.
+    Why not (a lost group's failure, say) is for operators only."""
     if reasons := not_ready(ctx.engine.health()):
-        return JsonResponse({"status": "unavailable", "reasons": reasons}, status=503)
+        document = {"status": "unavailable"}
+        if ctx.caller.operator:
+            document["reasons"] = reasons
+        return JsonResponse(document, status=503)
     return {"status": "ok"}

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -139,6 +140,17 @@ def prefix_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def open_api(settings):
     """/v1 behaviour is tested without keys; tests/edge/test_api_keys.py turns them on."""
     settings.REQUIRE_API_KEY = False
+
+
+@pytest.fixture(autouse=True)
+def anonymous_slots_given_back() -> Iterator[None]:
+    """Anonymous callers share one concurrency limit in this process: a stream a test leaves
+    unread in Django's test client never closes, so its slot would count against the next
+    tests' requests."""
+    from apikeys.auth import limiter
+
+    yield
+    limiter.forget(None)
 
 
 @pytest.fixture(scope="session")

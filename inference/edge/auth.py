@@ -12,7 +12,7 @@ from django.conf import settings
 from django.http import HttpRequest
 from django.middleware.csrf import CsrfViewMiddleware
 
-from apikeys.auth import ANONYMOUS, Caller, authenticate, keys_required, limiter
+from apikeys.auth import ANONYMOUS, Caller, anonymous, authenticate, keys_required, limiter
 from apikeys.slots import shared_limiter, shared_limits
 from inference.protocol.errors import APIError
 from inference.serving.context import RequestContext
@@ -71,9 +71,9 @@ async def _key_holder(secret: str | None, missing: str) -> Caller:
     if not secret:
         if await keys_required():
             raise _bad_key(missing)
-        return ANONYMOUS
+        return anonymous()
     if not await keys_required():
-        return ANONYMOUS  # clients such as the openai SDK always send some key
+        return anonymous()  # clients such as the openai SDK always send some key
     caller = await authenticate(secret)
     if caller is None:  # never echo the secret, not even masked
         raise _bad_key("Incorrect API key provided.")
@@ -117,6 +117,39 @@ async def staff_or_token(request: HttpRequest, permission: str | None = None) ->
     return Caller(None, f"staff:{user.get_username()}", None, None, operator=True)
 
 
+async def operator_or_anyone(request: HttpRequest) -> Caller:
+    """Anyone may call; the admin token (bearer) or a staff session names an operator, who
+    gets more in the answer (/health's details). Never refuses: a wrong token is anyone."""
+    token = bearer(request)
+    if token is not None:
+        valid = secrets.compare_digest(token.encode(), settings.ADMIN_TOKEN.encode())
+        return OPERATOR if valid else ANONYMOUS
+    user = await request.auser()
+    if user.is_active and user.is_staff:
+        return Caller(None, f"staff:{user.get_username()}", None, None, operator=True)
+    return ANONYMOUS
+
+
+async def metrics_reader(request: HttpRequest) -> Caller:
+    """/metrics names every loaded model: with METRICS_TOKEN set, only that bearer token (or
+    the admin token) may scrape it; unset, anyone may, as Prometheus' default expects."""
+    wanted = settings.METRICS_TOKEN
+    if not wanted:
+        return ANONYMOUS
+    token = (bearer(request) or "").encode()
+    if secrets.compare_digest(token, wanted.encode()):
+        return ANONYMOUS
+    if secrets.compare_digest(token, settings.ADMIN_TOKEN.encode()):
+        return OPERATOR
+    raise APIError(
+        "/metrics takes the METRICS_TOKEN (or the admin token) as a bearer token.",
+        status=401,
+        type="authentication_error",
+        code="invalid_metrics_token",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
 async def operator_or_key(request: HttpRequest) -> Caller:
     """The admin token as a bearer token names an operator; any other bearer is an API key
     (or none, where keys are not required). For endpoints where an operator may do more, as
@@ -131,16 +164,17 @@ async def hold_slot(ctx: RequestContext) -> None:
     """One of the caller's concurrent requests, given back when the context closes: counted
     in this process, or across every instance on the shared database (SHARED_LIMITS)."""
     caller = ctx.caller
-    if shared_limits():
+    # Anonymous callers have no key row to lease slots on: each instance counts its own.
+    if shared_limits() and caller.key_id is not None:
         release = await shared_limiter.acquire(caller, ctx.id)
     elif limiter.try_acquire(caller):
         release = partial(limiter.release, caller)
     else:
         release = None
     if release is None:
+        who = "without an API key" if caller.key_id is None else f"for API key '{caller.name}'"
         raise APIError(
-            f"Too many concurrent requests for API key '{caller.name}' "
-            f"(limit {caller.max_concurrent}).",
+            f"Too many concurrent requests {who} (limit {caller.max_concurrent}).",
             status=429,
             type="rate_limit_error",
             code="concurrency_limit_exceeded",
@@ -164,4 +198,7 @@ PLAYGROUND = Auth(
     "admin token, or a staff session with catalog.use_playground",
     partial(staff_or_token, permission="catalog.use_playground"),
 )
+# Public, with more for an operator: the view reads ctx.caller.operator.
+OPERATOR_OR_PUBLIC = Auth("public (details: staff session or admin token)", operator_or_anyone)
+METRICS = Auth("public, or METRICS_TOKEN when set", metrics_reader)
 OPERATOR_OR_KEY = Auth("admin token or API key", operator_or_key, limit_concurrency=True)

@@ -238,7 +238,7 @@ def test_server_survived_without_leaks(server: LiveServer) -> None:
     assert server.process.poll() is None, f"server died:\n{server.output()}"
     deadline = time.monotonic() + 5
     while True:
-        health = httpx.get(f"{server.url}/health", timeout=5).json()
+        health = httpx.get(f"{server.url}/health", headers=server.admin_headers, timeout=5).json()
         busy = health["running_sequences"] or health.get("queued_sequences")
         if not busy:
             break

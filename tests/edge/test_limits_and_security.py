@@ -148,20 +148,23 @@ def test_fault_injection_is_off_unless_configured(client, tiny_entry, settings):
     assert engine_handle().health().restarts == 0
 
 
-def test_health_endpoints(client, db):
+def test_health_endpoints(client, db, settings):
     assert client.get("/health/live").json() == {"status": "ok"}
     assert client.get("/health/ready").status_code == 200
-    health = client.get("/health").json()
+    token = {"HTTP_AUTHORIZATION": f"Bearer {settings.ADMIN_TOKEN}"}
+    health = client.get("/health", **token).json()
     assert health["engine_restarts"] == 0 and health["draining"] is False
 
 
-def test_not_ready_while_draining(client, db, monkeypatch):
+def test_not_ready_while_draining(client, db, monkeypatch, settings):
     from inference.serving.drain import drain
 
     monkeypatch.setattr(drain, "draining", True)
-    response = client.get("/health/ready")
+    token = {"HTTP_AUTHORIZATION": f"Bearer {settings.ADMIN_TOKEN}"}
+    response = client.get("/health/ready", **token)
     assert response.status_code == 503
     assert response.json()["reasons"] == ["shutting down"]
+    assert client.get("/health/ready").json() == {"status": "unavailable"}  # why: operators
     assert client.get("/health/live").status_code == 200
 
 

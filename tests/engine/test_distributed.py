@@ -17,7 +17,9 @@ import openai
 import pytest
 
 from tests.helpers import build_tiny_model
-from tests.live_server import group_server, live_server
+from tests.live_server import ADMIN_TOKEN, group_server, live_server
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}  # /health's details are for operators
 
 pytestmark = pytest.mark.database_independent  # runs once: each server has its own SQLite
 
@@ -104,10 +106,13 @@ def loaded_bytes(server) -> int:
     return next(m["bytes"] for m in pool.json()["models"] if m["id"] == "tiny")
 
 
+def health(server) -> dict:
+    return httpx.get(f"{server.url}/health", headers=ADMIN, timeout=10).json()
+
+
 def test_the_group_reports_itself_and_holds_a_shard(single, group) -> None:
-    health = httpx.get(f"{group.leader.url}/health", timeout=10).json()
-    assert health["distributed"] == {"rank": 0, "size": 2, "backend": "ring"}
-    assert httpx.get(f"{single.url}/health", timeout=10).json()["distributed"] is None
+    assert health(group.leader)["distributed"] == {"rank": 0, "size": 2, "backend": "ring"}
+    assert health(single)["distributed"] is None
     # The layers' projections are halved; embeddings and the head stay whole on each rank.
     whole, shard = loaded_bytes(single), loaded_bytes(group.leader)
     assert shard < whole
@@ -205,7 +210,7 @@ def test_a_cancelled_stream_leaves_the_group_in_step(single, group) -> None:
     assert _text(group.leader, PROMPTS[2]) == _text(single, PROMPTS[2])
     running.join()
     deadline = time.monotonic() + 10
-    while httpx.get(f"{group.leader.url}/health", timeout=5).json()["running_sequences"]:
+    while health(group.leader)["running_sequences"]:
         assert time.monotonic() < deadline, "the cancelled stream is still running"
         time.sleep(0.2)
 
@@ -223,7 +228,7 @@ def test_a_lost_follower_makes_rank_0_unready_with_503s(group) -> None:
         answer(group.leader, PROMPTS[0])
     assert failed.value.status_code == 503
     assert failed.value.body["code"] == "engine_unavailable"
-    ready = httpx.get(f"{group.leader.url}/health/ready", timeout=5).json()
+    ready = httpx.get(f"{group.leader.url}/health/ready", headers=ADMIN, timeout=5).json()
     assert any("distributed group lost" in reason for reason in ready["reasons"]), ready
     assert group.leader.process.poll() is None  # rank 0 keeps answering
 

@@ -13,12 +13,22 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 
+from apikeys.models import ApiKey
 from inference.runtime import engine_handle, stop_engine
 from inference.serving.control import preload_models
 from inference.serving.drain import drain
 from storedresponses.retention import start_purge_timer
 
 log = logging.getLogger(__name__)
+
+
+def on_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 (bracketed or not) and localhost; any other name or address, 0.0.0.0
+    and :: included, may be reached from the network."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 class DrainingServer(uvicorn.Server):
@@ -75,7 +85,7 @@ class Command(BaseCommand):
                 "`manage.py serve --follower`"
             )
         self._require_migrated()
-        self._warn_if_open(host)
+        self._refuse_if_open(host)
         # Preloading runs beside the server starting up; requests meanwhile queue behind it.
         threading.Thread(target=self._preload, name="preload", daemon=True).start()
         start_purge_timer()  # stored responses past RESPONSES_RETENTION, off the request path
@@ -134,18 +144,19 @@ class Command(BaseCommand):
             names = ", ".join(f"{m.app_label}.{m.name}" for m, _ in pending)
             raise CommandError(f"unapplied migrations ({names}): run `manage.py migrate` first")
 
-    def _warn_if_open(self, host: str) -> None:
-        if settings.REQUIRE_API_KEY:
+    def _refuse_if_open(self, host: str) -> None:
+        """Anyone who can reach a network address could use /v1 while it takes no key: the
+        operator has to ask for that by name. Loopback (the demo) needs no key."""
+        if on_loopback(host) or settings.ALLOW_ANONYMOUS_ON_NETWORK:
             return
-        try:
-            loopback = ipaddress.ip_address(host.strip("[]")).is_loopback
-        except ValueError:
-            loopback = host == "localhost"
-        if not loopback:
-            self.stderr.write(
-                f"WARNING: serving on {host} with REQUIRE_API_KEY=false: until an API key "
-                "exists, anyone who can reach this port can use /v1."
-            )
+        if settings.REQUIRE_API_KEY or ApiKey.objects.exists():
+            return
+        raise CommandError(
+            f"refusing to serve on {host} without API keys: anyone who can reach this port "
+            "could use /v1. Create a key (`manage.py create_api_key NAME`, or the admin's "
+            "API keys), or set REQUIRE_API_KEY=true, or serve on 127.0.0.1; on a trusted "
+            "network, ALLOW_ANONYMOUS_ON_NETWORK=true serves without keys."
+        )
 
     def _preload(self) -> None:
         failed = async_to_sync(preload_models)(engine_handle())
