@@ -130,7 +130,10 @@ def test_staff_sessions_see_details_and_the_dashboard_has_a_csp(settings) -> Non
     from django.contrib.auth.models import User
 
     settings.SESSION_COOKIE_SECURE = True
-    User.objects.create_user("staff", password="pw", is_staff=True)
+    from django.contrib.auth.models import Permission
+
+    staff = User.objects.create_user("staff", password="pw", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="use_playground"))
     client = Client()
     assert client.get("/health").json() == {"status": "ok"}
     signed_in = client.post("/admin/login/", {"username": "staff", "password": "pw"})
