@@ -286,7 +286,7 @@ def test_a_follower_refuses_turns_signed_with_another_secret(
         deadline = time.monotonic() + 60
         while True:
             try:
-                ready = httpx.get(f"{group.leader.url}/health/ready", timeout=5)
+                ready = httpx.get(f"{group.leader.url}/health/ready", headers=ADMIN, timeout=5)
                 if ready.status_code == 503 and "distributed group lost" in ready.text:
                     break
             except httpx.TransportError:  # rank 0 still starting
