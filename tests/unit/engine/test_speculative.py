@@ -19,13 +19,8 @@ import pytest
 
 from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
-from inference.engine.drafting import (
-    DRAFT_CHUNK,
-    Drafter,
-    ModelDrafter,
-    NgramDrafter,
-    make_drafter,
-)
+from inference.engine.draft_model import DRAFT_CHUNK, ModelDrafter
+from inference.engine.drafting import Drafter, NgramDrafter, make_drafter
 from inference.engine.pool import LoadedModel, ModelPool
 from inference.engine.sampling import RowSampler, sample
 from inference.engine.sequence import Sequence
