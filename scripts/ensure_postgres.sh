@@ -6,6 +6,12 @@
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${PG_DIR:-$ROOT/var/pg}
+# Root runs the cluster as `postgres`, which cannot pass through a var/ the server made
+# owner-only (0700, config/secrets.py): the cluster then lives in the temp folder instead.
+if [ -z "${PG_DIR:-}" ] && [ "$(id -u)" = 0 ] && [ -d "$ROOT/var" ] &&
+  ! runuser -u postgres -- test -x "$ROOT/var" 2>/dev/null; then
+  DIR=${TMPDIR:-/tmp}/mlx-test-pg-$(printf %s "$ROOT" | cksum | cut -d' ' -f1)
+fi
 # A port of its own per checkout (54000-54999 from the directory's checksum), so two clones on
 # one machine (a developer's and CI's) never meet.
 PORT=${PG_PORT:-$((54000 + $(printf %s "$DIR" | cksum | cut -d' ' -f1) % 1000))}

@@ -10,7 +10,7 @@ import pytest
 from inference.conversion.gguf import convert_gguf
 from inference.engine.types import ModelSpec
 from tests.helpers import DEMO_ID, ROOT, build_tiny_model
-from tests.live_server import on_postgres
+from tests.live_server import drop_templates, on_postgres
 from tests.scripted import build_scripted_model
 
 # tests/unit/ never touches the database: `make test`'s PostgreSQL pass leaves it out
@@ -30,6 +30,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if left_out:
             config.hook.pytest_deselected(items=left_out)
             items[:] = [item for item in items if item not in left_out]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def live_templates() -> Iterator[None]:
+    """The migrated template live servers copy their databases from is dropped at the end."""
+    yield
+    drop_templates()
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.result import Ok
 
-from tests.live_server import LiveServer, live_server
+from tests.live_server import LiveServer, live_server, on_postgres
 
 MODEL_ID = "tiny"
 EMBEDDING_ID = "tiny-embedder"
@@ -40,6 +40,10 @@ FUZZ_SETTINGS = settings(
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
+
+# The operations that store what a request says (stored responses): the only ones the
+# PostgreSQL pass fuzzes again, as text PostgreSQL refuses (NUL bytes...) would fail there only.
+STORED = "/v1/responses"
 
 cases_run: Counter[str] = Counter()
 
@@ -212,6 +216,8 @@ def test_no_server_errors(
     assert len(operations) >= 4
     for result in operations:
         operation = result.ok()
+        if on_postgres() and not operation.path.startswith(STORED):
+            continue  # the same code as on SQLite, fuzzed there
 
         @FUZZ_SETTINGS
         @given(

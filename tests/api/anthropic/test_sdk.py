@@ -12,6 +12,10 @@ import pytest
 from tests.helpers import DEMO_ID
 from tests.live_server import LiveServer, demo_server
 
+# Its servers have their own databases and store nothing a request says: the PostgreSQL pass
+# would only repeat it (tests/conftest.py).
+pytestmark = pytest.mark.database_independent
+
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 WEATHER = {
     "name": "get_weather",

@@ -15,6 +15,10 @@ import pytest
 
 from tests.live_server import LiveServer, live_server
 
+# Its servers have their own databases and store nothing a request says: the PostgreSQL pass
+# would only repeat it (tests/conftest.py).
+pytestmark = pytest.mark.database_independent
+
 DECODER, ENCODER = "qwen3-embed", "bert-embed"
 RAW, SHORT, CUT = "bert-raw", "bert-short", "bert-cut"
 LONG = "the quick brown fox jumps over the lazy dog and the cat sat on the mat " * 6

@@ -44,6 +44,10 @@ from tests.vision_models import (
     png_bytes,
 )
 
+# Its servers have their own databases and store nothing a request says: the PostgreSQL pass
+# would only repeat it (tests/conftest.py).
+pytestmark = pytest.mark.database_independent
+
 RED, BLUE = png_bytes((255, 0, 0)), png_bytes((0, 0, 255))
 BUILDERS = {"llava": build_tiny_llava, "smolvlm": build_tiny_smolvlm, "gemma3": build_tiny_gemma3}
 LIMITS = {
