@@ -6,12 +6,12 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.db import IntegrityError, transaction
-from django.http import HttpRequest
 from django.urls import path
 from django.utils.html import format_html
 
 from catalog.background import start_command
 from catalog.families import choose_family, model_detection
+from catalog.job_admin import ImportPermissions
 from catalog.models import CatalogModel, GGUFImport, ModelFamily, PromptMetadataPattern
 from catalog.source_views import sources_view
 from inference import runtime
@@ -268,7 +268,7 @@ class GGUFImportForm(forms.ModelForm):
 
 
 @admin.register(GGUFImport)
-class GGUFImportAdmin(admin.ModelAdmin):
+class GGUFImportAdmin(ImportPermissions, admin.ModelAdmin):
     """Converting a GGUF runs `manage.py import_gguf` in its own process (MLX stays out of the
     server's request threads); the list shows its progress and refreshes while it runs."""
 
@@ -288,12 +288,6 @@ class GGUFImportAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False  # an import is started, watched and deleted; never edited
-
-    def has_add_permission(self, request) -> bool:
-        return may_import(request)
-
-    def has_view_permission(self, request, obj=None) -> bool:
-        return may_import(request) or super().has_view_permission(request, obj)
 
     def get_urls(self):
         view = self.admin_site.admin_view(partial(sources_view, model_admin=self))
@@ -344,10 +338,6 @@ def import_command(job: GGUFImport) -> list[str]:
         # After "--": a file named "-x.gguf" or "--help" is a path, never an option.
         command += ["--", job.gguf_path]
     return command
-
-
-def may_import(request: HttpRequest) -> bool:
-    return request.user.has_perm("catalog.import_models")
 
 
 # Registered by its own module, which the admin's autodiscovery reaches through this import.

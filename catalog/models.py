@@ -575,12 +575,7 @@ class GGUFImport(models.Model):
         super().clean()
         if self.origin == self.Origin.FILE:
             self._clean_file()
-        if CatalogModel.objects.filter(public_id=self.model_id).exists():
-            raise ValidationError({"model_id": "The catalog already has a model with this id."})
-        GGUFImport.reap_lost(model_id=self.model_id)
-        running = GGUFImport.objects.filter(model_id=self.model_id, status__in=self.ACTIVE)
-        if running.exclude(pk=self.pk).exists():
-            raise ValidationError({"model_id": "An import of this id is already running."})
+        refuse_taken_id(self, "An import of this id is already running.")
 
     @classmethod
     def reap_lost(cls, **among: object) -> None:
@@ -593,6 +588,19 @@ class GGUFImport(models.Model):
             raise ValidationError("Give either a path on the server or a file to upload.")
         if self.source_path and not Path(self.source_path).is_file():
             raise ValidationError({"source_path": "There is no such file on the server."})
+
+
+def refuse_taken_id(job: GGUFImport | HubPull, running: str) -> None:
+    """A ValidationError unless the job's model id is free: no catalog model has it, and no
+    other job of its kind still runs for it (`running` says so; rows whose process died are
+    marked failed first, so that a killed job never blocks its id)."""
+    if CatalogModel.objects.filter(public_id=job.model_id).exists():
+        raise ValidationError({"model_id": "The catalog already has a model with this id."})
+    kind = type(job)
+    kind.reap_lost(model_id=job.model_id)
+    others = kind.objects.filter(model_id=job.model_id, status__in=kind.ACTIVE)
+    if others.exclude(pk=job.pk).exists():
+        raise ValidationError({"model_id": running})
 
 
 def reap_lost_jobs(model: type[GGUFImport] | type[HubPull], **among: object) -> list:
@@ -700,12 +708,7 @@ class HubPull(models.Model):
 
     def clean(self) -> None:
         super().clean()
-        if CatalogModel.objects.filter(public_id=self.model_id).exists():
-            raise ValidationError({"model_id": "The catalog already has a model with this id."})
-        HubPull.reap_lost(model_id=self.model_id)
-        running = HubPull.objects.filter(model_id=self.model_id, status__in=self.ACTIVE)
-        if running.exclude(pk=self.pk).exists():
-            raise ValidationError({"model_id": "A pull for this id is already running."})
+        refuse_taken_id(self, "A pull for this id is already running.")
 
     @classmethod
     def reap_lost(cls, **among: object) -> None:

@@ -15,12 +15,13 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.timezone import now
 
+from catalog.job_admin import ImportPermissions
 from catalog.models import HubPull
 from catalog.pulls import start_pull
 
 
 @admin.register(HubPull)
-class HubPullAdmin(admin.ModelAdmin):
+class HubPullAdmin(ImportPermissions, admin.ModelAdmin):
     list_display = (
         "model_id",
         "source",
@@ -38,13 +39,6 @@ class HubPullAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False  # a pull is started, watched, cancelled and deleted; never edited
-
-    def has_add_permission(self, request) -> bool:
-        # Starting, cancelling and resuming pulls: the import permission, as for GGUF imports.
-        return request.user.has_perm("catalog.import_models")
-
-    def has_view_permission(self, request, obj=None) -> bool:
-        return self.has_add_permission(request) or super().has_view_permission(request, obj)
 
     def get_urls(self):
         view = self.admin_site.admin_view(self.cancel_view)
