@@ -7,6 +7,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.http import HttpRequest
@@ -16,6 +17,9 @@ from apikeys.auth import ANONYMOUS, Caller, anonymous, authenticate, keys_requir
 from apikeys.slots import shared_limiter, shared_limits
 from inference.protocol.errors import APIError
 from inference.serving.context import RequestContext
+
+if TYPE_CHECKING:  # for an annotation only
+    from django.contrib.auth.base_user import AbstractBaseUser
 
 MISSING_KEY = (
     "You didn't provide an API key. Send it in an Authorization header using Bearer auth "
@@ -83,6 +87,18 @@ async def _key_holder(secret: str | None, missing: str) -> Caller:
 OPERATOR = Caller(None, "admin-token", None, None, operator=True)
 
 
+def _is_admin_token(token: str | None) -> bool:
+    """Whether a bearer token is the admin token (compared in constant time)."""
+    return token is not None and secrets.compare_digest(
+        token.encode(), settings.ADMIN_TOKEN.encode()
+    )
+
+
+def _staff(user: AbstractBaseUser) -> Caller:
+    """A staff member's session, speaking for an operator."""
+    return Caller(None, f"staff:{user.get_username()}", None, None, operator=True)
+
+
 def _denied(message: str) -> APIError:
     return APIError(message, status=401, type="authentication_error", code="invalid_admin_token")
 
@@ -99,7 +115,7 @@ async def staff_or_token(request: HttpRequest, permission: str | None = None) ->
     caller speaks for an operator: every enabled model, no key limits."""
     token = bearer(request)
     if token is not None:
-        if secrets.compare_digest(token.encode(), settings.ADMIN_TOKEN.encode()):
+        if _is_admin_token(token):
             return OPERATOR
         raise _denied("The admin token is not valid.")
     user = await request.auser()
@@ -114,7 +130,7 @@ async def staff_or_token(request: HttpRequest, permission: str | None = None) ->
         )
     if request.method not in ("GET", "HEAD") and _csrf_rejected(request):
         raise APIError("CSRF check failed.", status=403)
-    return Caller(None, f"staff:{user.get_username()}", None, None, operator=True)
+    return _staff(user)
 
 
 async def operator_or_anyone(request: HttpRequest) -> Caller:
@@ -122,12 +138,9 @@ async def operator_or_anyone(request: HttpRequest) -> Caller:
     gets more in the answer (/health's details). Never refuses: a wrong token is anyone."""
     token = bearer(request)
     if token is not None:
-        valid = secrets.compare_digest(token.encode(), settings.ADMIN_TOKEN.encode())
-        return OPERATOR if valid else ANONYMOUS
+        return OPERATOR if _is_admin_token(token) else ANONYMOUS
     user = await request.auser()
-    if user.is_active and user.is_staff:
-        return Caller(None, f"staff:{user.get_username()}", None, None, operator=True)
-    return ANONYMOUS
+    return _staff(user) if user.is_active and user.is_staff else ANONYMOUS
 
 
 async def metrics_reader(request: HttpRequest) -> Caller:
@@ -136,10 +149,10 @@ async def metrics_reader(request: HttpRequest) -> Caller:
     wanted = settings.METRICS_TOKEN
     if not wanted:
         return ANONYMOUS
-    token = (bearer(request) or "").encode()
-    if secrets.compare_digest(token, wanted.encode()):
+    token = bearer(request)
+    if secrets.compare_digest((token or "").encode(), wanted.encode()):
         return ANONYMOUS
-    if secrets.compare_digest(token, settings.ADMIN_TOKEN.encode()):
+    if _is_admin_token(token):
         return OPERATOR
     raise APIError(
         "/metrics takes the METRICS_TOKEN (or the admin token) as a bearer token.",
@@ -155,7 +168,7 @@ async def operator_or_key(request: HttpRequest) -> Caller:
     (or none, where keys are not required). For endpoints where an operator may do more, as
     Ollama's /api/pull pulls from the hub for one; serving decides what a key may not."""
     token = bearer(request)
-    if token and secrets.compare_digest(token.encode(), settings.ADMIN_TOKEN.encode()):
+    if _is_admin_token(token):
         return OPERATOR
     return await _key_holder(token, MISSING_KEY)
 
