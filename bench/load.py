@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from peers import BENCH_ADMIN_TOKEN  # bench/ is on the path, as for every bench script
 
 TOPICS = [
     "dragons",
@@ -244,7 +245,7 @@ async def chats(url: str, model: str, clients: int, seconds: float, tokens: int)
 async def running_sequences(client: httpx.AsyncClient, url: str) -> int:
     # /health's counts are for operators: the benchmarks' servers take the shell's admin
     # token, or peers.bench_env's.
-    token = os.environ.get("ADMIN_TOKEN") or "bench-admin-token"
+    token = os.environ.get("ADMIN_TOKEN") or BENCH_ADMIN_TOKEN
     headers = {"Authorization": f"Bearer {token}"}
     health = (await client.get(f"{url}/health", headers=headers)).json()
     return health["running_sequences"] + health["queued_sequences"]
