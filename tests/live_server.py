@@ -55,6 +55,10 @@ class LiveServer:
     def output(self) -> str:
         return self.log.read_text()
 
+    def health(self, timeout: float = 5) -> dict:
+        """/health's details, which only an operator sees (the admin token)."""
+        return httpx.get(f"{self.url}/health", headers=self.admin_headers, timeout=timeout).json()
+
     def wait_ready(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -79,13 +83,17 @@ class LiveServer:
             pytest.fail(f"server ignored signal {sig} for {timeout} s:\n{self.output()}")
 
 
-def manage(env: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def _python(env: dict, argv: list[str], what: str, check: bool) -> subprocess.CompletedProcess:
     done = subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True
+        [sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True
     )
     if check and done.returncode:
-        pytest.fail(f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+        pytest.fail(f"{what} failed:\n{done.stdout}\n{done.stderr}")
     return done
+
+
+def manage(env: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return _python(env, ["manage.py", *args], f"manage.py {' '.join(args)}", check)
 
 
 def on_postgres() -> bool:
@@ -106,10 +114,12 @@ def _postgres(sql: str) -> dict:
     return server
 
 
-def fresh_postgres_url() -> str:
-    """A new empty database on the suite's PostgreSQL server, for one live server."""
+def fresh_postgres_url(template: str | None = None) -> str:
+    """A new database on the suite's PostgreSQL server, for one live server: empty, or a copy
+    of the `template` database."""
     name = f"live_{secrets.token_hex(6)}"
-    server = _postgres(f'CREATE DATABASE "{name}"')
+    copy = f' TEMPLATE "{template}"' if template else ""
+    server = _postgres(f'CREATE DATABASE "{name}"{copy}')
     user, password = (quote(str(server[key] or ""), safe="") for key in ("user", "password"))
     login = f"{user}:{password}" if password else user
     host = quote(str(server["host"] or "localhost"), safe="")
@@ -147,28 +157,25 @@ def server_env(var: Path, **settings: str) -> dict:
 _templates: dict[str, str] = {}
 
 
-def _migrated_template(env: dict) -> str:
+def _migrated_template() -> str:
     """The run's migrated template for the suite's database engine, made on first use."""
-    kind = "postgres" if env["DATABASE_URL"].startswith("postgres://") else "sqlite"
+    kind = "postgres" if on_postgres() else "sqlite"
     if kind not in _templates:
         folder = Path(tempfile.mkdtemp(prefix="live-template-"))
         url = fresh_postgres_url() if kind == "postgres" else f"sqlite:///{folder / 'db.sqlite3'}"
-        template_env = {**env, "VAR_DIR": str(folder / "var"), "DATABASE_URL": url}
-        manage(template_env, "migrate", "--noinput", "-v0")
+        manage(server_env(folder / "var", DATABASE_URL=url), "migrate", "--noinput", "-v0")
         _templates[kind] = url
     return _templates[kind]
 
 
-def _copy_template(env: dict) -> None:
-    """The server's database as a copy of the migrated template (what `migrate` would make)."""
-    template, target = _migrated_template(env), env["DATABASE_URL"]
-    if target.startswith("postgres://"):
-        drop_database(target)
-        name, source = (urlsplit(url).path[1:] for url in (target, template))
-        _postgres(f'CREATE DATABASE "{name}" TEMPLATE "{source}"')
-        return
-    private_dir(Path(env["VAR_DIR"]))
-    path = Path(target.removeprefix("sqlite:///"))
+def _copy_of_template(var: Path) -> str:
+    """A server's fresh database, a copy of the migrated template (what `migrate` would make
+    of an empty one): its URL."""
+    template = _migrated_template()
+    if template.startswith("postgres://"):
+        return fresh_postgres_url(template=urlsplit(template).path[1:])
+    private_dir(var)
+    path = var / "db.sqlite3"
     create_private_file(path)  # owner-only, as the server would make it
     source, copy = sqlite3.connect(template.removeprefix("sqlite:///")), sqlite3.connect(path)
     try:
@@ -176,6 +183,7 @@ def _copy_template(env: dict) -> None:
     finally:
         source.close()
         copy.close()
+    return f"sqlite:///{path}"
 
 
 def drop_templates() -> None:
@@ -189,27 +197,24 @@ def drop_templates() -> None:
 
 def run_setup(env: dict, setup: tuple) -> None:
     """Each `setup` manage.py command, in order, in one process (tests/manage_many.py)."""
-    if not setup:
-        return
-    argv = [sys.executable, "-m", "tests.manage_many", json.dumps([list(c) for c in setup])]
-    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
-    if done.returncode:
-        pytest.fail(f"setup {setup} failed:\n{done.stdout}\n{done.stderr}")
+    if setup:
+        argv = ["-m", "tests.manage_many", json.dumps([list(c) for c in setup])]
+        _python(env, argv, f"setup {setup}", check=True)
 
 
 @contextmanager
 def _prepared(var: Path, setup: tuple, settings: dict) -> Iterator[tuple[dict, list]]:
     """A server's environment, its fresh database migrated (a copy of the run's template unless
     the caller names a database of its own) and each `setup` manage.py command run; the
-    processes the caller starts (added to the list) are killed on the way out, and the database
+    processes the caller starts (added to the list) are killed on the way out, and the copy
     dropped."""
-    env = server_env(var, **settings)
+    own_database = "DATABASE_URL" in settings
+    copied = {} if own_database else {"DATABASE_URL": _copy_of_template(var)}
+    env = server_env(var, **settings, **copied)
     processes: list[subprocess.Popen] = []
     try:
-        if "DATABASE_URL" in settings:
+        if own_database:
             manage(env, "migrate", "--noinput", "-v0")
-        else:
-            _copy_template(env)
         run_setup(env, setup)
         yield env, processes
     finally:
@@ -217,7 +222,7 @@ def _prepared(var: Path, setup: tuple, settings: dict) -> Iterator[tuple[dict, l
             if process.poll() is None:
                 process.kill()
                 process.wait()
-        if "DATABASE_URL" not in settings:
+        if not own_database:
             drop_database(env["DATABASE_URL"])
 
 

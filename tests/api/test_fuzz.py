@@ -16,7 +16,6 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import requests
 import schemathesis
@@ -244,7 +243,7 @@ def test_server_survived_without_leaks(server: LiveServer) -> None:
     assert server.process.poll() is None, f"server died:\n{server.output()}"
     deadline = time.monotonic() + 5
     while True:
-        health = httpx.get(f"{server.url}/health", headers=server.admin_headers, timeout=5).json()
+        health = server.health()
         busy = health["running_sequences"] or health.get("queued_sequences")
         if not busy:
             break

@@ -92,7 +92,7 @@ def test_health_tells_the_public_only_ok(server: LiveServer) -> None:
         public = httpx.get(f"{server.url}{path}", timeout=10)
         assert (public.status_code, public.json()) == (200, {"status": "ok"}), path
         assert "tiny" not in public.text
-    details = httpx.get(f"{server.url}/health", headers=server.admin_headers, timeout=10).json()
+    details = server.health(timeout=10)
     assert details["loaded_models"] == ["tiny"] and "blas" in details
     wrong = httpx.get(f"{server.url}/health", headers={"Authorization": "Bearer nope"})
     assert wrong.json() == {"status": "ok"}  # a probe never fails on a token

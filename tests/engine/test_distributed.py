@@ -106,13 +106,10 @@ def loaded_bytes(server) -> int:
     return next(m["bytes"] for m in pool.json()["models"] if m["id"] == "tiny")
 
 
-def health(server) -> dict:
-    return httpx.get(f"{server.url}/health", headers=ADMIN, timeout=10).json()
-
-
 def test_the_group_reports_itself_and_holds_a_shard(single, group) -> None:
-    assert health(group.leader)["distributed"] == {"rank": 0, "size": 2, "backend": "ring"}
-    assert health(single)["distributed"] is None
+    ring = {"rank": 0, "size": 2, "backend": "ring"}
+    assert group.leader.health(timeout=10)["distributed"] == ring
+    assert single.health(timeout=10)["distributed"] is None
     # The layers' projections are halved; embeddings and the head stay whole on each rank.
     whole, shard = loaded_bytes(single), loaded_bytes(group.leader)
     assert shard < whole
@@ -210,7 +207,7 @@ def test_a_cancelled_stream_leaves_the_group_in_step(single, group) -> None:
     assert _text(group.leader, PROMPTS[2]) == _text(single, PROMPTS[2])
     running.join()
     deadline = time.monotonic() + 10
-    while health(group.leader)["running_sequences"]:
+    while group.leader.health(timeout=10)["running_sequences"]:
         assert time.monotonic() < deadline, "the cancelled stream is still running"
         time.sleep(0.2)
 

@@ -30,7 +30,7 @@ def test_a_server_without_the_cpu_kernels_answers_on_mlx_path(demo_gguf, tmp_pat
             answer = httpx.post(f"{server.url}{CHAT}", json=body, timeout=120)
             assert answer.status_code == 200
             assert "Paris" in answer.json()["choices"][0]["message"]["content"]
-        health = httpx.get(f"{server.url}/health", headers=server.admin_headers).json()
+        health = server.health()
         assert health["cpu_kernels"].startswith(
             "off: not built (no C++ compiler on this machine); `make` builds kernels/"
         )

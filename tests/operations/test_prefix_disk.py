@@ -27,9 +27,7 @@ DISK = {"PREFIX_CACHE_DISK_MIN_TOKENS": "32", "PREFIX_CACHE_DISK_BYTES": "256MiB
 
 
 def disk_tier(server: LiveServer) -> dict:
-    document = httpx.get(f"{server.url}/health", headers=server.admin_headers, timeout=10).json()[
-        "prefix_cache_disk"
-    ]
+    document = server.health(timeout=10)["prefix_cache_disk"]
     assert document is not None
     return document
 

@@ -161,8 +161,7 @@ def _auth(key: str) -> dict:
 
 
 def _running(server: LiveServer) -> int:
-    health = httpx.get(f"{server.url}/health", headers=server.admin_headers, timeout=5)
-    return health.json()["running_sequences"]
+    return server.health()["running_sequences"]
 
 
 def _short(url: str, key: str) -> httpx.Response:
@@ -194,8 +193,7 @@ def test_two_instances_share_a_keys_limit_and_a_dead_ones_slot_expires(
 
 
 def _labelled(server: LiveServer, name: str) -> None:
-    health = httpx.get(f"{server.url}/health", headers=server.admin_headers, timeout=5)
-    assert health.json()["instance"] == name
+    assert server.health()["instance"] == name
     metrics = httpx.get(f"{server.url}/metrics", timeout=5).text
     assert f'inference_server_instance_info{{server_instance="{name}"}} 1.0' in metrics
 

@@ -58,7 +58,7 @@ def test_engine_crash_ends_streams_cleanly_and_recovers_quickly(server: LiveServ
             break
         assert time.monotonic() - crashed < 10, server.output()
         time.sleep(0.1)
-    health = httpx.get(f"{server.url}/health", headers=server.admin_headers).json()
+    health = server.health()
     assert health["engine_restarts"] == 1
     assert "InjectedFault" in server.output()
     assert health["loaded_models"] == ["tiny"]  # pinned: reloaded by the supervisor
