@@ -1,4 +1,5 @@
-"""The matmul's integer path against its float path in whole decode steps, per batch size: the
+"""The matmul's integer paths (tiles, and direct: weights read as packed) against its float
+path in whole decode steps, per batch size: the
 demo model (4-bit, groups of 32, as its GGUF imports) and the same weights re-quantized to
 8 bits, groups of 32, float16 scales (as a Q8_0 GGUF imports). What sets the kernels' row
 thresholds (kernels/src/int8_vnni.cpp, int8_avx2.cpp).
@@ -33,7 +34,7 @@ from inference.engine import cpu  # noqa: E402
 from inference.engine.kv import Float16BatchKVCache  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-PATHS = ("never", "always")
+PATHS = ("never", "always", "direct")
 
 
 def requantize(model, bits: int, group: int) -> None:
@@ -66,12 +67,17 @@ def step_ms(model, batch: int, rounds: int, steps: int) -> dict[str, float]:
 
 
 def table(model, label: str, batches: list[int], rounds: int, steps: int) -> None:
-    print(f"\n{label}: decode step ms (model + lm_head), float path vs integer path")
-    print(f"{'batch':>5} {'float':>8} {'int8':>8} {'int8/float':>10}")
+    print(f"\n{label}: decode step ms (model + lm_head), float path vs the integer paths")
+    head = ("batch", "float", "tiles", "direct", "tiles/float", "direct/float")
+    print(" ".join(f"{h:>{w}}" for h, w in zip(head, (5, 8, 8, 8, 11, 12), strict=True)))
     for batch in batches:
         ms = step_ms(model, batch, rounds, steps)
-        ratio = ms["always"] / ms["never"]
-        print(f"{batch:>5} {ms['never']:8.2f} {ms['always']:8.2f} {ratio:10.2f}", flush=True)
+        tiles, direct = ms["always"] / ms["never"], ms["direct"] / ms["never"]
+        print(
+            f"{batch:>5} {ms['never']:8.2f} {ms['always']:8.2f} {ms['direct']:8.2f} "
+            f"{tiles:11.2f} {direct:12.2f}",
+            flush=True,
+        )
 
 
 def main() -> None:

@@ -32,9 +32,10 @@ from inference.engine.drafting import MAX_DRAFT_TOKENS
 from inference.engine.kv_quantized import BatchQuantizedKVCache
 
 ROLLBACK = (BatchKVCache, BatchQuantizedKVCache)
-# Below this many rows every instruction set's quantized matmul takes its float path
-# (kernels/src/int8_*.cpp: the integer path starts at 4 rows at the least).
-FLOAT_ROWS = 4
+# Below this many rows a plain step's quantized matmul computes each row alike however many
+# rows it holds: the direct integer path on AVX-512 VNNI (kernels/src/int8_direct.cpp, up to
+# 4 rows), the float path elsewhere (the tiled integer path starts at 6 rows at the least).
+PLAIN_ROWS = 5
 
 
 @dataclass
@@ -135,14 +136,15 @@ class Context(TokenBuffer):
 @contextmanager
 def plain_numerics(rows: int) -> Iterator[None]:
     """A verification pass of a batch of `rows` computed as their plain step would be: a
-    step of fewer than FLOAT_ROWS rows runs the CPU kernels' float matmul, which gives each
-    row the same result however many rows it computes (the integer path rounds activations
-    to 8 bits: its logits differ by ~1e-3 and greedy ties could break the other way). Wide
-    batches take the integer path either way. Everything must be evaluated inside."""
-    if ext is None or rows >= FLOAT_ROWS:
+    step of fewer than PLAIN_ROWS rows runs the CPU kernels' direct integer matmul (or, without
+    VNNI, the float one), either of which gives each row the same result however many rows it
+    computes; left to choose, the wider verification pass could take another path (logits
+    ~1e-3 apart: greedy ties could break the other way). Wide batches take the tiled integer
+    path either way. Everything must be evaluated inside."""
+    if ext is None or rows >= PLAIN_ROWS:
         yield
         return
-    ext.use_int8("never")
+    ext.use_int8("direct")
     try:
         yield
     finally:

@@ -143,12 +143,13 @@ NB_MODULE(_ext, m) {
       [](const std::string& mode) {
         if (mode == "auto") return ck::set_int8_mode(ck::Int8Mode::Auto);
         if (mode == "always") return ck::set_int8_mode(ck::Int8Mode::Always);
+        if (mode == "direct") return ck::set_int8_mode(ck::Int8Mode::Direct);
         if (mode == "never") return ck::set_int8_mode(ck::Int8Mode::Never);
-        throw nb::value_error("mode must be auto, always or never");
+        throw nb::value_error("mode must be auto, always, direct or never");
       },
       "mode"_a,
-      "Integer path of the matmul for many rows: auto (from its measured row threshold), "
-      "always or never (tests, benchmarks).");
+      "Integer paths of the matmul: auto (direct for few rows, tiles from their threshold), "
+      "always (tiles), direct (weights read as packed) or never (tests, benchmarks).");
 
   m.def(
       "int8_isa",

@@ -24,15 +24,34 @@ struct Int8Kernels {
 const Int8Kernels* vnni_int8_kernels();
 const Int8Kernels* avx2_int8_kernels();
 
-// auto: the integer path from its row threshold; always / never: tests and benchmarks.
-enum class Int8Mode { Auto, Always, Never };
+// The integer path for few rows (int8_direct.cpp): the same rounding of the activations,
+// staged once per call, and the weights read as MLX packs them (no unpacked tiles, which cost
+// more than they save at one row). Any number of rows; auto uses it up to max_rows.
+struct DirectInt8 {
+  const char* isa;
+  int max_rows;
+  // x's rows, rounded and laid out for columns(), in the calling thread's buffer: valid
+  // until its next product (as qmm.cpp's staged() for the float path).
+  const uint8_t* (*stage)(const Problem& p);
+  // Output columns [n0, n1) of every row, from what stage() left.
+  void (*columns)(const Problem& p, const uint8_t* staged, int n0, int n1);
+};
+
+// nullptr where this CPU lacks AVX-512 VNNI.
+const DirectInt8* vnni_direct_int8();
+
+// auto: the direct path up to its row bound, the tiled one from its threshold, else floats;
+// always (tiles) / direct / never (floats): tests and benchmarks.
+enum class Int8Mode { Auto, Always, Direct, Never };
 void set_int8_mode(Int8Mode mode);
 Int8Mode int8_mode();
 
 // The integer kernels that go with a float instruction set (nullptr: none, e.g. generic).
 const Int8Kernels* int8_kernels_for(const Kernels& kernels);
 
-// Whether this product takes the integer path, and with which kernels (nullptr: float path).
+// Whether this product takes the tiled integer path, and with which kernels (nullptr: not).
 const Int8Kernels* int8_choice(const Problem& p, const Kernels& kernels);
+// Whether it takes the direct integer path (nullptr: not).
+const DirectInt8* direct_choice(const Problem& p, const Kernels& kernels);
 
 }  // namespace cpu_kernels

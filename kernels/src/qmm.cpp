@@ -116,10 +116,26 @@ const Int8Kernels* int8_kernels_for(const Kernels& kernels) {
 
 const Int8Kernels* int8_choice(const Problem& p, const Kernels& kernels) {
   const Int8Mode mode = int8_mode();
-  if (mode == Int8Mode::Never || p.K % 4 != 0) return nullptr;
+  if (mode == Int8Mode::Never || mode == Int8Mode::Direct || p.K % 4 != 0) return nullptr;
   const Int8Kernels* k = int8_kernels_for(kernels);
   if (k == nullptr || mode == Int8Mode::Always) return k;
   return p.M >= (p.bits == 4 ? k->min_rows_4bit : k->min_rows_8bit) ? k : nullptr;
+}
+
+const DirectInt8* direct_choice(const Problem& p, const Kernels& kernels) {
+  const Int8Mode mode = int8_mode();
+  if (mode != Int8Mode::Auto && mode != Int8Mode::Direct) return nullptr;
+#ifndef CPU_KERNELS_GENERIC_ONLY
+  // Only beside the AVX-512 float kernels: a forced AVX2 or generic set means no VNNI.
+  if (std::strcmp(kernels.isa, "avx512") != 0) return nullptr;
+  const DirectInt8* k = vnni_direct_int8();
+  if (k == nullptr) return nullptr;
+  return mode == Int8Mode::Direct || p.M <= k->max_rows ? k : nullptr;
+#else
+  (void)p;
+  (void)kernels;
+  return nullptr;
+#endif
 }
 
 namespace {
@@ -133,11 +149,13 @@ const float* staged(const Problem& p, const Kernels& kernels) {
   return staging.data();
 }
 
-// Whether products can share one staged x: the same activations, read alike.
-bool same_activations(const Problem* ps, int count) {
+// Whether products can share one staged x: the same activations, read alike (the direct
+// path rounds them per group of the weights, so its products need the same group too).
+bool same_activations(const Problem* ps, int count, bool by_group) {
   for (int i = 1; i < count; i++) {
     const Problem& p = ps[i];
     if (p.x != ps[0].x || p.M != ps[0].M || p.K != ps[0].K || p.bits != ps[0].bits) return false;
+    if (by_group && p.group != ps[0].group) return false;
   }
   return true;
 }
@@ -150,13 +168,17 @@ void run_product(const Problem& p, const Kernels& kernels) {
 
 void run_products(const Problem* ps, int count, const Kernels& kernels) {
   if (count < 1) return;
-  const Int8Kernels* int8 = int8_choice(ps[0], kernels);
-  if (count > 1 && (int8 != nullptr || !same_activations(ps, count))) {
+  // Few rows: the direct integer path where there is one; many: the tiles; else floats.
+  const DirectInt8* direct = direct_choice(ps[0], kernels);
+  const Int8Kernels* int8 = direct != nullptr ? nullptr : int8_choice(ps[0], kernels);
+  if (count > 1 && (int8 != nullptr || !same_activations(ps, count, direct != nullptr))) {
     for (int i = 0; i < count; i++) run_products(&ps[i], 1, kernels);
     return;
   }
   if (int8 != nullptr) return int8->product(ps[0]);
-  const float* xk = staged(ps[0], kernels);
+  // Pointers taken here, in the calling thread: the workers would see their own buffers.
+  const uint8_t* direct_x = direct != nullptr ? direct->stage(ps[0]) : nullptr;
+  const float* xk = direct != nullptr ? nullptr : staged(ps[0], kernels);
   // The products' columns side by side, each starting on a multiple of 16, so that every
   // task holds whole blocks of 16 columns of one product (the kernels take four at a time).
   std::vector<size_t> starts(count + 1, 0);
@@ -164,8 +186,12 @@ void run_products(const Problem* ps, int count, const Kernels& kernels) {
   split(starts[count], size_t(ps[0].K) * ps[0].M, 16, [&](size_t c0, size_t c1) {
     for (int i = 0; i < count; i++) {
       const size_t lo = starts[i], hi = lo + size_t(ps[i].N);
-      if (c0 < hi && c1 > lo) {
-        kernels.rows(ps[i], xk, int(std::max(c0, lo) - lo), int(std::min(c1, hi) - lo));
+      if (c0 >= hi || c1 <= lo) continue;
+      const int n0 = int(std::max(c0, lo) - lo), n1 = int(std::min(c1, hi) - lo);
+      if (direct != nullptr) {
+        direct->columns(ps[i], direct_x, n0, n1);
+      } else {
+        kernels.rows(ps[i], xk, n0, n1);
       }
     }
   });

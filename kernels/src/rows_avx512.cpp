@@ -3,6 +3,7 @@
 
 #include "attention_impl.h"
 #include "rows_impl.h"
+#include "sums_avx512.h"
 
 namespace cpu_kernels {
 namespace {
@@ -26,14 +27,7 @@ struct Avx512 {
   template <int C>
   static void reduce_store(const F* v, float* out) {
     if constexpr (C == 4) {
-      // Quarter-register sums of the four side by side, then within each quarter.
-      F x = _mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], 0x44), _mm512_shuffle_f32x4(v[0], v[1], 0xEE));
-      F y = _mm512_add_ps(_mm512_shuffle_f32x4(v[2], v[3], 0x44), _mm512_shuffle_f32x4(v[2], v[3], 0xEE));
-      F z = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xDD));
-      z = _mm512_add_ps(z, _mm512_permute_ps(z, 0x4E));
-      z = _mm512_add_ps(z, _mm512_permute_ps(z, 0xB1));
-      const __m512i firsts = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-      _mm_storeu_ps(out, _mm512_castps512_ps128(_mm512_permutexvar_ps(firsts, z)));
+      sum4_avx512(v, out);
     } else {
       for (int c = 0; c < C; c++) out[c] = reduce(v[c]);
     }

@@ -165,3 +165,19 @@ def test_project_kv_refuses_a_cache_without_room(model):
     offset = mx.array(7, dtype=mx.int32)
     with pytest.raises(ValueError, match="room"):
         ck.project_kv(x, mx.ones((ARGS["hidden_size"],)), 1e-5, proj, cache, 7, offset)
+
+
+def test_gate_and_up_of_different_groups_match_the_per_op_path():
+    """Gate and up share one split (and, on the direct integer path, one rounding of their
+    activations, which is per group of the weights): with gate in groups of 32 and up in
+    groups of 64 each must still be its own per-op product."""
+    model = build(4)
+    for block in model.model.layers:
+        gate = block["mlp"]["gate_proj"]
+        dense = mx.dequantize(gate["weight"], gate["scales"], gate["biases"], gate.group_size, 4)
+        gate.weight, gate.scales, gate.biases = mx.quantize(dense, 32, 4)
+        gate.group_size = 32
+    tokens = prompt(1, 30, seed=2)
+    fused = run(model, caches(model, Float16KVCache), [tokens], 12, fused=True)
+    plain = run(model, caches(model, Float16KVCache), [tokens], 12, fused=False)
+    assert_identical(fused, plain)

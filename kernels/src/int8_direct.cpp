@@ -1,0 +1,273 @@
+// The integer path for few rows (a decode step) on AVX-512 VNNI: the weights are read straight
+// from MLX's packed layout, with no unpacking pass, and only the activations are staged.
+//
+// A lone row's float kernel (rows_impl.h) spends about a dozen vector operations per 16
+// packed bytes turning nibbles into floats; it ran the demo model's weights at ~11 GB/s of the
+// machine's ~27 GB/s read bandwidth, bound by those operations, not by memory. Here 64 packed
+// bytes meet the activations in four vpdpbusd (two activation bytes, as int8_impl.h rounds
+// them, times low and high nibbles), with one float step per 64 bytes.
+//
+// Lanes: vpdpbusd sums four byte products into each int32 lane. With 4 bits, byte j of a row
+// holds values 2j (low nibble) and 2j + 1 (high), so lane L of a 64-byte chunk sums values
+// 8L..8L+7 of the chunk's 128: the low nibbles meet the chunk's even activations, the high
+// nibbles its odd ones, staged apart. With 8 bits lane L sums values 4L..4L+3 of 64. Either
+// way a lane lies inside one group (groups are 32, 64 or 128 values), so one float step per
+// chunk applies each lane's weight scale times its activation block's scale; the bias term
+// (b_w * d_x * sum of the block's activations) is summed per group at the end.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "int8.h"
+#include "sums_avx512.h"
+
+namespace cpu_kernels {
+namespace {
+
+// Where one row's staged activations lie, in bytes from the row's start.
+struct Layout {
+  int chunks;  // 64-byte chunks of a weight row (the last may be partial)
+  int chunk_values;  // activations per chunk: 128 (4 bits) or 64 (8 bits)
+  int x_bytes;  // per chunk: hi even, hi odd, lo even, lo odd (4 bits) or hi, lo (8 bits)
+  int G, G16;  // groups, and groups rounded up to 16
+  size_t lanes_at, sums_at, stride;  // lane scales [chunks][16], block sums [G16], next row
+
+  explicit Layout(const Problem& p)
+      : chunks((p.K * p.bits / 8 + 63) / 64),
+        chunk_values(p.bits == 4 ? 128 : 64),
+        x_bytes(p.bits == 4 ? 256 : 128),
+        G(p.K / p.group),
+        G16((p.K / p.group + 15) / 16 * 16) {
+    lanes_at = size_t(chunks) * x_bytes;
+    sums_at = lanes_at + size_t(chunks) * 16 * sizeof(float);
+    stride = sums_at + size_t(G16) * sizeof(float);
+  }
+};
+
+// 32 activations as int8_impl.h's quantize_rows rounds them (the same float operations in the
+// same order, so the same bytes): t = x * inv, hi = round(t), lo = round((t - hi) * 128).
+// Stores 16 hi and 16 lo bytes per half and returns the halves' sum of 128 hi + lo.
+inline __m512i round_half(__m512 x, __m512 inv, int8_t* hi, int8_t* lo) {
+  const __m512 t = _mm512_mul_ps(x, inv);
+  const __m512 h = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512i l = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_sub_ps(t, h), _mm512_set1_ps(128.0f)));
+  const __m512i hv = _mm512_cvtps_epi32(h);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(hi), _mm512_cvtepi32_epi8(hv));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(lo), _mm512_cvtepi32_epi8(l));
+  return _mm512_add_epi32(_mm512_slli_epi32(hv, 7), l);
+}
+
+template <int BITS>
+void stage_row(const float* x, int K, int group, const Layout& L, uint8_t* row) {
+  std::memset(row, 0, L.stride);
+  int8_t* q = reinterpret_cast<int8_t*>(row);
+  float* lanes = reinterpret_cast<float*>(row + L.lanes_at);
+  float* sums = reinterpret_cast<float*>(row + L.sums_at);
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (int g = 0; g < L.G; g++) {
+    const float* xg = x + size_t(g) * group;
+    __m512 m = _mm512_setzero_ps();
+    for (int i = 0; i < group; i += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(xg + i)));
+    const float amax = _mm512_reduce_max_ps(m);
+    const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    const float d = amax / 127.0f / 128.0f;
+    __m512i sum = _mm512_setzero_si512();
+    for (int i = 0; i < group; i += 32) {
+      const int k = g * group + i;  // a window of 32 values
+      const __m512 a = _mm512_loadu_ps(xg + i), b = _mm512_loadu_ps(xg + i + 16);
+      int8_t* c = q + size_t(k / L.chunk_values) * L.x_bytes;
+      const int at = k % L.chunk_values;
+      if constexpr (BITS == 4) {  // evens meet low nibbles, odds high ones
+        const int e = at / 2;
+        sum = _mm512_add_epi32(sum, round_half(_mm512_permutex2var_ps(a, even, b), inv, c + e, c + 128 + e));
+        sum = _mm512_add_epi32(sum, round_half(_mm512_permutex2var_ps(a, odd, b), inv, c + 64 + e, c + 192 + e));
+      } else {
+        sum = _mm512_add_epi32(sum, round_half(a, inv, c + at, c + 64 + at));
+        sum = _mm512_add_epi32(sum, round_half(b, inv, c + at + 16, c + 80 + at));
+      }
+    }
+    sums[g] = d * float(_mm512_reduce_add_epi32(sum));
+    // Each lane of the chunks this group covers takes its scale d.
+    const int per_lane = BITS == 4 ? 8 : 4;
+    for (int k = g * group; k < (g + 1) * group; k += per_lane) {
+      lanes[(k / L.chunk_values) * 16 + (k % L.chunk_values) / per_lane] = d;
+    }
+  }
+}
+
+const uint8_t* stage(const Problem& p) {
+  thread_local std::vector<uint8_t> buffer;
+  const Layout L(p);
+  buffer.resize(L.stride * p.M);
+  for (int m = 0; m < p.M; m++) {
+    const float* x = p.x + size_t(m) * p.K;
+    uint8_t* row = buffer.data() + L.stride * m;
+    if (p.bits == 4) {
+      stage_row<4>(x, p.K, p.group, L, row);
+    } else {
+      stage_row<8>(x, p.K, p.group, L, row);
+    }
+  }
+  return buffer.data();
+}
+
+// 16 of a column's scales or biases from group g as floats, zeros past its G groups.
+inline __m512 params16(const Problem& p, const void* base, size_t at, int left) {
+  const __mmask16 mask = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+  if (p.scale_type == ScaleType::F32) return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(base) + at);
+  const __m256i h = _mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(base) + at);
+  if (p.scale_type == ScaleType::F16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// Which of a chunk's groups each lane's scale comes from, counted from the chunk's first.
+template <int BITS, int GROUP>
+__m512i lane_groups() {
+  alignas(64) int32_t idx[16];
+  for (int l = 0; l < 16; l++) idx[l] = l * (BITS == 4 ? 8 : 4) / GROUP;
+  return _mm512_load_si512(idx);
+}
+
+// Adds the bias term (b_w times the rows' block sums) to a block's accumulators and stores
+// one sum per row and column. Inlined: called, the accumulators went through memory (~15%).
+template <int R, int C>
+__attribute__((always_inline)) inline void finish(const Problem& p, const Layout& L,
+                                                  const uint8_t* xs, int m0, int n,
+                                                  __m512 (&acc)[R][C]) {
+  for (int g = 0; g < L.G; g += 16) {
+    __m512 b[C];
+    for (int c = 0; c < C; c++) b[c] = params16(p, p.biases, size_t(n + c) * L.G + g, L.G - g);
+    for (int r = 0; r < R; r++) {
+      const __m512 sums = _mm512_loadu_ps(reinterpret_cast<const float*>(xs + L.stride * (m0 + r) + L.sums_at) + g);
+      for (int c = 0; c < C; c++) acc[r][c] = _mm512_fmadd_ps(b[c], sums, acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; r++) {
+    float* out = p.out + size_t(m0 + r) * p.N + n;
+    // One fixed order of the sums whether a pass takes 4 columns or fewer: a column's
+    // result does not depend on its neighbours, so a row computes alike in any batch.
+    if constexpr (C == 4) {
+      sum4_avx512(acc[r], out);
+    } else {
+      for (int c = 0; c < C; c++) out[c] = sum_avx512(acc[r][c]);
+    }
+  }
+}
+
+// R staged rows times C columns from n: integer sums per chunk, one float step per chunk.
+// A chunk's groups lie inside one run of 16 groups, whose scales are converted once.
+template <int BITS, int GROUP, int R, int C>
+void block(const Problem& p, const Layout& L, const uint8_t* xs, int m0, int n) {
+  const size_t row_bytes = size_t(p.K) * BITS / 8;
+  const __m512i idx = lane_groups<BITS, GROUP>();
+  const __m512i nibble = _mm512_set1_epi8(0x0f);
+  const int tail = int(row_bytes - size_t(L.chunks - 1) * 64);  // bytes in the last chunk
+  const __mmask64 tail_mask = tail == 64 ? ~__mmask64(0) : (__mmask64(1) << tail) - 1;
+  __m512 acc[R][C], scales[C];
+  for (int r = 0; r < R; r++)
+    for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();
+  for (int ch = 0; ch < L.chunks; ch++) {
+    const int g0 = ch * L.chunk_values / GROUP;
+    if (ch == 0 || (g0 % 16 == 0 && (ch - 1) * L.chunk_values / GROUP != g0)) {
+      for (int c = 0; c < C; c++) scales[c] = params16(p, p.scales, size_t(n + c) * L.G + g0, L.G - g0);
+    }
+    const __m512i at = _mm512_add_epi32(idx, _mm512_set1_epi32(g0 % 16));
+    __m512i lo[C], hi[C];
+    __m512 scale[C];
+    for (int c = 0; c < C; c++) {
+      const uint8_t* w = p.w + size_t(n + c) * row_bytes + size_t(ch) * 64;
+      const __m512i v = ch + 1 < L.chunks ? _mm512_loadu_si512(w) : _mm512_maskz_loadu_epi8(tail_mask, w);
+      if constexpr (BITS == 4) {
+        lo[c] = _mm512_and_si512(v, nibble);
+        hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
+      } else {
+        lo[c] = v;
+      }
+      scale[c] = _mm512_permutexvar_ps(at, scales[c]);
+    }
+    for (int r = 0; r < R; r++) {
+      const uint8_t* row = xs + L.stride * (m0 + r);
+      const uint8_t* x = row + size_t(ch) * L.x_bytes;
+      const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(row + L.lanes_at) + ch * 16);
+      for (int c = 0; c < C; c++) {
+        __m512i high, low;
+        if constexpr (BITS == 4) {
+          high = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[c], _mm512_loadu_si512(x));
+          high = _mm512_dpbusd_epi32(high, hi[c], _mm512_loadu_si512(x + 64));
+          low = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[c], _mm512_loadu_si512(x + 128));
+          low = _mm512_dpbusd_epi32(low, hi[c], _mm512_loadu_si512(x + 192));
+        } else {
+          high = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[c], _mm512_loadu_si512(x));
+          low = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[c], _mm512_loadu_si512(x + 64));
+        }
+        const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(high, 7), low);
+        acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale[c], d), acc[r][c]);
+      }
+    }
+  }
+  finish<R, C>(p, L, xs, m0, n, acc);
+}
+
+inline void prefetch_columns(const Problem& p, size_t row_bytes, int n, int count) {
+  const char* at = reinterpret_cast<const char*>(p.w + size_t(n) * row_bytes);
+  for (size_t b = 0; b < size_t(count) * row_bytes; b += 64) __builtin_prefetch(at + b, 0, 3);
+}
+
+// Columns [n0, n1) of rows [m0, m0 + R), C at a time (a lone row needs independent chains).
+template <int BITS, int GROUP, int R>
+void rows_block(const Problem& p, const Layout& L, const uint8_t* xs, int m0, int n0, int n1) {
+  constexpr int C = R == 1 ? 4 : 2;
+  const size_t row_bytes = size_t(p.K) * BITS / 8;
+  int n = n0;
+  for (; n + C <= n1; n += C) {
+    // The block after next: its loads overlap this block's arithmetic (as rows_impl.h does;
+    // further ahead measured no better on the demo model's weights, streamed from memory).
+    if (n + 3 * C <= n1) prefetch_columns(p, row_bytes, n + 2 * C, C);
+    block<BITS, GROUP, R, C>(p, L, xs, m0, n);
+  }
+  for (; n < n1; n++) block<BITS, GROUP, R, 1>(p, L, xs, m0, n);
+}
+
+constexpr int MAX_R = 4;
+
+template <int BITS, int GROUP>
+void columns_for(const Problem& p, const uint8_t* xs, int n0, int n1) {
+  const Layout L(p);
+  int m = 0;
+  for (; m + MAX_R <= p.M; m += MAX_R) rows_block<BITS, GROUP, MAX_R>(p, L, xs, m, n0, n1);
+  switch (p.M - m) {
+    case 1:
+      return rows_block<BITS, GROUP, 1>(p, L, xs, m, n0, n1);
+    case 2:
+      return rows_block<BITS, GROUP, 2>(p, L, xs, m, n0, n1);
+    case 3:
+      return rows_block<BITS, GROUP, 3>(p, L, xs, m, n0, n1);
+  }
+}
+
+void columns(const Problem& p, const uint8_t* xs, int n0, int n1) {
+  if (p.bits == 4 && p.group == 32) return columns_for<4, 32>(p, xs, n0, n1);
+  if (p.bits == 4 && p.group == 64) return columns_for<4, 64>(p, xs, n0, n1);
+  if (p.bits == 4 && p.group == 128) return columns_for<4, 128>(p, xs, n0, n1);
+  if (p.bits == 8 && p.group == 32) return columns_for<8, 32>(p, xs, n0, n1);
+  if (p.bits == 8 && p.group == 64) return columns_for<8, 64>(p, xs, n0, n1);
+  if (p.bits == 8 && p.group == 128) return columns_for<8, 128>(p, xs, n0, n1);
+}
+
+}  // namespace
+
+const DirectInt8* vnni_direct_int8() {
+  // Whole decode steps of the demo model, direct / float path (bench/int8_decode.py, 2-core
+  // AVX-512 VNNI, shared machine, two runs): 4-bit 0.91-0.97 at 1 row, 0.81-0.93 at 2,
+  // 0.74-1.02 at 4, and level with the tiles at 5-8; 8-bit 0.93-1.05 at 1, 0.80-1.00 at 2,
+  // 0.88-1.07 at 4 (steps are memory-bound: from cache its products run 1.6-2x the float
+  // path's). One bound for both: speculative verification (engine/speculative.py
+  // PLAIN_ROWS) needs one path for the whole model.
+  static const DirectInt8 k{"avx512vnni", 4, stage, columns};
+  return vnni_int8_kernels() != nullptr ? &k : nullptr;  // the same instructions
+}
+
+}  // namespace cpu_kernels
