@@ -8,7 +8,8 @@ BUILD="${1:-${LLAMA_CPP_BUILD:-11434}}"
 CACHE="${LLAMA_CPP_CACHE:-$HOME/.cache/llama-cpp}/$BUILD"
 BIN="$CACHE/bin/ggml_matmul"
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
-if [ -x "$BIN" ] && [ "$BIN" -nt "$HERE/bench/ggml_matmul.c" ]; then
+if [ -x "$BIN" ] && [ "$BIN" -nt "$HERE/bench/ggml_matmul.c" ] \
+    && [ "$BIN" -nt "$HERE/scripts/llama_cpp.sh" ]; then
     echo "$BIN"
     exit 0
 fi

@@ -7,11 +7,12 @@ set -eu
 BUILD="${1:-${LLAMA_CPP_BUILD:-11434}}"
 CACHE="${LLAMA_CPP_CACHE:-$HOME/.cache/llama-cpp}/$BUILD"
 BIN="$CACHE/bin/llama-server"
-if [ -x "$BIN" ]; then
+CONFIGURE="$(dirname "$0")/llama_cpp.sh"
+if [ -x "$BIN" ] && sha256sum < "$CONFIGURE" | cmp -s - "$BIN.sha256"; then
     echo "$BIN"
     exit 0
 fi
-. "$(dirname "$0")/llama_cpp.sh"
+. "$CONFIGURE"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 llama_cpp_configure "$WORK" "$BUILD" ON
@@ -19,4 +20,5 @@ cmake --build "$WORK/build" --target llama-server >&2
 mkdir -p "$CACHE/bin"
 cp "$WORK/build/bin/llama-server" "$BIN.tmp"
 mv "$BIN.tmp" "$BIN"
+sha256sum < "$CONFIGURE" > "$BIN.sha256"  # built with this configuration
 echo "$BIN"

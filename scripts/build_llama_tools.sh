@@ -14,10 +14,12 @@ BIN="$CACHE/bin"
 TOOLS="$(cd "$(dirname "$0")/.." && pwd)/tests/tools"
 REFERENCE="$TOOLS/llama_reference.cpp"
 CHAT_RENDER="$TOOLS/llama_chat_render.cpp"
-STAMP="$BIN/llama-reference.sha256"  # both programs' sources: a change to either relinks
+CONFIGURE="$(dirname "$0")/llama_cpp.sh"
+# Both programs' sources and the configuration: a change to either rebuilds what it touches.
+STAMP="$BIN/llama-reference.sha256"
 if [ -x "$BIN/llama-quantize" ] && [ -x "$BIN/llama-tokenize" ] && [ -x "$BIN/llama-reference" ] \
     && [ -x "$BIN/llama-chat-render" ] \
-    && cat "$REFERENCE" "$CHAT_RENDER" | sha256sum | cmp -s - "$STAMP"; then
+    && cat "$REFERENCE" "$CHAT_RENDER" "$CONFIGURE" | sha256sum | cmp -s - "$STAMP"; then
     echo "$BIN"
     exit 0
 fi
@@ -39,5 +41,5 @@ for tool in llama-quantize llama-tokenize; do
 done
 mv "$BIN/llama-reference.tmp" "$BIN/llama-reference"
 mv "$BIN/llama-chat-render.tmp" "$BIN/llama-chat-render"
-cat "$REFERENCE" "$CHAT_RENDER" | sha256sum > "$STAMP"
+cat "$REFERENCE" "$CHAT_RENDER" "$CONFIGURE" | sha256sum > "$STAMP"
 echo "$BIN"

