@@ -126,13 +126,19 @@ class ModelRunner:
         """Admits, reads a paced share of waiting prompts, decodes one token per stream."""
         self._settle()
         self._admit()
+        waited = 0.0
         if self._prefill.rows:
+            # The queued decode step (decode.PIPELINE) finishes first, and counts as decoding:
+            # the pacer weighs reading against decoding by their times.
+            started = time.perf_counter()
+            self._decode.wait()
+            waited = time.perf_counter() - started
             self._read_prompts()
         if not self._decode.rows:
             return []
         started = time.perf_counter()
         produced = self._decode.step()
-        self._pacer.decoded(time.perf_counter() - started)
+        self._pacer.decoded(waited + time.perf_counter() - started)
         self._count(sum(len(tokens) for _, tokens in produced))
         return self._deliver(produced)
 

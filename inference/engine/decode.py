@@ -10,12 +10,13 @@ SamplingParams.speculative) feed their draft in the same step and may get severa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
 
-from inference.engine.sampling import RowSampler, sample
+from inference.engine.sampling import RowSampler, sample, sample_unseen, samples_unseen
 from inference.engine.sequence import Sequence
 from inference.engine.speculative import (
     Context,
@@ -34,6 +35,19 @@ from inference.engine.speculative import (
 
 # A token a row produced in a step, with its log probabilities when some row wants them.
 Produced = tuple[int, mx.array | None]
+# Plain steps (no drafts, processors or log probabilities) are queued one ahead: a step is
+# handed to the device before the one before it is read, so building its graph (~1 ms) and the
+# engine's delivery of the last tokens overlap the device's work instead of following it, as
+# in mlx-lm's generate_step. Off: every step is read before the next is built (A/B runs).
+PIPELINE = True
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """A plain step handed to the device and not yet read."""
+
+    rows: int  # it fed the batch's first `rows` rows (rows that joined since wait for the next)
+    tokens: mx.array  # what it sampled for each of them, computed asynchronously
 
 
 class DecodeBatch:
@@ -49,6 +63,8 @@ class DecodeBatch:
         self._orders: list[list[int] | None] = []
         self._records: list[TrackRecord] = []  # per row: how right its drafts have been
         self.stats = SpeculationStats()
+        # The step queued and not yet read; its rows' next inputs are its tokens, not _inputs.
+        self._ahead: Ahead | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -69,7 +85,13 @@ class DecodeBatch:
 
     def step(self) -> list[tuple[Sequence, list[Produced]]]:
         """Feeds every row its next input (and its draft, when some row has one); returns
-        each row's new tokens, with their logprobs."""
+        each row's new tokens, with their logprobs. Plain batches get the tokens of the step
+        queued last time (none on the first), and queue this one (PIPELINE)."""
+        if self._plain():
+            return self._step_ahead()
+        if self._ahead is not None:  # a row that needs to see its tokens joined: catch up
+            ahead, self._ahead = self._ahead, None
+            return self._read(ahead, fed=False)
         drafts = self._drafts()
         if any(drafts):
             return self._verify(drafts)
@@ -88,6 +110,65 @@ class DecodeBatch:
             if row.drafter is not None:
                 row.drafter.extend([token])
             out.append((row, [(token, None if logprobs is None else logprobs[i])]))
+        return out
+
+    def wait(self) -> None:
+        """Until the queued step is computed (read or not): work queued after it, a prompt
+        read, is then timed on its own."""
+        if self._ahead is not None:
+            mx.eval(self._ahead.tokens)
+
+    def _plain(self) -> bool:
+        """Whether this step's tokens can feed the next before the host reads them."""
+        rows = self.rows
+        return (
+            PIPELINE
+            and all(r.drafter is None and not r.processors for r in rows)
+            and not any(r.job.params.logprobs for r in rows)
+            and samples_unseen([r.sampler for r in rows])
+        )
+
+    def _step_ahead(self) -> list[tuple[Sequence, list[Produced]]]:
+        """Queues a step for every row, then reads the one queued before it. Rows that joined
+        since that one feed their known input; the others feed its tokens, unseen."""
+        previous = self._ahead
+        covered = previous.rows if previous is not None else 0
+        fresh = self._inputs[covered:]
+        if previous is not None and not fresh and self._all_end():
+            self._ahead = None  # a step after every row's last token would be wasted
+            return self._read(previous, fed=False)
+        inputs = mx.array(fresh, dtype=mx.uint32)
+        if previous is not None:
+            inputs = mx.concatenate([previous.tokens.astype(mx.uint32), inputs])
+        logits = self.model(inputs[:, None], cache=self.cache)[:, -1, :]
+        tokens = sample_unseen(logits, [row.sampler for row in self.rows])
+        mx.async_eval(tokens)
+        appended(self._orders, 1)
+        for row, token in zip(self.rows[covered:], fresh, strict=True):
+            row.fed.append(token)
+        self._ahead = Ahead(len(self.rows), tokens)
+        if previous is None:
+            return [(row, []) for row in self.rows]
+        return self._read(previous, fed=True)
+
+    def _all_end(self) -> bool:
+        """Whether every row's next token is its max_tokens-th (a stop is not known yet)."""
+        return all(row.completion_tokens + 1 >= row.max_tokens for row in self.rows)
+
+    def _read(self, ahead: Ahead, fed: bool) -> list[tuple[Sequence, list[Produced]]]:
+        """Waits for a queued step's tokens; `fed`: a step queued since already feeds them
+        (so they are in the KV cache), else they are the rows' next inputs."""
+        values = ahead.tokens.tolist()
+        out: list[tuple[Sequence, list[Produced]]] = []
+        for i, row in enumerate(self.rows):
+            if i >= ahead.rows:
+                out.append((row, []))  # joined after it was queued: its token comes next
+                continue
+            if fed:
+                row.fed.append(values[i])
+            else:
+                self._inputs[i] = values[i]
+            out.append((row, [(values[i], None)]))
         return out
 
     def _drafts(self) -> list[list[int]]:
@@ -205,6 +286,7 @@ class DecodeBatch:
         """Drops every row not in `indices`, with its KV memory."""
         if len(indices) == len(self.rows):
             return
+        self._keep_ahead(indices)
         self.rows = [self.rows[i] for i in indices]
         self._inputs = [self._inputs[i] for i in indices]
         self._orders = [self._orders[i] for i in indices]
@@ -215,6 +297,14 @@ class DecodeBatch:
             return
         for layer in self.cache:
             layer.filter(indices)
+
+    def _keep_ahead(self, indices: list[int]) -> None:
+        """The queued step's tokens of the rows that stay (indices ascend: they stay first)."""
+        if self._ahead is None:
+            return
+        inside = [i for i in indices if i < self._ahead.rows]
+        tokens = self._ahead.tokens[mx.array(inside)] if inside else None
+        self._ahead = Ahead(len(inside), tokens) if tokens is not None else None
 
     def extract(self, index: int) -> list[Any]:
         """Row `index`'s cache as a single sequence's (for the prefix cache)."""

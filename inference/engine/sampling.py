@@ -119,7 +119,7 @@ def sample(
     logprobs = logits - fastmath.logsumexp(logits)
     uniforms = {i: rows[i].uniform() if given is None else given[i] for i in drawing}
     if drawing and _kernel_usable(logits):
-        return _from_kernel(logits, rows, uniforms), logprobs
+        return _from_kernel(logits, rows, uniforms).tolist(), logprobs
     greedy = mx.argmax(logits, axis=-1)
     filtered = [i for i in drawing if rows[i].filtered]
     plain = [i for i in drawing if not rows[i].filtered]
@@ -145,12 +145,31 @@ def sample(
     return out, logprobs
 
 
-def _kernel_usable(logits: mx.array) -> bool:
+def samples_unseen(rows: list[RowSampler]) -> bool:
+    """Whether `sample_unseen` can draw these rows: greedy ones, or any with the kernel."""
+    return all(r.greedy for r in rows) or _kernel_in_use()
+
+
+def sample_unseen(logits: mx.array, rows: list[RowSampler]) -> mx.array:
+    """The rows' next tokens as an array not yet computed (a step queued ahead feeds them on
+    without the host reading them first). Only where `samples_unseen(rows)`: the candidate
+    tiers of MLX's path look at the values on the way. No log probabilities."""
+    drawing = [i for i, r in enumerate(rows) if not r.greedy]
+    if not drawing:
+        return mx.argmax(logits, axis=-1)
+    return _from_kernel(logits, rows, {i: rows[i].uniform() for i in drawing})
+
+
+def _kernel_in_use() -> bool:
     # An extension built before sample_rows existed lacks it: MLX's path then.
-    return USE_KERNEL and in_use() and logits.ndim == 2 and hasattr(ext, "sample_rows")
+    return USE_KERNEL and in_use() and hasattr(ext, "sample_rows")
 
 
-def _from_kernel(logits: mx.array, rows: list[RowSampler], uniforms: dict[int, float]) -> list[int]:
+def _kernel_usable(logits: mx.array) -> bool:
+    return logits.ndim == 2 and _kernel_in_use()
+
+
+def _from_kernel(logits: mx.array, rows: list[RowSampler], uniforms: dict[int, float]) -> mx.array:
     """Every row in one primitive: greedy rows take the argmax, the others their filters and
     their uniform (the kernel keeps mlx-lm's filters without sorting the vocabulary)."""
     params = [
@@ -159,7 +178,7 @@ def _from_kernel(logits: mx.array, rows: list[RowSampler], uniforms: dict[int, f
         else _GREEDY_ROW
         for i, r in enumerate(rows)
     ]
-    return ext.sample_rows(logits, mx.array(params, dtype=mx.float32)).tolist()
+    return ext.sample_rows(logits, mx.array(params, dtype=mx.float32))
 
 
 def _subset(logprobs: mx.array, rows: list[RowSampler], uniforms: dict, indices: list[int]):

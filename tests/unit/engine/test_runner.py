@@ -12,11 +12,12 @@ import pytest
 from mlx_lm import stream_generate
 from mlx_lm.sample_utils import make_sampler
 
+from inference.engine import decode
 from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
 from inference.engine.pool import LoadedModel, ModelPool
 from inference.engine.sequence import Sequence
-from inference.engine.types import Delta, Done, Event, ModelSpec
+from inference.engine.types import Delta, Done, Event, ModelSpec, SamplingParams
 from tests.helpers import build_tiny_model
 from tests.unit.engine.jobs import EOS, NO_EOS, greedy, make_sequence
 
@@ -306,3 +307,116 @@ def test_a_follow_up_turn_starts_from_the_cached_conversation(loaded):
     (second,) = run(runner, make_sequence(loaded, follow_up, greedy(5)))
     assert second.done.cached_tokens == len(ids) + len(first.tokens)
     assert second.tokens == alone(loaded, follow_up, 5).tokens
+
+
+# Pipelined decode (decode.PIPELINE): rows without processors, drafts or log probabilities have
+# each step queued before the one before it is read. The runs below have no banned token (a
+# logit_bias is a processor) and end at max_tokens or at a stop id of their own.
+
+
+def plain(max_tokens: int, **extra: object) -> SamplingParams:
+    return SamplingParams(temperature=0, max_tokens=max_tokens, **extra)
+
+
+def plain_sequence(loaded: LoadedModel, ids: list[int], params: SamplingParams, stops=()):
+    return make_sequence(loaded, ids, params, stop_ids=frozenset(stops))
+
+
+def texts(outcomes: list[Outcome]) -> list[tuple[str, int, str]]:
+    return [(o.text, o.done.completion_tokens, o.done.finish_reason) for o in outcomes]
+
+
+def scenario(loaded: LoadedModel, runner: ModelRunner) -> list[Outcome]:
+    """Rows of different lengths, one joining late, one ending at a stop id mid-batch, one
+    that needs to see its tokens (a logit_bias) joining a pipelined batch."""
+    first, second = ids_of(loaded, LONG), ids_of(loaded, SHORT)
+    stop = mlx_lm_plain(loaded, second, 5)[3]  # its fourth token ends it
+    early = [
+        plain_sequence(loaded, first, plain(14)),
+        plain_sequence(loaded, second, plain(9), stops=[stop]),
+    ]
+    late = [plain_sequence(loaded, second, plain(6)), make_sequence(loaded, first, greedy(5))]
+    outcomes = {id(s): Outcome(s) for s in (*early, *late)}
+    for sequence in early:
+        runner.add(sequence)
+    waiting = list(late)
+    for _ in range(100):
+        while waiting and early[0].completion_tokens >= 3:
+            runner.add(waiting.pop(0))
+        for sequence, events in runner.step():
+            outcomes[id(sequence)].events.extend(events)
+        if all(s.finished for s in (*early, *late)):
+            return list(outcomes.values())
+    raise AssertionError("not done within 100 steps")
+
+
+def mlx_lm_plain(loaded: LoadedModel, ids: list[int], max_tokens: int) -> list[int]:
+    generated = stream_generate(
+        loaded.model, loaded.tokenizer, ids, max_tokens=max_tokens, sampler=make_sampler(0.0)
+    )
+    return [r.token for r in generated]
+
+
+def test_plain_greedy_tokens_are_mlx_lm_s_pipelined(loaded):
+    ids = ids_of(loaded, LONG)
+    runner = ModelRunner(loaded, NO_CACHE)
+    sequence = plain_sequence(loaded, ids, plain(12))
+    runner.add(sequence)
+    queued = []
+    while not sequence.finished:
+        runner.step()
+        queued.append(runner._decode._ahead is not None)
+    assert any(queued)  # the pipelined path ran
+    tokens = mlx_lm_plain(loaded, ids, 12)
+    assert sequence.fed[1:] == tokens[:-1]  # the last is not fed: its step was never queued
+    assert not runner.busy and runner._decode._ahead is None
+
+
+def test_pipelined_and_unpipelined_batches_answer_alike(loaded, monkeypatch):
+    pipelined = scenario(loaded, ModelRunner(loaded, NO_CACHE))
+    monkeypatch.setattr(decode, "PIPELINE", False)
+    stepwise = scenario(loaded, ModelRunner(loaded, NO_CACHE))
+    assert texts(pipelined) == texts(stepwise)
+    assert [o.done.finish_reason for o in pipelined] == ["length", "stop", "length", "length"]
+
+
+def test_seeded_sampling_is_the_same_pipelined(loaded, monkeypatch):
+    ids = ids_of(loaded, SHORT)
+    params = SamplingParams(temperature=0.9, top_p=0.95, max_tokens=16, seed=7)
+    answers = []
+    for on in (True, False):
+        monkeypatch.setattr(decode, "PIPELINE", on)
+        runner = ModelRunner(loaded, NO_CACHE)
+        together = [plain_sequence(loaded, ids, params), plain_sequence(loaded, ids, plain(8))]
+        answers.append(texts(run(runner, *together)))
+    assert answers[0] == answers[1]
+
+
+def test_cancelling_a_pipelined_row_leaves_the_others_tokens(loaded):
+    ids = ids_of(loaded, LONG)
+    expected = mlx_lm_plain(loaded, ids, 10)
+    runner = ModelRunner(loaded, NO_CACHE)
+    kept, cancelled = plain_sequence(loaded, ids, plain(10)), plain_sequence(loaded, ids, plain(50))
+    for sequence in (cancelled, kept):  # the cancelled row first: the kept one moves up
+        runner.add(sequence)
+    while kept.completion_tokens < 4:
+        runner.step()
+    runner.cancel([cancelled])
+    drain(runner, kept)
+    assert kept.fed[1:] == expected[:-1]
+
+
+def test_a_pipelined_answer_ended_by_a_stop_id_is_cached_whole(loaded):
+    """The step after the stop id was queued before the stop was seen: the stop id is in the
+    KV cache, and in the tokens the prefix cache files it under."""
+    runner = ModelRunner(loaded, EngineConfig())
+    ids = ids_of(loaded, SHORT)
+    stop = mlx_lm_plain(loaded, ids, 6)[4]
+    (first,) = run(runner, plain_sequence(loaded, ids, plain(20), stops=[stop]))
+    assert first.done.finish_reason == "stop"
+    answer = first.sequence.fed[1:]
+    assert answer[-1] == stop
+    follow_up = ids + answer + ids_of(loaded, " And then?")
+    (second,) = run(runner, plain_sequence(loaded, follow_up, plain(5)))
+    assert second.done.cached_tokens == len(ids) + len(answer)
+    assert second.sequence.fed[1:] == mlx_lm_plain(loaded, follow_up, 5)[:-1]
