@@ -12,7 +12,6 @@ stream, against the machine's copy bandwidth.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import re
 import statistics
@@ -30,10 +29,9 @@ blas.preload()  # before MLX is imported, as the server's settings do
 import mlx.core as mx  # noqa: E402
 
 from bench.kernels import copy_bandwidth  # noqa: E402
-from bench.profile import MODES, filled_runner, load_demo  # noqa: E402
+from bench.profile import MODES, demo_parser, filled_runner, load_demo  # noqa: E402
 from inference.engine import cpu  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 WAYS = {"fused": True, "per-op": False}
 
 
@@ -106,11 +104,7 @@ def weight_bytes(model) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--gguf", type=Path, default=ROOT / "var/cache/SmolLM2-135M-Instruct.Q4_1.gguf"
-    )
-    parser.add_argument("--batch", default="1,8,32")
+    parser = demo_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=16)
     args = parser.parse_args()

@@ -14,7 +14,6 @@ milliseconds per step, and pipelined over step-by-step.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from inference import blas
 
 blas.preload()  # before MLX is imported, as the server's settings do
 
-from bench.profile import load_demo  # noqa: E402
+from bench.profile import demo_parser, load_demo  # noqa: E402
 from inference.adapters import FamilyProfile, get_adapter  # noqa: E402
 from inference.engine import decode  # noqa: E402
 from inference.engine.batching import ModelRunner  # noqa: E402
@@ -36,7 +35,6 @@ from inference.engine.pool import LoadedModel  # noqa: E402
 from inference.engine.sequence import Sequence  # noqa: E402
 from inference.engine.types import GenerationJob, SamplingParams, TokenPrompt  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 MODES = {
     "greedy": SamplingParams(temperature=0, max_tokens=100_000),
     "top_p": SamplingParams(temperature=0.7, top_p=0.9, max_tokens=100_000),
@@ -79,11 +77,7 @@ def measure(loaded: LoadedModel, batch: int, params: SamplingParams, rounds: int
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--gguf", type=Path, default=ROOT / "var/cache/SmolLM2-135M-Instruct.Q4_1.gguf"
-    )
-    parser.add_argument("--batch", default="1,8,32")
+    parser = demo_parser(__doc__)
     parser.add_argument("--sampling", default="greedy,top_p", help=f"from {', '.join(MODES)}")
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--steps", type=int, default=16)

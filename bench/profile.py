@@ -173,6 +173,16 @@ def load_demo(gguf: Path, workdir: Path) -> LoadedModel:
     return pool.get(ModelSpec(model_id="demo", location=str(converted)))
 
 
+def demo_parser(doc: str) -> argparse.ArgumentParser:
+    """The in-process benchmarks' common arguments: the demo GGUF and the batch sizes."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument(
+        "--gguf", type=Path, default=ROOT / "var/cache/SmolLM2-135M-Instruct.Q4_1.gguf"
+    )
+    parser.add_argument("--batch", default="1,8,32")
+    return parser
+
+
 def report(batch: int, mode: str, result: dict) -> None:
     step = result["step"]
     print(f"\nbatch {batch:>3} {mode:<7} step {step * 1000:7.1f} ms  {result['tok_s']:6.1f} tok/s")
@@ -181,11 +191,7 @@ def report(batch: int, mode: str, result: dict) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--gguf", type=Path, default=ROOT / "var/cache/SmolLM2-135M-Instruct.Q4_1.gguf"
-    )
-    parser.add_argument("--batch", default="1,8,32")
+    parser = demo_parser(__doc__)
     parser.add_argument("--sampling", default="greedy,top_p", help=f"from {', '.join(MODES)}")
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()

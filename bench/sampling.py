@@ -14,7 +14,6 @@ all calls.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -29,13 +28,13 @@ blas.preload()  # before MLX is imported, as the server's settings do
 
 import mlx.core as mx  # noqa: E402
 
+from bench.profile import demo_parser  # noqa: E402
 from inference.conversion.gguf import convert_gguf  # noqa: E402
 from inference.engine import sampling  # noqa: E402
 from inference.engine.cpu import kernel_status  # noqa: E402
 from inference.engine.pool import ModelPool  # noqa: E402
 from inference.engine.types import ModelSpec, SamplingParams  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 BLOCK = 5  # calls of one path in a row
 MODES = {
     "top_p": SamplingParams(temperature=0.7, top_p=0.9),
@@ -92,11 +91,7 @@ def compare(logits: mx.array, params: SamplingParams, repeats: int) -> tuple[flo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--gguf", type=Path, default=ROOT / "var/cache/SmolLM2-135M-Instruct.Q4_1.gguf"
-    )
-    parser.add_argument("--batch", default="1,8,32")
+    parser = demo_parser(__doc__)
     parser.add_argument("--modes", default="top_p", help=f"from {', '.join(MODES)}")
     parser.add_argument("--repeats", type=int, default=10, help=f"blocks of {BLOCK} calls")
     parser.add_argument("--synthetic", action="store_true")
