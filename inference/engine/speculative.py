@@ -32,10 +32,6 @@ from inference.engine.drafting import MAX_DRAFT_TOKENS
 from inference.engine.kv_quantized import BatchQuantizedKVCache
 
 ROLLBACK = (BatchKVCache, BatchQuantizedKVCache)
-# Below this many rows a plain step's quantized matmul computes each row alike however many
-# rows it holds: the direct integer path on AVX-512 VNNI (kernels/src/int8_direct.cpp, up to
-# 4 rows), the float path elsewhere (the tiled integer path starts at 6 rows at the least).
-PLAIN_ROWS = 5
 
 
 @dataclass
@@ -135,20 +131,22 @@ class Context(TokenBuffer):
 
 @contextmanager
 def plain_numerics(rows: int) -> Iterator[None]:
-    """A verification pass of a batch of `rows` computed as their plain step would be: a
-    step of fewer than PLAIN_ROWS rows runs the CPU kernels' direct integer matmul (or, without
-    VNNI, the float one), either of which gives each row the same result however many rows it
-    computes; left to choose, the wider verification pass could take another path (logits
-    ~1e-3 apart: greedy ties could break the other way). Wide batches take the tiled integer
-    path either way. Everything must be evaluated inside."""
-    if ext is None or rows >= PLAIN_ROWS:
+    """A verification pass of a batch of `rows` computed as their plain step would be. The CPU
+    kernels pick each quantized matmul's path by its row count (direct integer, float, tiled
+    integer), and a verification feeds several positions a row: left to choose, it could take
+    another path than the plain step (logits ~1e-3 apart: greedy ties could break the other
+    way). Every path gives a row the same result in any batch, so choosing as for `rows`
+    rows is enough. Everything must be evaluated inside; work queued before (another model's
+    pipelined step) is finished first, so that it keeps its own choice."""
+    if ext is None:
         yield
         return
-    ext.use_int8("direct")
+    mx.synchronize()
+    ext.use_int8_rows(rows)
     try:
         yield
     finally:
-        ext.use_int8("auto")
+        ext.use_int8_rows(0)
 
 
 def can_roll_back(cache: list[Any]) -> bool:

@@ -17,6 +17,7 @@ from cpu_kernels._ext import (
     threads,
     top_k_indices,
     use_int8,
+    use_int8_rows,
     use_isa,
 )
 
@@ -37,5 +38,6 @@ __all__ = [
     "threads",
     "top_k_indices",
     "use_int8",
+    "use_int8_rows",
     "use_isa",
 ]

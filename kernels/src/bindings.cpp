@@ -151,6 +151,10 @@ NB_MODULE(_ext, m) {
       "Integer paths of the matmul: auto (direct for few rows, tiles from their threshold), "
       "always (tiles), direct (weights read as packed) or never (tests, benchmarks).");
 
+  m.def("use_int8_rows", [](int rows) { ck::set_int8_rows(rows < 0 ? 0 : rows); }, "rows"_a,
+        "auto chooses a product's path as for this many rows (0: its own): speculative "
+        "verification computes its rows as their plain step does.");
+
   m.def(
       "int8_isa",
       [] {

@@ -45,6 +45,10 @@ const DirectInt8* vnni_direct_int8();
 enum class Int8Mode { Auto, Always, Direct, Never };
 void set_int8_mode(Int8Mode mode);
 Int8Mode int8_mode();
+// auto chooses as for a product of `rows` rows whatever its own count (0: its own count). A
+// speculative verification of n rows, each with its draft, then computes every row as the
+// plain step of n rows does: each path gives a row the same result in any batch.
+void set_int8_rows(int rows);
 
 // The integer kernels that go with a float instruction set (nullptr: none, e.g. generic).
 const Int8Kernels* int8_kernels_for(const Kernels& kernels);

@@ -264,8 +264,8 @@ const DirectInt8* vnni_direct_int8() {
   // AVX-512 VNNI, shared machine, two runs): 4-bit 0.91-0.97 at 1 row, 0.81-0.93 at 2,
   // 0.74-1.02 at 4, and level with the tiles at 5-8; 8-bit 0.93-1.05 at 1, 0.80-1.00 at 2,
   // 0.88-1.07 at 4 (steps are memory-bound: from cache its products run 1.6-2x the float
-  // path's). One bound for both: speculative verification (engine/speculative.py
-  // PLAIN_ROWS) needs one path for the whole model.
+  // path's). Speculative verification takes the path of its plain step's row count
+  // (set_int8_rows), whatever the bound.
   static const DirectInt8 k{"avx512vnni", 4, stage, columns};
   return vnni_int8_kernels() != nullptr ? &k : nullptr;  // the same instructions
 }

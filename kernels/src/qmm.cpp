@@ -35,6 +35,13 @@ bool has_avx2() {
 
 std::atomic<const Kernels*> forced{nullptr};  // force_isa()'s choice
 std::atomic<Int8Mode> int8_setting{Int8Mode::Auto};
+std::atomic<int> int8_rows_setting{0};
+
+// The row count auto decides by (set_int8_rows).
+int deciding_rows(const Problem& p) {
+  const int rows = int8_rows_setting.load(std::memory_order_relaxed);
+  return rows > 0 ? rows : p.M;
+}
 
 }  // namespace
 
@@ -99,6 +106,10 @@ Int8Mode int8_mode() {
   return int8_setting.load(std::memory_order_relaxed);
 }
 
+void set_int8_rows(int rows) {
+  int8_rows_setting.store(rows);
+}
+
 const Int8Kernels* int8_kernels_for(const Kernels& kernels) {
 #ifndef CPU_KERNELS_GENERIC_ONLY
   const std::string isa(kernels.isa);
@@ -119,7 +130,7 @@ const Int8Kernels* int8_choice(const Problem& p, const Kernels& kernels) {
   if (mode == Int8Mode::Never || mode == Int8Mode::Direct || p.K % 4 != 0) return nullptr;
   const Int8Kernels* k = int8_kernels_for(kernels);
   if (k == nullptr || mode == Int8Mode::Always) return k;
-  return p.M >= (p.bits == 4 ? k->min_rows_4bit : k->min_rows_8bit) ? k : nullptr;
+  return deciding_rows(p) >= (p.bits == 4 ? k->min_rows_4bit : k->min_rows_8bit) ? k : nullptr;
 }
 
 const DirectInt8* direct_choice(const Problem& p, const Kernels& kernels) {
@@ -130,7 +141,7 @@ const DirectInt8* direct_choice(const Problem& p, const Kernels& kernels) {
   if (std::strcmp(kernels.isa, "avx512") != 0) return nullptr;
   const DirectInt8* k = vnni_direct_int8();
   if (k == nullptr) return nullptr;
-  return mode == Int8Mode::Direct || p.M <= k->max_rows ? k : nullptr;
+  return mode == Int8Mode::Direct || deciding_rows(p) <= k->max_rows ? k : nullptr;
 #else
   (void)p;
   (void)kernels;

@@ -36,7 +36,13 @@ struct Avx2 {
       __m128 sum = _mm_add_ps(_mm256_castps256_ps128(c), _mm256_extractf128_ps(c, 1));
       _mm_storeu_ps(out, sum);
     } else {
-      for (int i = 0; i < C; i++) out[i] = reduce(v[i]);
+      // The order of four at a time (fewer columns padded with zeros): a pass's width depends
+      // on its rows, and a row must sum alike in any batch (speculative verification).
+      F four[4] = {zero(), zero(), zero(), zero()};
+      float sums[4];
+      for (int i = 0; i < C; i++) four[i] = v[i];
+      reduce_store<4>(four, sums);
+      for (int i = 0; i < C; i++) out[i] = sums[i];
     }
   }
   static I widen_bytes(const uint8_t* p) {

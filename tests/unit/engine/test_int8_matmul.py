@@ -162,6 +162,47 @@ def test_direct_path_computes_a_row_alike_in_any_batch(bits):
     assert mx.array_equal(narrow, alone[0][:, 200:]).item()
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("bits", [4, 8])
+def test_every_path_computes_a_row_alike_in_any_batch(isa, bits):
+    """Floats, tiles and (with VNNI) direct: a row's result is the same in 6 rows or 40."""
+    assert ck.use_isa(isa)
+    try:
+        w, s, b = quantized(96, 576, bits, 32, mx.float16, seed=5)
+        x = mx.random.normal((40, 576), key=mx.random.key(5))
+        for mode in ("never", "always", *(["direct"] if isa in DIRECT else [])):
+            few = evaluated(mode, lambda: ck.quantized_matmul(x[:6], w, s, b, 32, bits))
+            for m in (7, 13, 40):
+                many = evaluated(mode, lambda m=m: ck.quantized_matmul(x[:m], w, s, b, 32, bits))
+                assert mx.array_equal(many[:6], few).item(), (mode, m)
+    finally:
+        ck.use_isa(ISAS[0])
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("bits", [4, 8])
+def test_use_int8_rows_computes_wide_products_as_their_plain_step(isa, bits):
+    """What speculative verification relies on (engine/speculative.plain_numerics): n rows fed
+    with their drafts (n times the width) compute each row as the n rows alone do, whichever
+    path auto takes for n (direct, float or tiles)."""
+    assert ck.use_isa(isa)
+    try:
+        w, s, b = quantized(96, 576, bits, 32, mx.float16, seed=9)
+        for rows in (1, 2, 4, 5, 6, 7, 8, 12, 16):
+            x = mx.random.normal((rows * 5, 576), key=mx.random.key(rows))
+            plain = evaluated(
+                "auto", lambda x=x, r=rows: ck.quantized_matmul(x[:r], w, s, b, 32, bits)
+            )
+            ck.use_int8_rows(rows)
+            try:
+                wide = evaluated("auto", lambda x=x: ck.quantized_matmul(x, w, s, b, 32, bits))
+            finally:
+                ck.use_int8_rows(0)
+            assert mx.array_equal(wide[:rows], plain).item(), rows
+    finally:
+        ck.use_isa(ISAS[0])
+
+
 def test_use_int8_refuses_other_modes():
     with pytest.raises(ValueError, match="auto, always, direct or never"):
         ck.use_int8("sometimes")
