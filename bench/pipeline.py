@@ -26,33 +26,16 @@ from inference import blas
 
 blas.preload()  # before MLX is imported, as the server's settings do
 
-from bench.profile import demo_parser, load_demo  # noqa: E402
-from inference.adapters import FamilyProfile, get_adapter  # noqa: E402
+from bench.profile import demo_parser, filled_runner, load_demo  # noqa: E402
 from inference.engine import decode  # noqa: E402
 from inference.engine.batching import ModelRunner  # noqa: E402
-from inference.engine.config import EngineConfig  # noqa: E402
 from inference.engine.pool import LoadedModel  # noqa: E402
-from inference.engine.sequence import Sequence  # noqa: E402
-from inference.engine.types import GenerationJob, SamplingParams, TokenPrompt  # noqa: E402
+from inference.engine.types import SamplingParams  # noqa: E402
 
 MODES = {
     "greedy": SamplingParams(temperature=0, max_tokens=100_000),
     "top_p": SamplingParams(temperature=0.7, top_p=0.9, max_tokens=100_000),
 }
-
-
-def endless_runner(loaded: LoadedModel, batch: int, params: SamplingParams) -> ModelRunner:
-    """A runner with `batch` sequences past their prompts that end only at max_tokens."""
-    runner = ModelRunner(loaded, EngineConfig(max_batch=batch, prompt_cache_bytes=0))
-    adapter = get_adapter(FamilyProfile(adapter="chatml"))
-    for i in range(batch):
-        messages = [{"role": "user", "content": f"Tell me story number {i}."}]
-        prompt = TokenPrompt(tuple(adapter.render_prompt(loaded.tokenizer, messages)))
-        job = GenerationJob(loaded.spec, prompt, params, lambda event: None)
-        runner.add(Sequence(job, loaded))
-    while any(s.first_token_at is None for s in runner.sequences):
-        runner.step()
-    return runner
 
 
 def block_ms(runner: ModelRunner, pipelined: bool, steps: int) -> float:
@@ -67,7 +50,7 @@ def block_ms(runner: ModelRunner, pipelined: bool, steps: int) -> float:
 
 
 def measure(loaded: LoadedModel, batch: int, params: SamplingParams, rounds: int, steps: int):
-    runner = endless_runner(loaded, batch, params)
+    runner = filled_runner(loaded, batch, params, stops=False)
     times: dict[bool, list[float]] = {True: [], False: []}
     for _ in range(rounds):
         for way in (True, False):

@@ -65,15 +65,18 @@ def timed(run: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
-def filled_runner(loaded: LoadedModel, batch: int, params: SamplingParams) -> ModelRunner:
-    """A runner with `batch` sequences, all past prefill and decoding."""
+def filled_runner(
+    loaded: LoadedModel, batch: int, params: SamplingParams, stops: bool = True
+) -> ModelRunner:
+    """A runner with `batch` sequences, all past prefill and decoding; without `stops`, they
+    end only at max_tokens (no stop ids: a banned end token would be a logits processor)."""
     runner = ModelRunner(loaded, EngineConfig(max_batch=max(batch, 1), prompt_cache_bytes=0))
     adapter = get_adapter(FamilyProfile(adapter="chatml"))
+    stop_ids = adapter.stop_token_ids(loaded.tokenizer) if stops else frozenset()
     for i in range(batch):
         messages = [{"role": "user", "content": f"Tell me story number {i}."}]
         prompt = TokenPrompt(tuple(adapter.render_prompt(loaded.tokenizer, messages)))
-        stops = adapter.stop_token_ids(loaded.tokenizer)
-        job = GenerationJob(loaded.spec, prompt, params, lambda event: None, stop_ids=stops)
+        job = GenerationJob(loaded.spec, prompt, params, lambda event: None, stop_ids=stop_ids)
         runner.add(Sequence(job, loaded))
     while any(s.first_token_at is None for s in runner.sequences):
         runner.step()

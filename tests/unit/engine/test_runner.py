@@ -88,9 +88,12 @@ def alone(loaded: LoadedModel, ids: list[int], max_tokens: int) -> Outcome:
     return run(runner, make_sequence(loaded, ids, greedy(max_tokens)))[0]
 
 
-def mlx_lm_greedy(loaded: LoadedModel, ids: list[int], max_tokens: int) -> list[int]:
-    """The tokens of mlx-lm's own generation loop, greedy, with the same end token banned."""
-    ban = [lambda _, logits: logits.at[:, EOS].add(NO_EOS[EOS])]
+def mlx_lm_greedy(
+    loaded: LoadedModel, ids: list[int], max_tokens: int, ban_eos: bool = True
+) -> list[int]:
+    """The tokens of mlx-lm's own generation loop, greedy, with the same end token banned
+    (unless not `ban_eos`: the pipelined runs below ban nothing)."""
+    ban = [lambda _, logits: logits.at[:, EOS].add(NO_EOS[EOS])] if ban_eos else None
     return [
         r.token
         for r in stream_generate(
@@ -351,10 +354,7 @@ def scenario(loaded: LoadedModel, runner: ModelRunner) -> list[Outcome]:
 
 
 def mlx_lm_plain(loaded: LoadedModel, ids: list[int], max_tokens: int) -> list[int]:
-    generated = stream_generate(
-        loaded.model, loaded.tokenizer, ids, max_tokens=max_tokens, sampler=make_sampler(0.0)
-    )
-    return [r.token for r in generated]
+    return mlx_lm_greedy(loaded, ids, max_tokens, ban_eos=False)
 
 
 def test_plain_greedy_tokens_are_mlx_lm_s_pipelined(loaded):
