@@ -86,6 +86,7 @@ class CatalogModelAdmin(admin.ModelAdmin):
         "loaded",
         "memory",
         "computing_in",
+        "kv_in_use",
         "pinned",
         "last_used",
     )
@@ -208,6 +209,15 @@ class CatalogModelAdmin(admin.ModelAdmin):
     def computing_in(self, entry: CatalogModel) -> str:
         loaded = self._loaded(entry)
         return loaded.compute_format if loaded else f"({entry.compute_format})"
+
+    @admin.display(description="KV cache")
+    def kv_in_use(self, entry: CatalogModel) -> str:
+        """What the loaded model's KV cache really is (the format, its group, what stays
+        float16); the setting in parentheses while it is not loaded."""
+        loaded = self._loaded(entry)
+        if loaded is None or not loaded.kv_cache:
+            return f"({entry.kv_cache})"
+        return f"{loaded.kv_cache}, {loaded.context_length} tokens of context"
 
     def has_operate_pool_permission(self, request) -> bool:
         return request.user.has_perm("catalog.operate_pool")

@@ -4,6 +4,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from jinja2 import TemplateError
+
 from inference.adapters.reasoning import ReasoningSplitter, ReplyReader, Thinking
 from inference.adapters.toolcalls import ToolSyntax, syntax_class
 from inference.adapters.tools import (
@@ -35,6 +37,22 @@ class Tokenizer(Protocol):
 
 class ChatTemplateMissing(ValueError):
     """The model has no chat template and its family gives none."""
+
+
+class TemplateRefused(TemplateError):
+    """The chat template (or transformers around it) failed on the client's messages: an
+    empty conversation, roles out of order, content of a type it cannot handle. Whatever it
+    raises there is about the request, so it is one error the request hears as a 400."""
+
+
+def render_template(tokenizer: Tokenizer, messages: list[dict], **kwargs: Any) -> Any:
+    """`tokenizer.apply_chat_template`, its failures on these messages as TemplateRefused."""
+    try:
+        return tokenizer.apply_chat_template(messages, **kwargs)
+    except TemplateError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        raise TemplateRefused(str(exc) or type(exc).__name__) from exc
 
 
 @dataclass(frozen=True)
@@ -135,7 +153,8 @@ class FamilyAdapter:
         elif tools or any(m["role"] == "tool" or m.get("tool_calls") for m in messages):
             messages = inline_tool_history(messages, tools or [])
         messages = place_system_turns(messages, takes_late_system(tokenizer, template, effective))
-        tokens = tokenizer.apply_chat_template(
+        tokens = render_template(
+            tokenizer,
             self.prepare_messages(messages),
             chat_template=template,
             add_generation_prompt=generation_prompt,

@@ -5,8 +5,14 @@
   ("native").
 - "float16": float16 K/V everywhere: mlx-lm's cache classes, casting what comes in, and
   keeping their float16 class through merge, extend, filter and extract.
-- "8bit" / "4bit": MLX's affine quantized layout, group 64 (kv_quantized.py), for plain
-  KVCache layers; other layers that hold K/V (sliding windows, CacheList) stay float16.
+- "8bit" / "4bit": MLX's affine quantized layout (kv_quantized.py), for the plain KVCache
+  layers (inside a CacheList too), group 64, or 32 where a width needs it (an MLA rope part
+  32 wide). The widths come from the caches themselves (`KVLayout`). Attention takes the
+  packed K/V as they are (engine/attention.py tells them by their shapes: sinks and KV-shared
+  layers included); a model whose code works on its cached K/V itself (MLA's latent) gets
+  them widened per step (`DequantizedKV`). Sliding-window layers stay float16, bounded by
+  their window, and `describe()` says so. A model with no plain K/V layer, or widths no
+  group divides, is refused at load (`KVRefused`): never a silent float16.
 
 Layers that hold no K/V (ArraysCache of hybrid models) are left as the model makes them.
 """
@@ -14,6 +20,7 @@ Layers that hold no K/V (ArraysCache of hybrid models) are left as the model mak
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
@@ -29,7 +36,9 @@ from mlx_lm.models.cache import (
     make_prompt_cache,
 )
 
-from inference.engine.kv_quantized import GROUP_SIZE, QuantizedKV
+from inference.engine import attention
+from inference.engine.kv_quantized import GROUP_SIZE, DequantizedKV, QuantizedKV, widest_group
+from inference.engine.types import EngineError, ErrorKind
 
 log = logging.getLogger(__name__)
 
@@ -148,46 +157,137 @@ def resolve(loaded: Any) -> str:
     return CPU_AUTO if on_cpu and kernels and computes_in_float32(loaded) else NATIVE
 
 
-def head_dims(model: nn.Module) -> set[int]:
-    """The attention head sizes the decoder layers declare (empty when none says): those
-    make_prompt_cache makes caches for (a vision model's tower has heads of its own)."""
-    dims = set()
-    modules = (m for block in getattr(model, "layers", []) for _, m in block.named_modules())
-    for module in modules:
-        for name in ("head_dim", "v_head_dim", "qk_head_dim"):
-            value = getattr(module, name, None)
-            if isinstance(value, int):
-                dims.add(value)
-    return dims
+@dataclass
+class KVLayout:
+    """What a model's cache layers hold, read from the caches themselves: make_prompt_cache's
+    layers after a one-token forward pass that is built but never computed (MLX knows every
+    shape of a lazy graph), so no attribute of the model code is guessed at."""
+
+    layers: list[Any]  # per cache layer: ("kv", class, key width, value width), nested
+    # for a CacheList, or ("state", class) for layers that hold recurrent state
+    takes_packed: bool | None = None  # whether its code attends over packed tuples as they are
+
+    @classmethod
+    def of(cls, model: nn.Module) -> KVLayout:
+        caches = make_prompt_cache(model)
+        model(mx.array([[0]]), cache=caches)
+        return cls([_layer_widths(c) for c in caches])
+
+    def kv_widths(self) -> list[tuple[str, int, int]]:
+        """(class name, key width, value width) of every K/V layer, nested ones included."""
+        return list(_kv_entries(self.layers))
+
+    def group_for(self) -> int | None:
+        """The quantization group every plain K/V layer's widths take (None: none fits)."""
+        widths = [w for name, k, v in self.kv_widths() if name in _PLAIN for w in (k, v)]
+        return widest_group(*widths) if widths else None
 
 
-def quantizable(model: nn.Module) -> bool:
-    dims = head_dims(model)
-    return bool(dims) and all(d % GROUP_SIZE == 0 for d in dims)
+_PLAIN = {"KVCache"}  # layers the quantized formats replace (windows are kept float16)
+
+
+def _layer_widths(cache: Any) -> Any:
+    if isinstance(cache, CacheList):
+        return [_layer_widths(c) for c in cache.caches]
+    keys, values = getattr(cache, "keys", None), getattr(cache, "values", None)
+    if isinstance(keys, mx.array) and isinstance(values, mx.array):
+        return ("kv", type(cache).__name__, keys.shape[-1], values.shape[-1])
+    return ("state", type(cache).__name__)
+
+
+def _kv_entries(layers: list[Any]):
+    for layer in layers:
+        if isinstance(layer, list):
+            yield from _kv_entries(layer)
+        elif layer[0] == "kv":
+            yield layer[1:]
+
+
+def layout_of(loaded: Any) -> KVLayout:
+    """The loaded model's layout, read once (the pool reads it at load)."""
+    if getattr(loaded, "kv_layout", None) is None:
+        loaded.kv_layout = KVLayout.of(loaded.model)
+    return loaded.kv_layout
+
+
+class KVRefused(EngineError):
+    """The catalog's kv_cache cannot apply to this model: the load is refused, saying why."""
+
+    def __init__(self, kind: str, why: str) -> None:
+        super().__init__(ErrorKind.MODEL_UNAVAILABLE, f"its KV cache {kind} cannot apply: {why}")
 
 
 class KVFormat:
     """Makes one sequence's cache layers in one kind, for one model."""
 
-    def __init__(self, model: nn.Module, kind: str) -> None:
+    def __init__(self, model: nn.Module, kind: str, layout: KVLayout | None = None) -> None:
         self.model = model
         self.kind = kind
         self.bits = BITS.get(kind)
-        if self.bits and not quantizable(model):
-            _once(
-                "KV cache %s needs attention heads a multiple of %d wide (the model's: %s): "
-                "float16 instead",
-                kind,
-                GROUP_SIZE,
-                sorted(head_dims(model)) or "unknown",
-            )
-            self.kind, self.bits = "float16", None
+        self.group = GROUP_SIZE
+        self.dequantize = False  # its code works on K/V itself: handed arrays (kv_quantized)
+        self.layout = layout
+        if self.bits:
+            self.layout = layout or KVLayout.of(model)
+            self._fit(self.layout)
+
+    def _fit(self, layout: KVLayout) -> None:
+        """The group the layers' widths take, and whether the model's code attends over packed
+        K/V as they are; refused (KVRefused) where quantized K/V cannot apply at all."""
+        widths = layout.kv_widths()
+        plain = [(k, v) for name, k, v in widths if name in _PLAIN]
+        if not plain:
+            held = sorted({name for name, _, _ in widths}) or ["recurrent state only"]
+            raise KVRefused(self.kind, f"the model has no full-attention K/V layers ({held})")
+        group = layout.group_for()
+        if group is None:
+            shown = sorted({w for pair in plain for w in pair})
+            raise KVRefused(self.kind, f"its K/V widths {shown} are not multiples of 32")
+        self.group = group
+        attention.install(self.model)  # tells packed K/V by their own shapes
+        if layout.takes_packed is None:
+            layout.takes_packed = self._builds() is None
+        self.dequantize = not layout.takes_packed
+        failure = self._builds() if self.dequantize else None
+        if failure is not None:
+            raise KVRefused(self.kind, f"its attention fails on quantized K/V ({failure})")
+
+    def _builds(self) -> Exception | None:
+        """What a forward pass over this format's caches raises (built, never computed), if
+        anything: MLA's code multiplies its cached latent itself, and fails on a tuple."""
+        try:
+            self.model(mx.array([[0]]), cache=self.make())
+        except (TypeError, AttributeError, ValueError, IndexError) as exc:
+            return exc
+        return None
 
     @classmethod
     def of(cls, loaded: Any) -> KVFormat:
-        made = cls(loaded.model, resolve(loaded))
-        _once("%s: KV cache %s (%s asked)", loaded.spec.model_id, made.kind, loaded.spec.kv_cache)
+        kind = resolve(loaded)
+        made = cls(loaded.model, kind, layout_of(loaded) if BITS.get(kind) else None)
+        _once(
+            "%s: KV cache %s (%s asked)",
+            loaded.spec.model_id,
+            made.describe(),
+            loaded.spec.kv_cache,
+        )
         return made
+
+    def describe(self) -> str:
+        """What the cache really is, for /health, the dashboard and the admin."""
+        if not self.bits:
+            return self.kind
+        parts = [f"group {self.group}"]
+        if self.dequantize:
+            parts.append("widened per step for its attention code")
+        windows = self._kept_float16()
+        if windows:
+            parts.append(f"{windows} float16")
+        return f"{self.kind} ({'; '.join(parts)})"
+
+    def _kept_float16(self) -> str:
+        kept = sorted({name for name, _, _ in self.layout.kv_widths()} - _PLAIN)
+        return ", ".join(f"{name} layers" for name in kept)
 
     def make(self) -> list[Any]:
         layers = make_prompt_cache(self.model)
@@ -198,9 +298,10 @@ class KVFormat:
     def convert(self, layer: Any) -> Any:
         """A fresh layer of mlx-lm's as this kind keeps it."""
         if self.bits and type(layer) is KVCache:
-            return QuantizedKV(GROUP_SIZE, self.bits)
+            made = DequantizedKV if self.dequantize else QuantizedKV
+            return made(self.group, self.bits)
         if isinstance(layer, CacheList):
-            layer.caches = tuple(self._float16(c) for c in layer.caches)
+            layer.caches = tuple(self.convert(c) for c in layer.caches)
             return layer
         return self._float16(layer)
 

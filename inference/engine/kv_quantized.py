@@ -35,6 +35,19 @@ def quantize(x: mx.array, group_size: int, bits: int) -> Packed:
     return tuple(mx.quantize(narrowed(x), group_size=group_size, bits=bits))
 
 
+def widest_group(*widths: int) -> int | None:
+    """The widest group mx.quantize takes that divides every width (None: none does): 64
+    where it can, 32 for an MLA rope part 32 wide, say."""
+    for group in (GROUP_SIZE, 32):
+        if all(w % group == 0 for w in widths):
+            return group
+    return None
+
+
+def dequantized(packed: Packed, group_size: int, bits: int) -> mx.array:
+    return mx.dequantize(*packed, group_size=group_size, bits=bits)
+
+
 def each(fn: Callable[[mx.array], mx.array], packed: Packed) -> Packed:
     return tuple(fn(x) for x in packed)
 
@@ -71,6 +84,7 @@ class BatchQuantizedKVCache(_BaseCache):
     """Several sequences' quantized KV, left-padded to a common end as BatchKVCache's are."""
 
     step = 256
+    single = QuantizedKV  # what extract() makes of a row
 
     def __init__(self, left_padding: list[int], group_size: int = GROUP_SIZE, bits: int = 8):
         self.keys: Packed | None = None
@@ -241,7 +255,7 @@ class BatchQuantizedKVCache(_BaseCache):
         """Row `idx` as one sequence's cache (its own arrays, cut to what it holds)."""
         padding = self.left_padding.tolist()[idx]
         cut = slice(padding, self._idx)
-        cache = QuantizedKV(self.group_size, self.bits)
+        cache = self.single(self.group_size, self.bits)
         cache.keys = each(lambda x: mx.contiguous(x[idx : idx + 1, :, cut]), self.keys)
         cache.values = each(lambda x: mx.contiguous(x[idx : idx + 1, :, cut]), self.values)
         cache.offset = self._idx - padding
@@ -270,3 +284,28 @@ class BatchQuantizedKVCache(_BaseCache):
         batch.offset = batch.offset + longest
         batch._idx = longest
         return batch
+
+
+class DequantizedKV(QuantizedKV):
+    """Kept quantized, handed to the layer as arrays: for attention whose model code works on
+    its K/V itself instead of passing them to attention (MLA: DeepSeek, Kimi, GLM-4.7-Flash
+    split the cached latent and its rope part and multiply them). The cache holds 8 or 4
+    bits a value; each step widens what it attends over for that step only."""
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        packed = super().update_and_fetch(keys, values)
+        return tuple(dequantized(p, self.group_size, self.bits) for p in packed)
+
+    @classmethod
+    def merge(cls, caches: list[QuantizedKV]) -> DequantizedBatchKVCache:
+        return DequantizedBatchKVCache.merge(caches)
+
+
+class DequantizedBatchKVCache(BatchQuantizedKVCache):
+    """A batch of DequantizedKV rows: stored packed, handed to the layer as arrays."""
+
+    single = DequantizedKV
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        packed = super().update_and_fetch(keys, values)
+        return tuple(dequantized(p, self.group_size, self.bits) for p in packed)

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import mlx.core as mx
-from mlx.utils import tree_flatten
 
+from inference.engine.arrays import materialize
 from inference.engine.pool import LoadedModel, Loading, ModelPool
 from inference.engine.types import EngineError, ModelSpec
 
@@ -31,7 +31,7 @@ def _read_on_own_thread(load: Loading, future: Future) -> None:
         return
     try:
         read = load.read()
-        mx.eval([v for _, v in tree_flatten(read[0].parameters())])  # nothing lazy crosses
+        materialize(read[0], load.draft)  # nothing lazy crosses, private arrays included
         mx.synchronize()
     except BaseException as exc:  # delivered to the engine thread, which refuses the model
         future.set_exception(exc)

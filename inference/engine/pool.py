@@ -16,6 +16,7 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 
 from inference.engine import compute_format, lora
+from inference.engine.kv import KVFormat
 from inference.engine.loaders import load_weights, prepares_compute_format
 from inference.engine.sharding import load_sharded
 from inference.engine.token_text import TokenText
@@ -44,6 +45,8 @@ class LoadedModel(TokenizerFacts):
     # unloads it when its sequences end, negative never; None: the engine's idle TTL.
     keep_alive: float | None = None
     base: LoadedModel | None = None  # a LoRA adapter's base, whose weights its model shares
+    kv_layout: Any = None  # kv.KVLayout: its cache layers' widths, read once when first needed
+    kv_cache: str = ""  # the KV format it computes with, as kv.KVFormat.describe() says
 
     def idle_ttl(self, default: float) -> float | None:
         """Seconds idle before it is unloaded; None: never (pinned, or no TTL applies)."""
@@ -313,6 +316,11 @@ class ModelPool:
             draft=load.draft,
             base=base,
         )
+        if spec.purpose == "chat":
+            try:  # refused here, saying why, when its kv_cache cannot apply
+                entry.kv_cache = KVFormat.of(entry).describe()
+            except EngineError as refusal:
+                raise _refusal(spec, refusal) from refusal
         self._models[spec.model_id] = entry
         log.info(
             "loaded %s (%.1f MiB, computing in %s%s: %s) in %.1fs",

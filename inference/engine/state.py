@@ -30,6 +30,8 @@ class ModelState:
     accepted_draft_tokens: int = 0
     # Its own idle TTL in seconds, from a request's keep_alive (None: the engine's).
     keep_alive: float | None = None
+    kv_cache: str = ""  # the KV format it computes with (kv.KVFormat.describe); "" if none
+    context_length: int = 0  # the context it serves (the catalog's, else its config's)
 
     @property
     def idle_seconds(self) -> float:

@@ -415,6 +415,8 @@ class Engine:
             prefix_disk_tokens=prefixes.stats.disk_tokens if prefixes else 0,
             draft_tokens=drafts.drafted if drafts else 0,
             accepted_draft_tokens=drafts.accepted if drafts else 0,
+            kv_cache=loaded.kv_cache,
+            context_length=loaded.context_length,
         )
 
     def _start(self, jobs: list[GenerationJob] | list[EmbeddingJob]) -> None:

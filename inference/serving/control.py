@@ -120,6 +120,8 @@ def model_document(model: ModelState) -> dict:
         "compute_format": model.compute_format,
         "cpu_kernels": model.kernels,
         "format_reason": model.format_reason,
+        "kv_cache": model.kv_cache,
+        "context_length": model.context_length,
         "pinned": model.pinned,
         "load_seconds": model.load_seconds,
         "idle_seconds": round(model.idle_seconds, 1),

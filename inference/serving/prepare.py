@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 from jinja2 import TemplateError
 
-from inference.adapters.base import ChatTemplateMissing
+from inference.adapters.base import ChatTemplateMissing, render_template
 from inference.engine.overflow import reply_room, too_many_prompt_tokens, truncate_middle
 from inference.engine.types import (
     EngineError,
@@ -230,7 +230,8 @@ def _template_text(adapter: Any, tokenizer: Any, prompt: ChatPrompt) -> str:
     if prompt.tools:
         extra["tools"] = prompt.tools
     try:
-        text = tokenizer.apply_chat_template(
+        text = render_template(
+            tokenizer,
             prompt.messages,
             chat_template=template,
             add_generation_prompt=True,

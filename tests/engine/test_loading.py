@@ -104,3 +104,40 @@ def _wait(condition, seconds: float = 60) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+}
+
+
+@pytest.fixture(scope="module")
+def llama3_dir(smollm_dir, tmp_path_factory):
+    """A 4-bit Llama 3.x (rope scaling: its RoPE computes `_freqs`, an array that is no
+    parameter, when the model is made)."""
+    from tests.helpers import build_tiny_model, quantize_model_dir
+
+    root = tmp_path_factory.mktemp("llama3")
+    dense = build_tiny_model(smollm_dir, root / "dense", head_dim=64, rope_scaling=LLAMA3_ROPE)
+    return quantize_model_dir(dense, root / "q4")
+
+
+@pytest.mark.parametrize("compute_format", ["auto", "quantized", "float32"])
+def test_a_model_with_arrays_beyond_its_parameters_answers_after_every_load(
+    engine, llama3_dir, compute_format
+):
+    # Read on the loader thread, whose stream is gone once it ends: every array the model
+    # holds (its RoPE's `_freqs` too) must be computed there, on the first load, after an
+    # unload, and whether the compute format is timed (auto) or set.
+    spec = ModelSpec("llama3", str(llama3_dir), compute_format=compute_format)
+    params = SamplingParams(temperature=0, max_tokens=6, logit_bias=NO_EOS)
+    first, done = collect(start_job(engine, spec, "Hi there", params))
+    assert isinstance(done, Done), done
+    engine.call(lambda engine: engine.unload("llama3")).result(timeout=60)
+    again, done = collect(start_job(engine, spec, "Hi there", params))
+    assert isinstance(done, Done), done
+    assert again == first and again

@@ -30,7 +30,9 @@ function loadedRow(m) {
   tr.dataset.model = m.id;
   const format = cell(m.cpu_kernels ? `${m.compute_format} · CPU kernels` : m.compute_format);
   format.title = m.format_reason;
-  tr.append(cell(m.id), cell(mib(m.bytes)), format, cell(m.pinned ? "yes" : ""),
+  const context = m.context_length ? `${m.context_length} tokens` : "";
+  tr.append(cell(m.id), cell(mib(m.bytes)), format, cell(m.kv_cache), cell(context),
+    cell(m.pinned ? "yes" : ""),
     cell(m.active_sequences), cell(m.queued_sequences), cell(m.tokens_per_second),
     cell(m.prefix_disk_hits ? `${m.prefix_disk_hits} (${m.prefix_disk_tokens} tokens)` : ""),
     cell(`${m.idle_seconds.toFixed(0)} s`));
@@ -113,7 +115,7 @@ async function refresh() {
   document.getElementById("backend").textContent =
     `${backend.device} · BLAS: ${backend.blas} · CPU kernels: ${backend.cpu_kernels || "starting"}` +
     (backend.distributed ? ` · rank 0 of ${backend.distributed.size} (${backend.distributed.backend})` : "");
-  fill(document.querySelector("#loaded-models tbody"), pool.models.map(loadedRow), "No model loaded.", 9);
+  fill(document.querySelector("#loaded-models tbody"), pool.models.map(loadedRow), "No model loaded.", 11);
   fill(document.querySelector("#catalog tbody"), pool.catalog.map(catalogRow), "The catalog is empty.", 4);
   fill(document.querySelector("#recent-requests tbody"), recent.map(recentRow), "No requests yet.", 9);
   document.getElementById("updated").textContent = `Updated ${new Date().toLocaleTimeString()}`;

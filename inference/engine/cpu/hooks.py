@@ -2,10 +2,11 @@
 
 mlx-lm's models call module-level functions (`scaled_dot_product_attention` from
 models/base.py, `swiglu` from models/activations.py) rather than layers, so the swap happens
-in the model's own module: each name that still holds mlx-lm's function is pointed at a
-dispatcher that uses the kernel for float32 queries over K/V it reads (float32 or float16
-arrays, or a quantized cache's 8- or 4-bit tuples) and mlx-lm's function otherwise (kernels
-turned off since, a float16 model in the same process, attention sinks).
+in the model's own module: each name that still holds mlx-lm's function (or the engine's own
+attention, engine/attention.py) is pointed at a dispatcher that uses the kernel for float32
+queries over K/V it reads (float32 or float16 arrays, or a quantized cache's 8- or 4-bit
+tuples) and the engine's attention otherwise (kernels turned off since, a float16 model in
+the same process, attention sinks, K/V with no cache of their own).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models import activations, base
 
+from inference.engine import attention as kv_attention
 from inference.engine.cpu.ext import ext
 from inference.engine.cpu.status import in_use
 
@@ -32,24 +34,19 @@ def attention(queries, keys, values, cache=None, scale=1.0, mask=None, sinks=Non
         and plain_mask
         and queries.shape[2] <= _keys(keys).shape[2]
     ):
-        if _quantized_tuples(keys, values, cache):
+        if _quantized_tuples(queries, keys, values):
+            bits, group = kv_attention.packing(queries, keys)
             return ext.quantized_attention(
-                queries,
-                *keys,
-                *values,
-                scale=scale,
-                mask=mask,
-                group_size=cache.group_size,
-                bits=cache.bits,
+                queries, *keys, *values, scale=scale, mask=mask, group_size=group, bits=bits
             )
-        if _plain(keys, values, cache):
+        if _plain(keys, values):
             return ext.attention(queries, keys, values, scale=scale, mask=mask)
-    return base.scaled_dot_product_attention(
+    return kv_attention.attention(
         queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks
     )
 
 
-# K/V the kernel reads as they are (anything else goes to mlx-lm's function unchanged).
+# K/V the kernel reads as they are (anything else goes to the engine's attention unchanged).
 _KV_DTYPES = (mx.float32, mx.float16)
 
 
@@ -57,19 +54,23 @@ def _keys(keys):
     return keys[0] if isinstance(keys, tuple) else keys
 
 
-def _plain(keys, values, cache) -> bool:
-    if hasattr(cache, "bits") or isinstance(keys, tuple) or isinstance(values, tuple):
+def _plain(keys, values) -> bool:
+    if isinstance(keys, tuple) or isinstance(values, tuple):
         return False
     return keys.dtype in _KV_DTYPES and values.dtype in _KV_DTYPES
 
 
-def _quantized_tuples(keys, values, cache) -> bool:
-    """A quantized cache's K/V as mx.quantize packs them, in a format the kernel takes."""
-    if not (isinstance(keys, tuple) and isinstance(values, tuple) and hasattr(cache, "bits")):
+def _quantized_tuples(queries, keys, values) -> bool:
+    """K/V as mx.quantize packs them (a cache's, or an earlier layer's for a KV-shared layer),
+    in a format the kernel takes; bits and group come from the shapes."""
+    if not (isinstance(keys, tuple) and isinstance(values, tuple)):
         return False
-    if len(keys) != 3 or len(values) != 3 or cache.bits not in (4, 8):
+    if len(keys) != 3 or len(values) != 3:
         return False
-    if cache.group_size not in (32, 64, 128):
+    if keys[0].shape[-1] != values[0].shape[-1] or keys[1].shape[-1] != values[1].shape[-1]:
+        return False  # V as wide as K, as the kernel reads them
+    bits, group = kv_attention.packing(queries, keys)
+    if bits not in (4, 8) or group not in (32, 64, 128):
         return False
     params = (keys[1], keys[2], values[1], values[2])
     return all(p.dtype in (mx.float32, mx.float16, mx.bfloat16) for p in params)
@@ -81,9 +82,14 @@ def swiglu(gate, x):
     return activations.swiglu(gate, x)
 
 
+# Each name: what it may hold before (mlx-lm's function, or the engine's own dispatcher where
+# a quantized KV cache installed it first), and the kernels' dispatcher.
 _ROUTES = {
-    "scaled_dot_product_attention": (base.scaled_dot_product_attention, attention),
-    "swiglu": (activations.swiglu, swiglu),
+    "scaled_dot_product_attention": (
+        (base.scaled_dot_product_attention, kv_attention.attention),
+        attention,
+    ),
+    "swiglu": ((activations.swiglu,), swiglu),
 }
 
 
@@ -92,10 +98,10 @@ def install(model: nn.Module) -> Counter:
     routed = Counter()
     names = {type(m).__module__ for _, m in model.named_modules()}
     for module in filter(None, (sys.modules.get(name) for name in names)):
-        for name, (original, replacement) in _ROUTES.items():
+        for name, (originals, replacement) in _ROUTES.items():
             current = getattr(module, name, None)
-            if current is original:
+            if current in originals:
                 setattr(module, name, replacement)
-            if current in (original, replacement):
+            if current in (*originals, replacement):
                 routed[name] += 1
     return routed

@@ -27,6 +27,7 @@ from inference.engine.kv import (
     Float16KVCache,
     Float16RotatingKVCache,
     KVFormat,
+    KVRefused,
     batch_of_one,
 )
 from inference.engine.kv_quantized import BatchQuantizedKVCache, QuantizedKV
@@ -112,9 +113,18 @@ def iter_entries(runner: ModelRunner):
             yield memory._trie.get(model, tokens)
 
 
-def test_a_format_without_room_for_its_groups_falls_back_to_float16(models):
-    runner = ModelRunner(with_kv(models["narrow"], "8bit"), EngineConfig())
-    assert runner.kv.kind == "float16"
+def test_a_format_without_room_for_its_groups_is_refused_saying_why(models):
+    # Heads 16 wide: no group mx.quantize takes divides them. Never a silent float16.
+    with pytest.raises(KVRefused, match=r"8bit cannot apply: its K/V widths \[16\]"):
+        ModelRunner(with_kv(models["narrow"], "8bit"), EngineConfig())
+
+
+def test_the_widths_come_from_the_caches_and_are_described(models):
+    made = KVFormat(models["wide"].model, "8bit")
+    assert made.layout.kv_widths() == [("KVCache", 64, 64)] * 2
+    assert (made.group, made.dequantize) == (64, False)
+    assert made.describe() == "8bit (group 64)"
+    assert KVFormat(models["wide"].model, "float16").describe() == "float16"
 
 
 @pytest.mark.parametrize("kind", ["8bit", "4bit"])
@@ -176,8 +186,9 @@ def test_the_prefix_cache_reuses_every_format(models, kind):
 def test_layers_that_are_not_plain_kv_stay_float16_or_as_they_are(models):
     made = KVFormat(models["wide"].model, "4bit")
     assert made.kind == "4bit" and type(made.make()[0]) is QuantizedKV
+    # A CacheList's plain K/V is quantized as any other; its window stays float16.
     pair = made.convert(CacheList(KVCache(), RotatingKVCache(max_size=8)))
-    assert [type(c) for c in pair.caches] == [Float16KVCache, Float16RotatingKVCache]
+    assert [type(c) for c in pair.caches] == [QuantizedKV, Float16RotatingKVCache]
     state = ArraysCache(2)
     assert made.convert(state) is state and type(state) is ArraysCache
 
