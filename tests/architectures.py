@@ -171,7 +171,8 @@ _ARCHS = [
         ("mla", "moe"),
         model_type="deepseek_v3",
         **DEEPSEEK_MOE,
-        **MLA,
+        # A rope part 32 wide, as some MLA checkpoints have: the KV cache groups it by 32.
+        **{**MLA, "qk_rope_head_dim": 32},
         num_key_value_heads=4,
         max_position_embeddings=163840,
         rope_scaling={

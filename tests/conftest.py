@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -104,6 +104,16 @@ def scripted_entry(db, scripted_dir):
     return CatalogModel.objects.create(
         public_id="thinker", location=str(scripted_dir), family=family
     )
+
+
+@pytest.fixture(scope="session")
+def architecture_dir(
+    smollm_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], Path]:
+    """A 4-bit tiny model of one of tests/architectures.py's architectures, built once."""
+    from tests.architectures import built
+
+    return lambda name: built(name, smollm_dir, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

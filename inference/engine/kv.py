@@ -165,13 +165,26 @@ class KVLayout:
 
     layers: list[Any]  # per cache layer: ("kv", class, key width, value width), nested
     # for a CacheList, or ("state", class) for layers that hold recurrent state
+    unbatched: list[str]  # cache classes with no batched form (mlx-lm's ChunkedKVCache)
     takes_packed: bool | None = None  # whether its code attends over packed tuples as they are
 
     @classmethod
     def of(cls, model: nn.Module) -> KVLayout:
         caches = make_prompt_cache(model)
+        unbatched = sorted({type(c).__name__ for c in _flat(caches) if not hasattr(c, "merge")})
+        if unbatched:  # its forward pass would be as unusable as its caches
+            return cls([], unbatched)
         model(mx.array([[0]]), cache=caches)
-        return cls([_layer_widths(c) for c in caches])
+        return cls([_layer_widths(c) for c in caches], unbatched)
+
+    def check_batchable(self) -> None:
+        """Refuses (at load) a model whose caches the engine cannot batch, saying why."""
+        if self.unbatched:
+            raise EngineError(
+                ErrorKind.MODEL_UNAVAILABLE,
+                f"its {', '.join(self.unbatched)} layers have no batched form: chunked "
+                "attention (Llama 4) is not served yet",
+            )
 
     def kv_widths(self) -> list[tuple[str, int, int]]:
         """(class name, key width, value width) of every K/V layer, nested ones included."""
@@ -264,7 +277,9 @@ class KVFormat:
     @classmethod
     def of(cls, loaded: Any) -> KVFormat:
         kind = resolve(loaded)
-        made = cls(loaded.model, kind, layout_of(loaded) if BITS.get(kind) else None)
+        layout = layout_of(loaded)
+        layout.check_batchable()
+        made = cls(loaded.model, kind, layout)
         _once(
             "%s: KV cache %s (%s asked)",
             loaded.spec.model_id,
@@ -318,3 +333,12 @@ class KVFormat:
                 type(layer).__name__,
             )
         return layer
+
+
+def _flat(caches: list[Any]):
+    """Cache layers, a CacheList's own layers in its place."""
+    for cache in caches:
+        if isinstance(cache, CacheList):
+            yield from _flat(list(cache.caches))
+        else:
+            yield cache

@@ -169,8 +169,12 @@ class TaggedSyntax(ToolSyntax):
 
     def value_rule(self, schema: object, close: str) -> str:
         """A value and the text that closes it: a string is free text up to the close
-        (STRING_VALUE includes `value_close`), anything else JSON."""
+        (STRING_VALUE includes `value_close`), one of its choices where the schema lists them
+        (`enum`, `const`), anything else JSON."""
         if is_string(schema):
+            choices = string_choices(schema)
+            if choices:
+                return f"({' | '.join(lit(c) for c in choices)}) {lit(close)}"
             rest = close[len(self.value_close) :]
             return "STRING_VALUE" + (f" {lit(rest)}" if rest else "")
         return f"{json_rule(schema if isinstance(schema, dict) else {})} {lit(close)}"
@@ -178,6 +182,18 @@ class TaggedSyntax(ToolSyntax):
     @abstractmethod
     def parameter_rule(self, key: str, schema: object) -> str:
         """A lark expression for one parameter, its tags included."""
+
+
+def string_choices(schema: object) -> list[str]:
+    """The strings a string schema allows, when it lists them (empty: any string)."""
+    if not isinstance(schema, Mapping):
+        return []
+    if isinstance(schema.get("const"), str):
+        return [schema["const"]]
+    values = schema.get("enum")
+    if isinstance(values, list) and values and all(isinstance(v, str) for v in values):
+        return list(values)
+    return []
 
 
 def attribute(text: str) -> str:

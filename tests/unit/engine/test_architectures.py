@@ -5,9 +5,6 @@ shared KV), so that tests run over the matrix exercise what they claim to."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
 import mlx.core as mx
 import pytest
 from mlx.utils import tree_flatten
@@ -23,7 +20,7 @@ from mlx_lm.models.cache import (
 from mlx_lm.models.switch_layers import QuantizedSwitchLinear, SwitchLinear
 from mlx_lm.sample_utils import make_sampler
 
-from tests.architectures import ARCHITECTURES, CHUNK, WINDOW, built
+from tests.architectures import ARCHITECTURES, CHUNK, WINDOW
 
 # About 100 tokens: past every sliding window (16) and llama4 attention chunk (32).
 PROMPT = (
@@ -31,13 +28,6 @@ PROMPT = (
     "olive oil. On the way home she met her neighbour Bob, who told her about the storm "
     "expected later that week. "
 ) * 3
-
-
-@pytest.fixture(scope="session")
-def architecture_dir(
-    smollm_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Callable[[str], Path]:
-    return lambda name: built(name, smollm_dir, tmp_path_factory)
 
 
 def is_global(cache) -> bool:

@@ -324,3 +324,27 @@ def test_reads_what_the_models_template_writes(
     turn = rendered[rendered.index("Weather?") :]
     turn = turn[turn.index(marker) : turn.index(turn_end, turn.index(marker))]
     assert stream_at_every_split(syntax, turn) == (None, [PARIS, NOW])
+
+
+UNITS = {
+    "type": "object",
+    "properties": {"unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+    "required": ["unit"],
+}
+
+
+@pytest.mark.parametrize(
+    ("syntax", "write"),
+    [
+        ("qwen3_xml", lambda unit: qwen("convert", unit=unit)),
+        ("glm", lambda unit: glm47("convert", unit=unit)),
+        ("minimax", lambda unit: minimax(invoke("convert", unit=unit))),
+    ],
+)
+def test_a_string_with_choices_takes_only_those(hf_tokenizer, syntax, write):
+    # Written as raw text between tags, a string still keeps its schema's enum (a model on
+    # free text would write anything there).
+    functions = [Function("convert", closed_objects(UNITS))]
+    assert grammar_accepts(hf_tokenizer, syntax, write("celsius"), functions)
+    assert not grammar_accepts(hf_tokenizer, syntax, write("kelvin"), functions)
+    assert not grammar_accepts(hf_tokenizer, syntax, write("celsius degrees"), functions)
