@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from catalog.validators import (
 from inference.adapters import FamilyProfile, adapter_choices
 from inference.adapters.toolcalls import syntax_choices
 from inference.engine.drafting import DRAFTERS, MAX_DRAFT_TOKENS
-from inference.engine.formats import COMPUTE_FORMATS, KV_CACHE_FORMATS
+from inference.engine.formats import COMPUTE_FORMATS, KV_CACHE_FORMATS, kv_refusal
 from inference.engine.types import ModelSpec
 
 
@@ -461,7 +462,22 @@ class CatalogModel(models.Model):
                 validate(self.location)
             except ValidationError as exc:
                 raise ValidationError({"location": exc.messages}) from exc
+            self.clean_kv_cache()
         self.clean_aliases()
+
+    def clean_kv_cache(self) -> None:
+        """A quantized KV cache the model's config says cannot apply is refused here, with the
+        reason, rather than when the model loads (a hub repo not yet pulled is checked then)."""
+        config_file = Path(self.location) / "config.json"
+        if self.source == self.Source.HUGGING_FACE or not config_file.is_file():
+            return
+        try:
+            config = json.loads(config_file.read_text())
+        except (OSError, ValueError):
+            return  # the loader says what is wrong with it
+        reason = kv_refusal(config, self.kv_cache) if isinstance(config, dict) else None
+        if reason:
+            raise ValidationError({"kv_cache": reason})
 
     def clean_adapter(self) -> None:
         try:

@@ -320,3 +320,38 @@ def test_import_from_ollama_page_runs_in_the_background(
     user = django_user_model.objects.create_user("someone", password="pw")
     client.force_login(user)  # not staff: the admin's login page, not the import page
     assert client.get(page_url).url.startswith("/admin/login/")
+
+
+def test_a_quantized_kv_cache_that_cannot_apply_is_refused_at_save(
+    admin_client, tiny_dir, tmp_path
+):
+    # The tiny model's heads are 16 wide: no group of 32 or 64 divides them.
+    response = admin_client.post(ADD_URL, form(location=str(tiny_dir), kv_cache="8bit"))
+    assert response.status_code == 200
+    assert b"8bit cannot apply: its K/V widths [16] are not multiples of 32" in response.content
+    assert not CatalogModel.objects.filter(public_id="new-model").exists()
+    # float16 keeps any width; a model with no attention at all keeps no K/V to quantize.
+    response = admin_client.post(ADD_URL, form(location=str(tiny_dir), kv_cache="float16"))
+    assert response.status_code == 302, response.content
+    mamba = tmp_path / "mamba"
+    mamba.mkdir()
+    (mamba / "config.json").write_text('{"model_type": "mamba2", "hidden_size": 64}')
+    (mamba / "model.safetensors").write_bytes(b"")
+    fields = {"public_id": "mamba", "location": str(mamba), "kv_cache": "4bit"}
+    response = admin_client.post(ADD_URL, form(**fields))
+    assert b"4bit cannot apply: the model has no attention layers" in response.content
+
+
+def test_kv_widths_come_from_the_config():
+    from inference.engine.formats import kv_refusal, kv_widths
+
+    assert kv_widths({"hidden_size": 576, "num_attention_heads": 9}) == {64}
+    mla = {"model_type": "deepseek_v3", "kv_lora_rank": 512, "qk_rope_head_dim": 32}
+    assert kv_widths(mla) == {512, 32}
+    assert kv_refusal(mla, "8bit") is None  # a 32-wide rope part takes groups of 32
+    gemma4 = {"text_config": {"head_dim": 256, "global_head_dim": 512}}
+    assert kv_widths(gemma4) == {256, 512}
+    assert kv_refusal({"head_dim": 80}, "4bit") == (
+        "4bit cannot apply: its K/V widths [80] are not multiples of 32"
+    )
+    assert kv_refusal({"head_dim": 80}, "float16") is None
