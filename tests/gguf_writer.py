@@ -3,9 +3,11 @@ Hugging Face names) as the GGUF file llama.cpp's converter (convert_hf_to_gguf.p
 would make of it with `--outtype f32`: its tensor names (the gguf package's TensorNameMap, which
 that converter uses), the metadata keys llama.cpp reads for the architecture, and the changes
 the converter makes to the tensors (Llama's Q/K row permutation, Gemma's 1 + w norms, Llama 3's
-rope_freqs, Phi-3's longrope factors). Written from the converter as a reference, for the
-import tests; F32 throughout, so that llama.cpp computes in float32 (but for the float16 keys and
-values of its flash attention).
+rope_freqs, Phi-3's longrope factors, stacked experts, gpt-oss's MXFP4 blocks, DeepSeek's split
+kv_b_proj, GLM's multi-token prediction layer, Mamba-2's A and reshapes, Qwen3-Next's regrouped
+in_proj_qkvz). Written from the converter as a reference, for the import tests; F32 throughout
+(but gpt-oss's MXFP4 experts), so that llama.cpp computes in float32 (but for the float16 keys
+and values of its flash attention).
 """
 
 from __future__ import annotations
@@ -35,7 +37,10 @@ def write_gguf(
     for key, value in tokenizer.items():
         _add_tokenizer_value(writer, key, value)
     for name, array in _converted_tensors(arch, config, weights):
-        writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
+        if array.dtype == np.uint8:  # MXFP4 blocks, as the converter copies gpt-oss's
+            writer.add_tensor(name, array, raw_dtype=gguf.GGMLQuantizationType.MXFP4)
+        else:
+            writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -94,6 +99,8 @@ def _text_model(writer: GGUFWriter, config: dict) -> None:
     if scaling.get("rope_type", scaling.get("type")) == "linear":
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(scaling["factor"])
+    if scaling.get("rope_type", scaling.get("type")) == "yarn":
+        _yarn(writer, scaling)
     # llama3 scaling becomes the rope_freqs tensor instead (see _llama_tensors)
     writer.add_rope_freq_base(config["rope_theta"])
     if "rope_local_base_freq" in config:
@@ -102,6 +109,159 @@ def _text_model(writer: GGUFWriter, config: dict) -> None:
     if config.get("head_dim") is not None:
         writer.add_key_length(config["head_dim"])
         writer.add_value_length(config["head_dim"])
+    if config.get("scoring_func") == "sigmoid":
+        writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+
+
+def _yarn(writer: GGUFWriter, scaling: dict) -> None:
+    writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    writer.add_rope_scaling_factor(scaling["factor"])
+    writer.add_rope_scaling_orig_ctx_len(scaling["original_max_position_embeddings"])
+    if "beta_fast" in scaling:
+        writer.add_rope_scaling_yarn_beta_fast(scaling["beta_fast"])
+    if "beta_slow" in scaling:
+        writer.add_rope_scaling_yarn_beta_slow(scaling["beta_slow"])
+
+
+def _experts(writer: GGUFWriter, config: dict) -> None:
+    """The base class's expert counts (num_experts or num_local_experts...)."""
+    keys = ("num_local_experts", "num_experts", "n_routed_experts")
+    count = next(config[key] for key in keys if key in config)
+    writer.add_expert_count(count)
+    writer.add_expert_used_count(config["num_experts_per_tok"])
+
+
+def _qwen_moe(writer: GGUFWriter, config: dict) -> None:
+    """Qwen2MoeModel's (Qwen3MoeModel inherits it): the base, then the experts' size."""
+    _text_model(writer, config)
+    _experts(writer, config)
+    writer.add_expert_feed_forward_length(config["moe_intermediate_size"])
+
+
+def _gpt_oss(writer: GGUFWriter, config: dict) -> None:
+    _text_model(writer, config)
+    _experts(writer, config)
+    writer.add_sliding_window(config["sliding_window"])
+    writer.add_expert_feed_forward_length(config["intermediate_size"])
+
+
+def _glm4_moe(writer: GGUFWriter, config: dict) -> None:
+    """Glm4MoeModel's: the base class's keys (expert counts and groups among them), then its
+    own (its expert count again, which the writer overwrites with the same value). The
+    multi-token prediction layers count as blocks."""
+    mtp = config.get("num_nextn_predict_layers", 0)
+    _text_model(writer, config | {"num_hidden_layers": config["num_hidden_layers"] + mtp})
+    _experts(writer, config)
+    if "n_group" in config:
+        writer.add_expert_group_count(config["n_group"])
+        writer.add_expert_group_used_count(config["topk_group"])
+    rotary = config.get("partial_rotary_factor", 0.5)
+    writer.add_rope_dimension_count(int(_head_dim(config) * rotary))
+    writer.add_expert_feed_forward_length(config["moe_intermediate_size"])
+    writer.add_expert_shared_count(config["n_shared_experts"])
+    writer.add_leading_dense_block_count(config["first_k_dense_replace"])
+    writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    writer.add_expert_weights_scale(config["routed_scaling_factor"])
+    writer.add_expert_weights_norm(config["norm_topk_prob"])
+    if mtp:
+        writer.add_nextn_predict_layers(mtp)
+
+
+def _deepseek2(writer: GGUFWriter, config: dict) -> None:
+    """DeepseekV2Model's: one key/value head (the latent attention as multi-query attention),
+    the base class, then the latent sizes and experts."""
+    _text_model(writer, {**config, "num_key_value_heads": 1})
+    _experts(writer, config)
+    if "n_group" in config:
+        writer.add_expert_group_count(config["n_group"])
+        writer.add_expert_group_used_count(config["topk_group"])
+    writer.add_leading_dense_block_count(config["first_k_dense_replace"])
+    rank, rope = config["kv_lora_rank"], config["qk_rope_head_dim"]
+    writer.add_vocab_size(config["vocab_size"])
+    if config.get("q_lora_rank") is not None:
+        writer.add_q_lora_rank(config["q_lora_rank"])
+    writer.add_kv_lora_rank(rank)
+    writer.add_key_length(rank + rope)
+    writer.add_value_length(rank)
+    writer.add_key_length_mla(config["qk_nope_head_dim"] + rope)
+    writer.add_value_length_mla(config["v_head_dim"])
+    writer.add_expert_feed_forward_length(config["moe_intermediate_size"])
+    writer.add_expert_shared_count(config["n_shared_experts"])
+    writer.add_expert_weights_scale(config["routed_scaling_factor"])
+    if config.get("norm_topk_prob"):
+        writer.add_expert_weights_norm(True)
+    writer.add_rope_dimension_count(rope)
+    scaling = config.get("rope_scaling") or {}
+    if scaling.get("mscale_all_dim") is not None:
+        writer.add_rope_scaling_yarn_log_mul(0.1 * scaling["mscale_all_dim"])
+
+
+def _lfm2(writer: GGUFWriter, config: dict) -> None:
+    """LFM2Model's: key/value heads only for attention layers, the base class, then the
+    convolution's length and the feed-forward size after LFM2's adjustment (which replaces
+    the base class's)."""
+    kv_heads = [
+        config["num_key_value_heads"] if kind != "conv" else 0 for kind in config["layer_types"]
+    ]
+    ff = config["block_ff_dim"]
+    if config["block_auto_adjust_ff_dim"]:
+        ff = int(2 * ff / 3)
+        if config["block_ffn_dim_multiplier"] is not None:
+            ff = int(config["block_ffn_dim_multiplier"] * ff)
+        multiple = config["block_multiple_of"]
+        ff = multiple * ((ff + multiple - 1) // multiple)
+    base = {"num_key_value_heads": kv_heads, "rms_norm_eps": config["norm_eps"]}
+    _text_model(writer, config | base | {"intermediate_size": ff})
+    writer.add_vocab_size(config["vocab_size"])
+    writer.add_shortconv_l_cache(config["conv_L_cache"])
+
+
+def _granite_hybrid(writer: GGUFWriter, config: dict) -> None:
+    """GraniteHybridModel's: GraniteMoeModel's keys (the base class's without head_dim,
+    Llama's, Granite's multipliers), then Mamba-2's sizes, key/value heads only for attention
+    layers (written twice, as the converter does), and without rope the longest context."""
+    _text_model(writer, {key: value for key, value in config.items() if key != "head_dim"})
+    if config.get("num_local_experts") is not None:
+        writer.add_expert_count(config["num_local_experts"])
+        writer.add_expert_used_count(config["num_experts_per_tok"])
+    if config.get("shared_intermediate_size"):
+        writer.add_expert_shared_feed_forward_length(config["shared_intermediate_size"])
+    writer.add_vocab_size(config["vocab_size"])
+    writer.add_rope_dimension_count(config["hidden_size"] // config["num_attention_heads"])
+    writer.add_attention_scale(config["attention_multiplier"])
+    writer.add_embedding_scale(config["embedding_multiplier"])
+    writer.add_residual_scale(config["residual_multiplier"])
+    writer.add_logit_scale(config["logits_scaling"])
+    writer.add_ssm_conv_kernel(config["mamba_d_conv"])
+    writer.add_ssm_state_size(config["mamba_d_state"])
+    writer.add_ssm_group_count(config["mamba_n_groups"])
+    writer.add_ssm_inner_size(config["mamba_expand"] * config["hidden_size"])
+    writer.add_ssm_time_step_rank(config["mamba_n_heads"])
+    kv_heads = config["num_key_value_heads"]
+    writer.add_head_count_kv(
+        [kv_heads if kind == "attention" else 0 for kind in config["layer_types"]]
+    )
+    use_rope = config.get("position_embedding_type") != "nope"
+    writer.add_rope_scaling_finetuned(use_rope)
+    if not use_rope:
+        writer.add_context_length(2**20)
+
+
+def _qwen3_next(writer: GGUFWriter, config: dict) -> None:
+    """Qwen3NextModel's (converted with --no-mtp, the stand-in checkpoint having none):
+    Qwen2MoeModel's keys, then the delta-net's sizes, the attention layers' interval and the
+    rotated part of a head."""
+    _qwen_moe(writer, config)
+    writer.add_expert_shared_feed_forward_length(config["shared_expert_intermediate_size"])
+    writer.add_ssm_conv_kernel(config["linear_conv_kernel_dim"])
+    writer.add_ssm_state_size(config["linear_key_head_dim"])
+    writer.add_ssm_group_count(config["linear_num_key_heads"])
+    writer.add_ssm_time_step_rank(config["linear_num_value_heads"])
+    inner = config["linear_value_head_dim"] * config["linear_num_value_heads"]
+    writer.add_ssm_inner_size(inner)
+    writer.add_full_attention_interval(config.get("full_attention_interval", 4))
+    rotary = config.get("partial_rotary_factor", 0.25)
+    writer.add_rope_dimension_count(int(_head_dim(config) * rotary))
 
 
 def _llama(writer: GGUFWriter, config: dict) -> None:
@@ -159,6 +319,13 @@ HYPERPARAMETERS: dict[str, Callable[[GGUFWriter, dict], None]] = {
     "llama": _llama,
     "qwen2": _text_model,
     "qwen3": _text_model,
+    "qwen3moe": _qwen_moe,
+    "gpt-oss": _gpt_oss,
+    "glm4moe": _glm4_moe,
+    "deepseek2": _deepseek2,
+    "lfm2": _lfm2,
+    "granitehybrid": _granite_hybrid,
+    "qwen3next": _qwen3_next,
     "gemma2": _gemma2,
     "gemma3": _gemma3,
     "phi3": _phi3,
@@ -170,19 +337,151 @@ HYPERPARAMETERS: dict[str, Callable[[GGUFWriter, dict], None]] = {
 
 def _converted_tensors(arch: str, config: dict, weights: dict[str, np.ndarray]) -> Tensors:
     """(GGUF name, values) of every tensor the converter writes."""
-    names = gguf.get_tensor_name_map(_arch_enum(arch), config["num_hidden_layers"])
+    mtp = config.get("num_nextn_predict_layers", 0) if arch == "glm4moe" else 0
+    names = gguf.get_tensor_name_map(_arch_enum(arch), config["num_hidden_layers"] + mtp)
     for name, array in weights.items():
         if arch == "gemma2" and name == "lm_head.weight":
             continue  # Gemma 2's converter drops it: llama.cpp always ties
-        if arch == "llama":
+        if arch == "granitehybrid" and (split := _granite_moe_tensors(name, array)):
+            yield from split
+            continue
+        if arch in ("llama", "granitehybrid"):  # LlamaModel's, which Granite's inherit
             array = _llama_permute(name, array, config)
+        if arch == "granitehybrid":
+            name, array = _mamba2_tensor(name, array, config)
+        if arch == "qwen3next" and (split := _qwen3_next_tensors(name, array, config)):
+            yield from split
+            continue
         if arch in ("gemma2", "gemma3") and name.endswith("norm.weight"):
             array = array + 1.0  # Gemma's RMSNorm scales by 1 + w; llama.cpp's by w
+        # mlx-lm's SwitchGLU holds the experts stacked as the converter stacks them; its name
+        # for the stack is the converter's merged `mlp.experts.<proj>`
+        name = name.replace(".mlp.switch_mlp.", ".mlp.experts.")
+        # the base class's filter_tensors, for every architecture
+        name = name.replace("e_score_correction_bias", "e_score_correction.bias")
+        if arch == "gpt-oss":
+            name, array = _gpt_oss_tensor(name, array, _is_mxfp4(config))
+        # mlx-lm holds kv_b_proj split as the converter splits it (k_b_proj transposed per
+        # head, v_b_proj): embed_q and unembed_out are those two
+        name = name.replace(".self_attn.embed_q.", ".self_attn.k_b_proj.")
+        name = name.replace(".self_attn.unembed_out.", ".self_attn.v_b_proj.")
+        if arch == "lfm2" and name.endswith("conv.conv.weight"):
+            # mlx-lm's [hidden, kernel, 1] is the checkpoint's [hidden, 1, kernel], which
+            # the converter squeezes to [hidden, kernel]
+            array = array[..., 0]
         yield _gguf_name(names, name), array
+    if mtp:
+        yield from _glm4_mtp_layers(names, config, weights)
     if arch == "llama":
         yield from _llama3_rope_freqs(config)
     if arch == "phi3":
         yield from _phi3_rope_factors(config)
+
+
+def _is_mxfp4(config: dict) -> bool:
+    """gpt-oss as OpenAI publishes it: experts in MXFP4 blocks (not a bfloat16 copy)."""
+    return (config.get("quantization_config") or {}).get("quant_method") == "mxfp4"
+
+
+def _gpt_oss_tensor(name: str, array: np.ndarray, mxfp4: bool) -> tuple[str, np.ndarray]:
+    """The converter names the sinks `.weight` and copies the experts' MXFP4 blocks (the
+    checkpoint's, which mlx-lm's mxfp4 mode packs alike) into GGML's MXFP4 blocks. Float
+    experts it transposes from the checkpoint's [in, out] and splits from gate_up's
+    alternate rows: mlx-lm's gate_proj and up_proj as they are."""
+    if name.endswith(".sinks"):
+        return f"{name}.weight", array
+    if mxfp4 and ".mlp.experts." in name and name.endswith(".weight"):
+        return name, _mxfp4_blocks(array)
+    return name, array
+
+
+def _mxfp4_blocks(weights: np.ndarray) -> np.ndarray:
+    """GptOssModel.repack_mxfp4: the checkpoint's blocks (weight 2i in the low nibble of byte
+    i, 2i+1 in the high one; mx.quantize's mxfp4 packs alike) through its
+    transform_nibble_layout (GGML's byte j: weight j low, j + 16 high), the scale byte first.
+    The weights must be MXFP4 values already: mx.quantize of them is then exact."""
+    import mlx.core as mx
+
+    packed, scales = mx.quantize(mx.array(weights), group_size=32, bits=4, mode="mxfp4")
+    blocks = np.array(packed).view(np.uint8).reshape(*weights.shape[:-1], -1, 16)
+    codes = np.stack([blocks & 0x0F, blocks >> 4], axis=-1).reshape(*blocks.shape[:-1], 32)
+    ggml = codes[..., :16] | (codes[..., 16:] << 4)
+    raw = np.concatenate([np.array(scales)[..., None], ggml], axis=-1)
+    return raw.reshape(*weights.shape[:-1], -1).astype(np.uint8)
+
+
+def _granite_moe_tensors(name: str, array: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """GraniteMoeModel's: the checkpoint's input_linear (gate rows, then up rows) split in
+    two, for the experts and the shared expert; mlx-lm holds the experts' split already."""
+    parts = name.split(".")
+    if "block_sparse_moe.switch_mlp" in name:
+        projection = parts[-2].removesuffix("_proj")
+        return [(f"blk.{parts[2]}.ffn_{projection}_exps.weight", array)]
+    if name.endswith("shared_mlp.input_linear.weight"):
+        gate, up = np.split(array, 2, axis=0)
+        return [(f"blk.{parts[2]}.ffn_gate_shexp.weight", gate),
+                (f"blk.{parts[2]}.ffn_up_shexp.weight", up)]  # fmt: skip
+    return []
+
+
+def _qwen3_next_tensors(name: str, array: np.ndarray, config: dict) -> list[tuple[str, np.ndarray]]:
+    """Qwen3NextModel.modify_tensors: A stored as -exp(A_log), the time step's bias named as
+    a projection's, the convolution squeezed (mlx-lm's [channels, kernel, 1]), and
+    in_proj_qkvz ([q, k, v, z] per key head) regrouped into attn_qkv and attn_gate. Its
+    norms + 1 are mlx-lm's own: mlx-lm adds 1 to a checkpoint's when it reads it."""
+    layer = name.split(".")[2] if name.startswith("model.layers.") else None
+    if name.endswith(".A_log"):
+        return [(f"blk.{layer}.ssm_a", -np.exp(array))]
+    if name.endswith(".dt_bias"):
+        return [(f"blk.{layer}.ssm_dt.bias", array)]
+    if name.endswith("linear_attn.conv1d.weight"):
+        return [(f"blk.{layer}.ssm_conv1d.weight", array[..., 0])]
+    if not name.endswith("in_proj_qkvz.weight"):
+        return []
+    key_heads, key_dim = config["linear_num_key_heads"], config["linear_key_head_dim"]
+    per_head = config["linear_num_value_heads"] // key_heads * config["linear_value_head_dim"]
+    grouped = array.T.reshape(-1, key_heads, 2 * key_dim + 2 * per_head)
+    q, k, v, z = np.split(grouped, np.cumsum([key_dim, key_dim, per_head]), axis=-1)
+    hidden = array.shape[1]
+    qkv = np.concatenate([t.reshape(hidden, -1) for t in (q, k, v)], axis=-1).T
+    gate = z.reshape(hidden, -1).T
+    return [(f"blk.{layer}.attn_qkv.weight", qkv), (f"blk.{layer}.attn_gate.weight", gate)]
+
+
+def _mamba2_tensor(name: str, array: np.ndarray, config: dict) -> tuple[str, np.ndarray]:
+    """Mamba2Model's changes: the time step's bias named as a projection's, A stored as
+    -exp(A_log), A and D unsqueezed, the gated norm split by group, the convolution squeezed
+    (mlx-lm's [channels, kernel, 1] is the checkpoint's [channels, 1, kernel])."""
+    if name.endswith(".dt_bias"):
+        return name.replace(".dt_bias", ".dt_proj.bias"), array
+    if name.endswith(".A_log"):
+        return name, -np.exp(array)[:, None]
+    if name.endswith(".mamba.D"):
+        return name, array[:, None]
+    if name.endswith(".mamba.norm.weight"):
+        return name, array.reshape(config["mamba_n_groups"], -1)
+    if name.endswith(".conv1d.weight"):
+        return name, array[..., 0]
+    return name, array
+
+
+def _glm4_mtp_layers(names: gguf.TensorNameMap, config: dict, weights: dict) -> Tensors:
+    """GLM-4.5's multi-token prediction layers, which the converter appends as blocks: a
+    decoder layer (the last one's weights stand in) and its own projection and norms."""
+    last, hidden = config["num_hidden_layers"] - 1, config["hidden_size"]
+    rng = np.random.default_rng(0)
+    layers = config["num_hidden_layers"]
+    for index in range(layers, layers + config["num_nextn_predict_layers"]):
+        for name, array in weights.items():
+            if name.startswith(f"model.layers.{last}."):
+                name = name.replace(f".{last}.", f".{index}.", 1)
+                name = name.replace(".mlp.switch_mlp.", ".mlp.experts.")
+                name = name.replace("e_score_correction_bias", "e_score_correction.bias")
+                yield _gguf_name(names, name), array
+        projection = rng.standard_normal((hidden, 2 * hidden), dtype=np.float32) / hidden
+        yield _gguf_name(names, f"model.layers.{index}.eh_proj.weight"), projection
+        for norm in ("enorm", "hnorm", "shared_head.norm"):
+            yield _gguf_name(names, f"model.layers.{index}.{norm}.weight"), np.ones(hidden)
 
 
 def _llama_permute(name: str, array: np.ndarray, config: dict) -> np.ndarray:

@@ -21,7 +21,9 @@ from inference.adapters.detect import detect
 from inference.conversion.gguf_architectures import (
     ARCHITECTURES,
     Architecture,
+    Hyper,
     architecture_of,
+    main_layers,
     model_config,
 )
 from inference.conversion.gguf_file import GGUFFile, TensorInfo, UnsupportedGGUF, open_gguf
@@ -30,6 +32,7 @@ from inference.conversion.gguf_tensors import (
     SUPPORTED_TYPES,
     ErrorStats,
     Plan,
+    common_plan,
     convert_blocks,
     output_layout,
     plan_for,
@@ -110,8 +113,9 @@ def _check(file: GGUFFile) -> Architecture:
             f"tensor types {', '.join(unsupported)} are not supported "
             f"(supported: {', '.join(sorted(SUPPORTED_TYPES))})"
         )
+    layers = main_layers(file, arch)
     for tensor in file.tensors:
-        arch.mlx_name(tensor.name)  # refuses unknown tensors before any work
+        arch.mlx_name(tensor.name, layers)  # refuses unknown tensors before any work
     if "tokenizer.ggml.tokens" not in file.metadata:
         raise UnsupportedGGUF("the file has no tokenizer (tokenizer.ggml.tokens)")
     return arch
@@ -171,6 +175,20 @@ class _Planned:
     name: str
     plan: Plan
     is_norm: bool
+    row_offset: int = 0  # where its rows start in an output several tensors fill
+    # Or where runs of its rows go there: (first source row, first output row, count).
+    segments: tuple[tuple[int, int, int], ...] | None = None
+
+    def places(self, first_row: int, count: int) -> list[tuple[int, int, int]]:
+        """(start in the block, output row, count) for the block of rows at first_row."""
+        if self.segments is None:
+            return [(0, self.row_offset + first_row, count)]
+        places = []
+        for source, output, length in self.segments:
+            start, end = max(source, first_row), min(source + length, first_row + count)
+            if start < end:
+                places.append((start - first_row, output + start - source, end - start))
+        return places
 
     @property
     def module(self) -> str:
@@ -188,12 +206,14 @@ class _Planned:
 class _Conversion:
     def __init__(self, file: GGUFFile, arch: Architecture, out: Path, weights: str) -> None:
         self.file, self.arch, self.out, self.weights = file, arch, out, weights
+        self.layers = main_layers(file, arch)
+        self.hyper = Hyper(file, arch.gguf_name)
         self.planned: dict[str, _Planned] = {}  # by GGUF tensor name
         self.out_file: SafetensorsOut | None = None
         self.errors: dict[str, ErrorStats] = {}  # by module
 
     def run(self, progress: Progress) -> ConvertedModel:
-        tensors = [t for t in self.file.tensors if self.arch.mlx_name(t.name) is not None]
+        tensors = [t for t in self.file.tensors if self.arch.mlx_name(t.name, self.layers)]
         steps = [Step("tokenizer", self.tokenizer), Step("config", self.config)]
         steps += [Step("plan", lambda: self.plan(tensors))]
         steps += [Step(t.name, lambda t=t: self.tensor(t)) for t in tensors]
@@ -227,32 +247,54 @@ class _Conversion:
         (self.out / "tokenizer_config.json").write_text(json.dumps(settings, indent=2))
 
     def plan(self, tensors: list[TensorInfo]) -> None:
-        """Every tensor's fate and place in the output, before any is converted."""
+        """Every tensor's fate and place in the output, before any is converted. Tensors
+        with one MLX name (Granite's shared expert: gate, then up) fill it one after the
+        other, in the architecture's order, with one plan."""
+        groups: dict[str, list[tuple[TensorInfo, _Planned]]] = {}
+        for tensor in map(self.arch.restore_shape, tensors):
+            planned = self._plan_one(tensor)
+            groups.setdefault(planned.name, []).append((tensor, planned))
         layout = {}
-        for tensor in tensors:
-            name = self.arch.mlx_name(tensor.name)
-            module, kind = name.rsplit(".", 1)
-            is_norm = module.rsplit(".", 1)[-1].endswith("norm")
-            quantizable = kind == "weight" and len(tensor.shape) == 2 and not is_norm
-            planned = _Planned(name, plan_for(tensor, self.weights, quantizable), is_norm)
-            self.planned[tensor.name] = planned
-            for suffix, entry in output_layout(tensor, planned.plan).items():
-                layout[planned.output_name(suffix)] = entry
+        for group in groups.values():
+            group.sort(key=lambda item: self.arch.part_of(item[0].name))
+            plan = common_plan([planned.plan for _, planned in group])
+            offset = 0
+            for tensor, planned in group:
+                segments = self.arch.segments(self.hyper, tensor.name)
+                planned = replace(planned, plan=plan, row_offset=offset, segments=segments)
+                self.planned[tensor.name] = planned
+                offset += tensor.shape[0]
+            rows = (offset,) if len(group) > 1 else ()
+            for suffix, (dtype, shape) in output_layout(group[0][0], plan).items():
+                layout[planned.output_name(suffix)] = (dtype, rows + shape[len(rows) :])
         self.out_file = SafetensorsOut(self.out / "model.safetensors", layout)
 
+    def _plan_one(self, tensor: TensorInfo) -> _Planned:
+        name = self.arch.mlx_name(tensor.name, self.layers)
+        module, kind = name.rsplit(".", 1)
+        is_norm = module.rsplit(".", 1)[-1].endswith("norm")
+        # 3-D: stacked experts, which mlx-lm's SwitchLinear quantizes per expert row
+        quantizable = kind == "weight" and len(tensor.shape) in (2, 3) and not is_norm
+        quantizable = quantizable and not self.arch.keeps_float(tensor.name)
+        return _Planned(name, plan_for(tensor, self.weights, quantizable), is_norm)
+
     def tensor(self, tensor: TensorInfo) -> None:
+        tensor = self.arch.restore_shape(tensor)
         planned = self.planned[tensor.name]
-        transform = None
+        transform = self.arch.transform(tensor.name)
         if planned.is_norm and self.arch.norm_offset:
             offset = self.arch.norm_offset
             transform = lambda values: values - offset  # noqa: E731
         error = ErrorStats()
+        if planned.plan.quantized:  # one module's parts add up
+            error = self.errors.setdefault(planned.module, error)
         blocks = convert_blocks(self.file.path, tensor, planned.plan, error, transform)
         for first_row, arrays in blocks:
-            for suffix, array in arrays.items():
-                self.out_file.write(planned.output_name(suffix), first_row, array)
-        if planned.plan.quantized:
-            self.errors[planned.module] = error
+            count = next(iter(arrays.values())).shape[0]
+            for start, output_row, length in planned.places(first_row, count):
+                for suffix, array in arrays.items():
+                    part = array[start : start + length] if length < count else array
+                    self.out_file.write(planned.output_name(suffix), output_row, part)
 
     def finish(self) -> None:
         self.out_file.close()  # complete before config.json says the model is there
@@ -284,6 +326,7 @@ def quantization_config(plans: dict[str, Plan]) -> dict | None:
     """mlx-lm's per-module quantization, and the most common bits as the default."""
     per_module = {
         module: {"group_size": GROUP, "bits": plan.bits}
+        | ({"mode": plan.mode} if plan.mode != "affine" else {})
         for module, plan in plans.items()
         if plan.quantized
     }
@@ -298,6 +341,8 @@ def import_report(source: Path, weights: str, plans: dict, errors: dict) -> dict
     by_type: dict[str, dict] = {}
     for name, plan in plans.items():
         target = f"{plan.bits}-bit" if plan.quantized else plan.dtype
+        if plan.quantized and plan.mode != "affine":
+            target = plan.mode  # "mxfp4": MLX's mode of that name
         entry = by_type.setdefault(
             plan.source, {"became": target, "exact": plan.exact or not plan.quantized}
         )

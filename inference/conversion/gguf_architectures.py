@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from inference.conversion.gguf_file import GGUFFile, UnsupportedGGUF, read_tensor_f32
+from inference.conversion.gguf_file import (
+    GGUFFile,
+    TensorInfo,
+    UnsupportedGGUF,
+    read_tensor_f32,
+)
 
 _ATTENTION = {
     "attn_q": "self_attn.q_proj",
@@ -41,6 +46,122 @@ _PHI3_LAYER = {
     "attn_output": "self_attn.o_proj",
     "ffn_up": "mlp.gate_up_proj",  # gate and up fused, gate first, as Phi-3 itself has them
     "ffn_down": "mlp.down_proj",
+}
+# Mixtures of experts: llama.cpp stacks each layer's experts into one [experts, out, in]
+# tensor, the layout of mlx-lm's SwitchGLU; the router is ffn_gate_inp.
+_EXPERTS = {
+    "ffn_gate_inp": "mlp.gate",
+    "ffn_gate_exps": "mlp.switch_mlp.gate_proj",
+    "ffn_up_exps": "mlp.switch_mlp.up_proj",
+    "ffn_down_exps": "mlp.switch_mlp.down_proj",
+}
+_QWEN3_MOE_LAYER = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    **_ATTENTION,
+    **_QK_NORM,
+    **_EXPERTS,
+}
+_SHARED_EXPERTS = {
+    "ffn_gate_shexp": "mlp.shared_experts.gate_proj",
+    "ffn_up_shexp": "mlp.shared_experts.up_proj",
+    "ffn_down_shexp": "mlp.shared_experts.down_proj",
+}
+# GLM-4.5: leading dense layers, then experts with a shared one; sigmoid routing whose choice
+# adds a per-expert bias (exp_probs_b), as DeepSeek-V3's.
+_GLM4_MOE_LAYER = {
+    "attn_norm": "input_layernorm",
+    "post_attention_norm": "post_attention_layernorm",
+    **_ATTENTION,
+    **_QK_NORM,
+    **_MLP,
+    **_EXPERTS,
+    **_SHARED_EXPERTS,
+}
+# DeepSeek-V3's multi-head latent attention. llama.cpp's converter splits kv_b_proj into
+# attn_k_b (per head, transposed) and attn_v_b: exactly mlx-lm's embed_q and unembed_out.
+_DEEPSEEK2_LAYER = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",  # the Lite models: no query compression
+    "attn_q_a": "self_attn.q_a_proj",
+    "attn_q_a_norm": "self_attn.q_a_layernorm",
+    "attn_q_b": "self_attn.q_b_proj",
+    "attn_kv_a_mqa": "self_attn.kv_a_proj_with_mqa",
+    "attn_kv_a_norm": "self_attn.kv_a_layernorm",
+    "attn_k_b": "self_attn.embed_q",
+    "attn_v_b": "self_attn.unembed_out",
+    "attn_output": "self_attn.o_proj",
+    **_MLP,
+    **_EXPERTS,
+    **_SHARED_EXPERTS,
+}
+_ROUTER_BIAS = {"exp_probs_b.bias": "mlp.gate.e_score_correction_bias"}
+_LFM2_LAYER = {
+    "attn_norm": "operator_norm",
+    "ffn_norm": "ffn_norm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.out_proj",
+    "attn_q_norm": "self_attn.q_layernorm",
+    "attn_k_norm": "self_attn.k_layernorm",
+    "shortconv.conv": "conv.conv",
+    "shortconv.in_proj": "conv.in_proj",
+    "shortconv.out_proj": "conv.out_proj",
+    "ffn_gate": "feed_forward.w1",
+    "ffn_down": "feed_forward.w2",
+    "ffn_up": "feed_forward.w3",
+}
+# Granite 4.0-H: Mamba-2 layers and attention layers, each followed by the feed-forward.
+_GRANITE_HYBRID_LAYER = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    **_ATTENTION,
+    **_MLP,
+    "ssm_in": "mamba.in_proj",
+    "ssm_conv1d": "mamba.conv1d",
+    "ssm_norm": "mamba.norm",
+    "ssm_out": "mamba.out_proj",
+    "ffn_gate_inp": "block_sparse_moe.router.layer",
+    "ffn_gate_exps": "block_sparse_moe.switch_mlp.gate_proj",
+    "ffn_up_exps": "block_sparse_moe.switch_mlp.up_proj",
+    "ffn_down_exps": "block_sparse_moe.switch_mlp.down_proj",
+    # mlx-lm's shared expert has gate and up in one projection, gate first
+    "ffn_gate_shexp": "shared_mlp.input_linear",
+    "ffn_up_shexp": "shared_mlp.input_linear",
+    "ffn_down_shexp": "shared_mlp.output_linear",
+}
+_MAMBA2_PARAMS = {"ssm_a": "mamba.A_log", "ssm_d": "mamba.D", "ssm_dt.bias": "mamba.dt_bias"}
+# Qwen3-Next: gated delta-net layers, then every n-th a gated attention layer (its q_proj
+# holds the gate too); experts with a gated shared expert.
+_QWEN3_NEXT_LAYER = {
+    "attn_norm": "input_layernorm",
+    "post_attention_norm": "post_attention_layernorm",
+    **_ATTENTION,
+    **_QK_NORM,
+    # mlx-lm's in_proj_qkvz interleaves q, k, v, z by key head; llama.cpp's converter
+    # regrouped them as attn_qkv and attn_gate (z)
+    "attn_qkv": "linear_attn.in_proj_qkvz",
+    "attn_gate": "linear_attn.in_proj_qkvz",
+    "ssm_ba": "linear_attn.in_proj_ba",
+    "ssm_conv1d": "linear_attn.conv1d",
+    "ssm_norm": "linear_attn.norm",
+    "ssm_out": "linear_attn.out_proj",
+    **_EXPERTS,
+    "ffn_gate_shexp": "mlp.shared_expert.gate_proj",
+    "ffn_up_shexp": "mlp.shared_expert.up_proj",
+    "ffn_down_shexp": "mlp.shared_expert.down_proj",
+    "ffn_gate_inp_shexp": "mlp.shared_expert_gate",
+}
+_GPT_OSS_LAYER = {
+    "attn_norm": "input_layernorm",
+    "post_attention_norm": "post_attention_layernorm",
+    **_ATTENTION,
+    "ffn_gate_inp": "mlp.router",
+    "ffn_gate_exps": "mlp.experts.gate_proj",
+    "ffn_up_exps": "mlp.experts.up_proj",
+    "ffn_down_exps": "mlp.experts.down_proj",
 }
 TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 
@@ -76,17 +197,86 @@ class Architecture:
     # Tensors that fold into config.json rather than weights.
     config_tensors: tuple[str, ...] = field(default=())
     tied_only: bool = False  # the mlx-lm model has no separate output projection
+    # Layer tensors that are an mlx-lm parameter of their own rather than a module's weight or
+    # bias: GGUF "name.suffix" -> parameter (gpt-oss's attn_sinks.weight: self_attn.sinks).
+    layer_params: dict[str, str] = field(default_factory=dict)
+    # Layer tensors kept in float whatever the file holds: mlx-lm reads them as plain arrays
+    # (GLM's and DeepSeek's router weight), which it cannot quantize.
+    float_only: tuple[str, ...] = field(default=())
+    top_names: dict[str, str] = field(default_factory=dict)  # besides TOP_NAMES
+    # Layer tensors whose shape the converter changed, by "name.suffix": the same bytes in the
+    # checkpoint's shape (LFM2's conv weights, squeezed from [hidden, 1, kernel], which
+    # mlx-lm's sanitize expects).
+    shapes: dict[str, Callable[[tuple[int, ...]], tuple[int, ...]]] = field(default_factory=dict)
+    # Layer tensors whose values the converter changed, by "name.suffix": the inverse, for
+    # float tensors (Mamba's A = -exp(A_log)).
+    transforms: dict[str, Callable[[np.ndarray], np.ndarray]] = field(default_factory=dict)
+    # Layers without attention say so with a key/value head count of 0 (LFM2's convolutions).
+    hybrid: bool = False
+    # Layer tensors that fill one MLX tensor (their layer_names agree), by the order of their
+    # rows there: {"ffn_gate_shexp": 0, "ffn_up_shexp": 1} for Granite's fused shared expert.
+    parts: dict[str, int] = field(default_factory=dict)
+    # Where runs of a layer tensor's rows go in the MLX tensor, when not all together:
+    # (hyperparameters, "name.suffix") -> ((first source row, first output row, count), ...)
+    # or None (Qwen3-Next's in_proj_qkvz, interleaved by key head, from llama.cpp's
+    # attn_qkv and attn_gate).
+    row_segments: Callable[[Hyper, str], tuple | None] | None = None
 
-    def mlx_name(self, gguf_name: str) -> str | None:
-        """None for a tensor folded into the config."""
+    def segments(self, hyper: Hyper, gguf_name: str) -> tuple | None:
+        key = _layer_key(gguf_name)
+        if self.row_segments is None or key is None:
+            return None
+        return self.row_segments(hyper, key)
+
+    def part_of(self, gguf_name: str) -> int:
+        return self.parts.get((_layer_key(gguf_name) or "").rpartition(".")[0], 0)
+
+    def restore_shape(self, tensor: TensorInfo) -> TensorInfo:
+        shape = self.shapes.get(_layer_key(tensor.name) or "")
+        return tensor if shape is None else replace(tensor, shape=shape(tensor.shape))
+
+    def transform(self, gguf_name: str) -> Callable[[np.ndarray], np.ndarray] | None:
+        return self.transforms.get(_layer_key(gguf_name) or "")
+
+    def keeps_float(self, gguf_name: str) -> bool:
+        return (_layer_key(gguf_name) or "").rpartition(".")[0] in self.float_only
+
+    def mlx_name(self, gguf_name: str, layers: int | None = None) -> str | None:
+        """None for a tensor folded into the config, or of a layer at or past `layers` (the
+        multi-token prediction layers llama.cpp appends, which mlx-lm does not run)."""
         if gguf_name in self.config_tensors:
             return None
-        parts = gguf_name.split(".")
-        if len(parts) == 4 and parts[0] == "blk" and parts[2] in self.layer_names:
-            return f"model.layers.{parts[1]}.{self.layer_names[parts[2]]}.{parts[3]}"
-        if len(parts) == 2 and parts[0] in TOP_NAMES:
-            return f"{TOP_NAMES[parts[0]]}.{parts[1]}"
+        parts, key = gguf_name.split("."), _layer_key(gguf_name)
+        if key is not None and layers is not None and int(parts[1]) >= layers:
+            return None
+        if key in self.layer_params:
+            return f"model.layers.{parts[1]}.{self.layer_params[key]}"
+        # a layer tensor's name may have dots of its own (LFM2's shortconv.conv)
+        module, _, suffix = (key or "").rpartition(".")
+        if module in self.layer_names:
+            return f"model.layers.{parts[1]}.{self.layer_names[module]}.{suffix}"
+        top_names = TOP_NAMES | self.top_names
+        if len(parts) == 2 and parts[0] in top_names:
+            return f"{top_names[parts[0]]}.{parts[1]}"
         raise UnsupportedGGUF(f"unexpected tensor {gguf_name!r} for architecture {self.gguf_name}")
+
+
+def _layer_key(gguf_name: str) -> str | None:
+    """A layer tensor's name within its layer: "blk.3.attn_q.weight" -> "attn_q.weight"
+    (Mamba's "blk.3.ssm_a" has no suffix); None for the others."""
+    parts = gguf_name.split(".")
+    if len(parts) >= 3 and parts[0] == "blk" and parts[1].isdigit():
+        return ".".join(parts[2:])
+    return None
+
+
+def _flat(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return (math.prod(shape),)
+
+
+def _unsqueeze_1(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """[rows, kernel] back to the checkpoint's convolution weight [rows, 1, kernel]."""
+    return (shape[0], 1, *shape[1:])
 
 
 def _llama(hyper: Hyper) -> dict:
@@ -152,6 +342,250 @@ def _phi3(hyper: Hyper) -> dict:
     return config
 
 
+_SOFTMAX, _SIGMOID = 1, 2  # gguf's ExpertGatingFuncType
+
+
+def _experts(hyper: Hyper) -> dict:
+    """The expert counts every mixture-of-experts GGUF has."""
+    length = hyper("expert_feed_forward_length")
+    if isinstance(length, list):
+        raise UnsupportedGGUF("per-layer expert sizes are not supported yet")
+    return {
+        "num_experts": int(hyper("expert_count")),
+        "num_experts_per_tok": int(hyper("expert_used_count")),
+        "moe_intermediate_size": int(length),
+    }
+
+
+def _qwen3_moe(hyper: Hyper) -> dict:
+    # llama.cpp's qwen3moe makes every layer a mixture and always renormalizes the chosen
+    # experts' weights (Qwen3-30B-A3B's norm_topk_prob); mlx-lm reads both from the config.
+    return _experts(hyper) | {
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "norm_topk_prob": True,
+    }
+
+
+def _gpt_oss(hyper: Hyper) -> dict:
+    # llama.cpp alternates a sliding layer and a global one, sliding first (its SWA pattern
+    # of 2), which is also mlx-lm's default for gpt-oss; it is written out so that a file
+    # with another count of layers cannot silently shift it.
+    layers = int(hyper("block_count"))
+    if hyper.get("attention.sliding_window_pattern") is not None:
+        raise UnsupportedGGUF("gpt-oss with its own sliding window pattern is not supported")
+    if float(hyper.get("rope.freq_base_swa", hyper("rope.freq_base", 10000.0))) != float(
+        hyper("rope.freq_base", 10000.0)
+    ):
+        raise UnsupportedGGUF("gpt-oss with a rope base of its own for sliding layers")
+    return {
+        "num_local_experts": int(hyper("expert_count")),
+        "num_experts_per_tok": int(hyper("expert_used_count")),
+        "intermediate_size": int(hyper("expert_feed_forward_length")),
+        "sliding_window": int(hyper("attention.sliding_window")),
+        "layer_types": [
+            "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)
+        ],
+    }
+
+
+def _sigmoid_experts(hyper: Hyper, gating: int = _SIGMOID) -> dict:
+    """DeepSeek-V3-style routing as mlx-lm's glm4_moe and deepseek_v3 read it. gating: what
+    llama.cpp assumes of a file that does not say."""
+    if int(hyper.get("expert_gating_func", gating)) != _SIGMOID:
+        raise UnsupportedGGUF("only sigmoid expert routing is supported for this architecture")
+    experts = _experts(hyper)
+    shared = int(hyper.get("expert_shared_count", 0) or 0)
+    first_moe = int(hyper.get("leading_dense_block_count", 0) or 0)
+    if hyper.file.tensor(f"blk.{first_moe}.exp_probs_b.bias") is None:
+        raise UnsupportedGGUF("sigmoid routing without its expert bias is not supported")
+    return {
+        "n_routed_experts": experts["num_experts"],
+        "num_experts_per_tok": experts["num_experts_per_tok"],
+        "moe_intermediate_size": experts["moe_intermediate_size"],
+        "n_shared_experts": shared or None,
+        "first_k_dense_replace": first_moe,
+        # llama.cpp scales only by a factor it was given (0: none)
+        "routed_scaling_factor": float(hyper.get("expert_weights_scale", 0.0) or 1.0),
+        "norm_topk_prob": bool(hyper.get("expert_weights_norm", False)),
+        # llama.cpp first keeps the best expert groups when the file has groups
+        "n_group": int(hyper.get("expert_group_count", 1) or 1),
+        "topk_group": int(hyper.get("expert_group_used_count", 1) or 1),
+    }
+
+
+def _glm4_moe(hyper: Hyper) -> dict:
+    if any(hyper.get("rope.dimension_sections") or []):
+        raise UnsupportedGGUF("GLM-4.5 with multimodal rope sections is not supported")
+    file = hyper.file
+    return _sigmoid_experts(hyper) | {
+        "partial_rotary_factor": int(hyper("rope.dimension_count")) / _head_dim(hyper),
+        "use_qk_norm": file.tensor("blk.0.attn_q_norm.weight") is not None,
+        "attention_bias": file.tensor("blk.0.attn_q.bias") is not None,
+        "rope_scaling": _rope_scaling(hyper),  # mlx-lm requires the key
+    }
+
+
+def _deepseek2(hyper: Hyper) -> dict:
+    file = hyper.file
+    if file.tensor("output.weight") is None:
+        raise UnsupportedGGUF("deepseek2 with tied embeddings is not supported")
+    if hyper.get("attention.temperature_scale"):
+        raise UnsupportedGGUF("deepseek2 with attention temperature tuning is not supported")
+    key_length = int(hyper("attention.key_length_mla"))
+    rope = int(hyper("rope.dimension_count"))
+    has_q_lora = file.tensor("blk.0.attn_q_a.weight") is not None
+    # DeepSeek-V2's files may not say: llama.cpp takes them for softmax routing
+    return _sigmoid_experts(hyper, gating=_SOFTMAX) | {
+        # the file says one key/value head: the latent attention as llama.cpp computes it
+        "num_key_value_heads": int(hyper("attention.head_count")),
+        "head_dim": key_length,
+        "kv_lora_rank": int(hyper("attention.kv_lora_rank")),
+        "q_lora_rank": int(hyper("attention.q_lora_rank")) if has_q_lora else None,
+        "qk_rope_head_dim": rope,
+        "qk_nope_head_dim": key_length - rope,
+        "v_head_dim": int(hyper("attention.value_length_mla")),
+        "moe_layer_freq": 1,
+        "topk_method": "noaux_tc",
+        "scoring_func": "sigmoid",
+    }
+
+
+def _lfm2(hyper: Hyper) -> dict:
+    if int(hyper.get("attention.sliding_window", 0) or 0):
+        raise UnsupportedGGUF("LFM2 with a sliding window is not supported")
+    hidden, heads = int(hyper("embedding_length")), int(hyper("attention.head_count"))
+    if _head_dim(hyper) != hidden // heads:
+        raise UnsupportedGGUF("LFM2 with a head size other than hidden / heads")
+    ff = int(hyper("feed_forward_length"))
+    return {
+        "layer_types": [
+            "full_attention" if attends else "conv" for attends in attention_layers(hyper)
+        ],
+        "norm_eps": float(hyper("attention.layer_norm_rms_epsilon")),
+        "conv_L_cache": int(hyper("shortconv.l_cache")),
+        "conv_bias": hyper.file.tensor("blk.0.shortconv.in_proj.bias") is not None,
+        # the converter stored the size after LFM2's own adjustment: none to do again
+        "block_dim": hidden,
+        "block_ff_dim": ff,
+        "block_auto_adjust_ff_dim": False,
+        "block_multiple_of": 1,
+        "block_ffn_dim_multiplier": None,
+    }
+
+
+def _granite_hybrid(hyper: Hyper) -> dict:
+    file = hyper.file
+    if hyper.get("rope.scaling.finetuned", True):
+        # llama.cpp's switch for rope: Bamba's, whose Q/K rows the converter permuted
+        raise UnsupportedGGUF("granitehybrid with rope (Bamba) is not supported")
+    groups, inner = int(hyper("ssm.group_count")), int(hyper("ssm.inner_size"))
+    if groups != 1:
+        # llama.cpp normalizes the gated output per group, mlx-lm over all of it
+        raise UnsupportedGGUF("granitehybrid with more than one Mamba group is not supported")
+    heads = int(hyper("ssm.time_step_rank"))
+    hidden, attention_heads = int(hyper("embedding_length")), int(hyper("attention.head_count"))
+    if _head_dim(hyper) != hidden // attention_heads:
+        raise UnsupportedGGUF("granitehybrid with a head size other than hidden / heads")
+    return {
+        "layer_types": ["attention" if attends else "mamba" for attends in attention_layers(hyper)],
+        "position_embedding_type": "nope",
+        "embedding_multiplier": float(hyper.get("embedding_scale", 0.0) or 1.0),
+        "residual_multiplier": float(hyper.get("residual_scale", 0.0) or 1.0),
+        "logits_scaling": float(hyper.get("logit_scale", 0.0) or 1.0),
+        "attention_multiplier": float(
+            hyper.get("attention.scale", 0.0) or _head_dim(hyper) ** -0.5
+        ),
+        "attention_bias": _any_layer_has(file, "attn_q.bias"),
+        "mamba_n_heads": heads,
+        "mamba_d_head": inner // heads,
+        "mamba_d_state": int(hyper("ssm.state_size")),
+        "mamba_d_conv": int(hyper("ssm.conv_kernel")),
+        "mamba_n_groups": groups,
+        "mamba_conv_bias": _any_layer_has(file, "ssm_conv1d.bias"),
+        "mamba_proj_bias": _any_layer_has(file, "ssm_in.bias"),
+        # llama.cpp puts no bounds on the time step
+        "time_step_limit": [0.0, 1e30],
+    } | _granite_experts(hyper)
+
+
+def _granite_experts(hyper: Hyper) -> dict:
+    if not int(hyper.get("expert_count", 0) or 0):
+        return {}
+    shared = int(hyper.get("expert_shared_feed_forward_length", 0) or 0)
+    if not shared:
+        raise UnsupportedGGUF("granitehybrid with experts but no shared expert")
+    return {
+        "num_local_experts": int(hyper("expert_count")),
+        "num_experts_per_tok": int(hyper("expert_used_count")),
+        "shared_intermediate_size": shared,
+    }
+
+
+def _qwen3_next(hyper: Hyper) -> dict:
+    interval = int(hyper.get("full_attention_interval", 4) or 4)
+    layers = main_layers(hyper.file, ARCHITECTURES["qwen3next"])
+    recurrent = hyper.get("attention.recurrent_layers")
+    expected = [(i + 1) % interval != 0 for i in range(layers)]
+    if recurrent is not None and [bool(r) for r in recurrent[:layers]] != expected:
+        raise UnsupportedGGUF("Qwen3-Next whose attention layers are not every n-th")
+    head_dim = _head_dim(hyper)
+    value_heads = int(hyper("ssm.time_step_rank"))
+    shared = int(hyper.get("expert_shared_feed_forward_length", 0) or 0)
+    if not shared:
+        raise UnsupportedGGUF("Qwen3-Next without a shared expert is not supported")
+    return _experts(hyper) | {
+        "full_attention_interval": interval,
+        "partial_rotary_factor": int(hyper("rope.dimension_count")) / head_dim,
+        "linear_num_value_heads": value_heads,
+        "linear_num_key_heads": int(hyper("ssm.group_count")),
+        "linear_key_head_dim": int(hyper("ssm.state_size")),
+        "linear_value_head_dim": int(hyper("ssm.inner_size")) // value_heads,
+        "linear_conv_kernel_dim": int(hyper("ssm.conv_kernel")),
+        "shared_expert_intermediate_size": shared,
+        # llama.cpp makes every layer a mixture and renormalizes the chosen experts' weights
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "norm_topk_prob": True,
+    }
+
+
+def _qwen3_next_rows(hyper: Hyper, key: str) -> tuple | None:
+    """Where attn_qkv's and attn_gate's rows go in in_proj_qkvz: per key head, its q, k,
+    then its value heads' v and z."""
+    if key not in ("attn_qkv.weight", "attn_gate.weight"):
+        return None
+    key_heads, key_dim = int(hyper("ssm.group_count")), int(hyper("ssm.state_size"))
+    per_head = int(hyper("ssm.inner_size")) // key_heads  # v (or z) rows per key head
+    block = 2 * key_dim + 2 * per_head
+    if key == "attn_gate.weight":
+        return tuple((h * per_head, h * block + 2 * key_dim + per_head, per_head)
+                     for h in range(key_heads))  # fmt: skip
+    return tuple(
+        segment
+        for h in range(key_heads)
+        for segment in (
+            (h * key_dim, h * block, key_dim),
+            ((key_heads + h) * key_dim, h * block + key_dim, key_dim),
+            (2 * key_heads * key_dim + h * per_head, h * block + 2 * key_dim, per_head),
+        )
+    )
+
+
+def _row(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return shape if len(shape) == 2 else (1, shape[-1])
+
+
+def _unsqueeze_last(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """[channels, kernel] as mlx-lm's convolution weight [channels, kernel, 1]: mlx-lm's
+    qwen3_next moves the axis only for checkpoints with unstacked experts."""
+    return (*shape, 1)
+
+
+def _any_layer_has(file: GGUFFile, key: str) -> bool:
+    return any(_layer_key(tensor.name) == key for tensor in file.tensors)
+
+
 ARCHITECTURES = {
     arch.gguf_name: arch
     for arch in (
@@ -166,6 +600,77 @@ ARCHITECTURES = {
         ),
         Architecture("qwen2", "qwen2", "Qwen2ForCausalLM", _LLAMA_LAYER, lambda h: {}),
         Architecture("qwen3", "qwen3", "Qwen3ForCausalLM", _LLAMA_LAYER | _QK_NORM, lambda h: {}),
+        Architecture("qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM", _QWEN3_MOE_LAYER, _qwen3_moe),
+        Architecture(
+            "gpt-oss",
+            "gpt_oss",
+            "GptOssForCausalLM",
+            _GPT_OSS_LAYER,
+            _gpt_oss,
+            layer_params={"attn_sinks.weight": "self_attn.sinks"},
+        ),
+        Architecture(
+            "glm4moe",
+            "glm4_moe",
+            "Glm4MoeForCausalLM",
+            _GLM4_MOE_LAYER,
+            _glm4_moe,
+            layer_params=_ROUTER_BIAS,
+            float_only=("ffn_gate_inp",),
+        ),
+        Architecture(
+            "deepseek2",
+            "deepseek_v3",
+            "DeepseekV3ForCausalLM",
+            _DEEPSEEK2_LAYER,
+            _deepseek2,
+            layer_params=_ROUTER_BIAS,
+            float_only=("ffn_gate_inp",),
+        ),
+        Architecture(
+            "lfm2",
+            "lfm2",
+            "Lfm2ForCausalLM",
+            _LFM2_LAYER,
+            _lfm2,
+            tied_only=True,
+            # LFM2's final norm, which llama.cpp names after the embeddings
+            top_names={"token_embd_norm": "model.embedding_norm"},
+            shapes={"shortconv.conv.weight": _unsqueeze_1},
+            hybrid=True,
+        ),
+        Architecture(
+            "granitehybrid",
+            "granitemoehybrid",
+            "GraniteMoeHybridForCausalLM",
+            _GRANITE_HYBRID_LAYER,
+            _granite_hybrid,
+            layer_params=_MAMBA2_PARAMS,
+            # The converter unsqueezed A and D to [heads, 1], stored A = -exp(A_log), split
+            # the gated norm's weight by group and squeezed the convolution's.
+            shapes={
+                "ssm_a": _flat,
+                "ssm_d": _flat,
+                "ssm_norm.weight": _flat,
+                "ssm_conv1d.weight": _unsqueeze_1,
+            },
+            transforms={"ssm_a": lambda a: np.log(-a)},
+            hybrid=True,
+            parts={"ffn_gate_shexp": 0, "ffn_up_shexp": 1},
+        ),
+        Architecture(
+            "qwen3next",
+            "qwen3_next",
+            "Qwen3NextForCausalLM",
+            _QWEN3_NEXT_LAYER,
+            _qwen3_next,
+            layer_params={"ssm_a": "linear_attn.A_log", "ssm_dt.bias": "linear_attn.dt_bias"},
+            # The converter stored A = -exp(A_log) and squeezed the convolution's weight;
+            # it added 1 to the norms, as mlx-lm does when it reads a checkpoint
+            shapes={"ssm_conv1d.weight": _unsqueeze_last, "ffn_gate_inp_shexp.weight": _row},
+            transforms={"ssm_a": lambda a: np.log(-a)},
+            row_segments=_qwen3_next_rows,
+        ),
         Architecture(
             "gemma2", "gemma2", "Gemma2ForCausalLM", _GEMMA_LAYER, _gemma2, 1.0, tied_only=True
         ),
@@ -199,6 +704,31 @@ def architecture_of(file: GGUFFile) -> Architecture:
     return ARCHITECTURES[name]
 
 
+def main_layers(file: GGUFFile, arch: Architecture) -> int:
+    """The layers mlx-lm runs: llama.cpp's block count includes the multi-token prediction
+    layers (GLM-4.5's nextn) appended after them."""
+    hyper = Hyper(file, arch.gguf_name)
+    return int(hyper("block_count")) - int(hyper.get("nextn_predict_layers", 0) or 0)
+
+
+def _kv_heads(hyper: Hyper, arch: Architecture, heads: int) -> int:
+    """One count for every attention layer; a hybrid's list has 0 for its other layers."""
+    kv_heads = hyper("attention.head_count_kv", heads)
+    if not isinstance(kv_heads, list):
+        return int(kv_heads)
+    counts = {int(count) for count in kv_heads if count or not arch.hybrid}
+    if len(counts) != 1:
+        raise UnsupportedGGUF("per-layer key/value head counts are not supported yet")
+    return counts.pop()
+
+
+def attention_layers(hyper: Hyper) -> list[bool]:
+    kv_heads = hyper("attention.head_count_kv")
+    if not isinstance(kv_heads, list):
+        return [True] * int(hyper("block_count"))
+    return [bool(count) for count in kv_heads]
+
+
 def _head_dim(hyper: Hyper) -> int:
     default = int(hyper("embedding_length")) // int(hyper("attention.head_count"))
     return int(hyper.get("attention.key_length", default))
@@ -207,16 +737,15 @@ def _head_dim(hyper: Hyper) -> int:
 def model_config(file: GGUFFile, arch: Architecture, vocab_size: int) -> dict:
     hyper = Hyper(file, arch.gguf_name)
     heads = int(hyper("attention.head_count"))
-    if isinstance(hyper("attention.head_count_kv", heads), list):
-        raise UnsupportedGGUF("per-layer key/value head counts are not supported yet")
+    kv_heads = _kv_heads(hyper, arch, heads)
     config = {
         "architectures": [arch.hf_class],
         "model_type": arch.model_type,
         "hidden_size": int(hyper("embedding_length")),
-        "num_hidden_layers": int(hyper("block_count")),
+        "num_hidden_layers": main_layers(file, arch),
         "intermediate_size": int(hyper("feed_forward_length")),
         "num_attention_heads": heads,
-        "num_key_value_heads": int(hyper("attention.head_count_kv", heads)),
+        "num_key_value_heads": kv_heads,
         "head_dim": _head_dim(hyper),
         "rms_norm_eps": float(hyper("attention.layer_norm_rms_epsilon", 1e-5)),
         "vocab_size": vocab_size,
@@ -244,9 +773,35 @@ def _rope_scaling(hyper: Hyper) -> dict | None:
     if kind == "linear":
         return {"type": "linear", "factor": factor}
     if kind == "yarn":
-        original = int(hyper("rope.scaling.original_context_length"))
-        return {"type": "yarn", "factor": factor, "original_max_position_embeddings": original}
+        return _yarn(hyper, factor)
     raise UnsupportedGGUF(f"rope scaling {kind!r} is not supported (supported: linear, yarn)")
+
+
+def _yarn(hyper: Hyper, factor: float) -> dict:
+    """mlx-lm's YarnRoPE: llama.cpp's YaRN but for its extrapolation mix, which a converter
+    may set. llama.cpp ignores the file's yarn_attn_factor (it derives the scale from the
+    factor, as YarnRoPE does) and multiplies in rope.scaling.attn_factor."""
+    if float(hyper.get("rope.scaling.yarn_ext_factor", 1.0)) != 1.0:
+        raise UnsupportedGGUF("YaRN with an extrapolation factor other than 1 is not supported")
+    if float(hyper.get("rope.scaling.attn_factor", 1.0)) != 1.0:
+        raise UnsupportedGGUF("YaRN with a rope attention factor is not supported")
+    scaling = {
+        "type": "yarn",
+        "factor": factor,
+        "original_max_position_embeddings": int(hyper("rope.scaling.original_context_length")),
+    }
+    log_multiplier = float(hyper.get("rope.scaling.yarn_log_multiplier", 0.0) or 0.0)
+    if log_multiplier and hyper.arch == "deepseek2":
+        # The converter stored 0.1 * mscale_all_dim, and llama.cpp takes mscale to be the same
+        # (DeepSeek's configs have them equal): no rotary scale, the attention's scale squared.
+        mscale = float(np.float32(log_multiplier) / np.float32(0.1))  # as llama.cpp divides
+        scaling |= {"mscale": mscale, "mscale_all_dim": mscale}
+    elif log_multiplier:
+        scaling |= {"mscale": 1.0, "mscale_all_dim": log_multiplier}
+    for key in ("beta_fast", "beta_slow"):
+        if hyper.get(f"rope.scaling.yarn_{key}") is not None:
+            scaling[key] = float(hyper(f"rope.scaling.yarn_{key}"))
+    return scaling
 
 
 def _llama3_factors(params: dict, base: float, dims: int) -> np.ndarray:

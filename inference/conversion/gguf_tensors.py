@@ -2,8 +2,10 @@
 
 GGUF types whose blocks are MLX's affine format in disguise (32 weights, w = scale * q + bias:
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, and Q4_K/Q5_K whose 256-weight super-blocks hold eight such
-groups) are repacked exactly. Every other type the `gguf` package can dequantize is dequantized
-and re-quantized to MLX affine of at least its bits, and the error that adds is measured.
+groups) are repacked exactly, and so is MXFP4 (gpt-oss's experts), into MLX's own mxfp4 mode:
+the same 4-bit E2M1 codes and E8M0 scale per 32 weights. Every other type the `gguf` package
+can dequantize is dequantized and re-quantized to MLX affine of at least its bits, and the
+error that adds is measured.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ FLOAT_TYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 # Types MLX holds exactly, with their bits.
 EXACT_BITS = {"Q4_0": 4, "Q4_1": 4, "Q5_0": 5, "Q5_1": 5, "Q8_0": 8, "Q4_K": 4, "Q5_K": 5}
 SCALES_DTYPE = "float16"  # as mlx-lm's own quantized models
+# Types MLX holds exactly in a mode other than affine: type -> (mode, bits).
+EXACT_MODES = {"MXFP4": ("mxfp4", 4)}
 
 
 def _dequantizable() -> set[str]:
@@ -57,6 +61,7 @@ class Plan:
     bits: int | None = None
     exact: bool = False
     dtype: str = "float32"
+    mode: str = "affine"  # MLX's quantization mode
 
     @property
     def quantized(self) -> bool:
@@ -78,8 +83,22 @@ def plan_for(tensor: TensorInfo, weights: str, quantizable: bool) -> Plan:
         return Plan(source, dtype="float32" if weights == "quantized" else weights)
     if source in EXACT_BITS:
         return Plan(source, bits=EXACT_BITS[source], exact=True)
+    if source in EXACT_MODES:
+        mode, bits = EXACT_MODES[source]
+        return Plan(source, bits=bits, exact=True, mode=mode)
     # At least the source's bits, among the widths the CPU kernels run fast (4 and 8).
     return Plan(source, bits=4 if bits_per_weight(source) < 5 else 8)
+
+
+def common_plan(plans: list[Plan]) -> Plan:
+    """One plan for tensors that become one MLX tensor: theirs when they agree, else the
+    widest of their bits re-quantized (or float32 where one stays float)."""
+    if all(plan == plans[0] for plan in plans):
+        return plans[0]
+    source = "+".join(sorted({plan.source for plan in plans}))
+    if all(plan.quantized and plan.mode == "affine" for plan in plans):
+        return Plan(source, bits=max(plan.bits for plan in plans))
+    return Plan(source, dtype="float32")
 
 
 @dataclass
@@ -115,12 +134,11 @@ def output_layout(tensor: TensorInfo, plan: Plan) -> dict[str, tuple[str, tuple[
     leading, columns = tensor.shape[:-1], tensor.columns
     if not plan.quantized:
         return {"weight": (plan.dtype, tensor.shape)}
+    weight = ("uint32", (*leading, columns * plan.bits // 32))
+    if plan.mode == "mxfp4":  # one E8M0 exponent byte per group, no biases
+        return {"weight": weight, "scales": ("uint8", (*leading, columns // GROUP))}
     groups = (SCALES_DTYPE, (*leading, columns // GROUP))
-    return {
-        "weight": ("uint32", (*leading, columns * plan.bits // 32)),
-        "scales": groups,
-        "biases": groups,
-    }
+    return {"weight": weight, "scales": groups, "biases": groups}
 
 
 def convert_blocks(
@@ -149,6 +167,9 @@ def _convert_rows(
         if transform is not None:
             values = transform(values)
         yield "weight", mx.array(values).astype(getattr(mx, plan.dtype))
+        return
+    if plan.mode == "mxfp4":
+        yield from _mxfp4_rows(raw, values, error)
         return
     if plan.exact:
         codes, scales, biases = _affine_codes(raw, values, plan)
@@ -180,6 +201,26 @@ def _dequantize(raw: np.ndarray, tensor: TensorInfo) -> np.ndarray:
     if kind == GGMLQuantizationType.F16:
         return raw.view(np.float16).astype(np.float32)
     return gguf_quants.dequantize(raw, kind).reshape(raw.shape[0], tensor.columns)
+
+
+def _mxfp4_rows(
+    raw: np.ndarray, values: np.ndarray, error: ErrorStats
+) -> Iterator[tuple[str, object]]:
+    """GGML's MXFP4 block is the scale byte, then 16 bytes whose low nibbles are weights 0-15
+    and high nibbles 16-31; MLX packs weights in order, low nibble first. Codes and scale are
+    the same numbers (GGML's table holds twice E2M1's values and halves the scale)."""
+    import mlx.core as mx
+
+    rows = raw.shape[0]
+    blocks = raw.reshape(rows, -1, 17)
+    scales = np.ascontiguousarray(blocks[..., 0])
+    nibbles = blocks[..., 1:]
+    codes = np.concatenate([nibbles & 0x0F, nibbles >> 4], axis=-1).reshape(rows, -1)
+    packed, scales = mx.array(_pack(codes, 4)), mx.array(scales)
+    restored = mx.dequantize(packed, scales, group_size=GROUP, bits=4, mode="mxfp4")
+    error.add(values, np.array(restored.astype(mx.float32)))
+    yield "weight", packed
+    yield "scales", scales
 
 
 def _affine_codes(

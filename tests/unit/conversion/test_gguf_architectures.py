@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from inference.conversion.gguf import convert_gguf
-from inference.conversion.gguf_file import read_metadata
+from inference.conversion.gguf_file import open_gguf, read_metadata
 from tests.gguf_writer import write_gguf
 
 if TYPE_CHECKING:
@@ -48,17 +48,44 @@ COMMON = {
 }
 
 
+GPT_OSS = {
+    "model_type": "gpt_oss",
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "rope_theta": 150000.0,
+    "intermediate_size": 128,
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+    "sliding_window": 8,
+    "max_position_embeddings": 131072,
+    "tie_word_embeddings": False,
+    "layer_types": ["sliding_attention", "full_attention"],
+    "rope_scaling": {
+        "rope_type": "yarn",
+        "factor": 32.0,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "original_max_position_embeddings": 4096,
+    },
+}
+
+
 @dataclass(frozen=True)
 class Case:
     """A checkpoint: the GGUF architecture llama.cpp's converter gives it, its config.json
     (which mlx-lm's ModelArgs reads too) and the seed of its random weights. Seeds are picked
     among the first few so that no greedy step is a near tie, which llama.cpp's float16
-    attention could decide the other way (the smallest margin is 3x its noise or more)."""
+    attention could decide the other way (the smallest margin is 3x its noise or more), and
+    that no expert choice is one either (a near tie there moves the logits by 1e-2 or
+    more)."""
 
     id: str
     arch: str
     config: dict
     seed: int
+    llama_cpp_tolerance: float = LLAMA_CPP_TOLERANCE
+    weights: str = "float32"  # convert_gguf's: "quantized" keeps what MLX holds exactly
 
 
 CASES = [
@@ -84,6 +111,85 @@ CASES = [
     Case("qwen3", "qwen3", {"model_type": "qwen3", "num_attention_heads": 8,
          "num_key_value_heads": 4, "head_dim": 64, "rope_theta": 1000000.0,
          "rms_norm_eps": 1e-6, "tie_word_embeddings": True}, 0),
+    # Qwen3-30B-A3B style: q/k norms, every layer a mixture of 8 experts choosing 2, the
+    # chosen weights renormalized; llama.cpp stacks the experts as mlx-lm's SwitchGLU does.
+    Case("qwen3moe", "qwen3moe", {"model_type": "qwen3_moe", "num_attention_heads": 4,
+         "num_key_value_heads": 2, "head_dim": 64, "rope_theta": 1000000.0,
+         "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "num_experts": 8,
+         "num_experts_per_tok": 2, "moe_intermediate_size": 128, "decoder_sparse_step": 1,
+         "mlp_only_layers": [], "norm_topk_prob": True}, 1),
+    # gpt-oss-20b style (a bfloat16 copy: float experts): biases everywhere, attention sinks,
+    # a sliding layer (window 8) then a global one, YaRN rope scaling.
+    Case("gpt-oss", "gpt-oss", GPT_OSS, 2),
+    # As OpenAI publishes it: the experts in MXFP4, which the converter copies block for block
+    # and the import keeps in MLX's mxfp4 mode. llama.cpp rounds the activations those
+    # experts multiply to 8 bits (Q8_0): about 8e-3 of the logits' scale.
+    Case("gpt-oss-mxfp4", "gpt-oss", GPT_OSS | {"quantization_config": {"quant_method": "mxfp4"}},
+         15, llama_cpp_tolerance=1.5e-2, weights="quantized"),
+    # GLM-4.5 style: a dense first layer, then 8 experts with a shared one, sigmoid routing
+    # with a bias on the choice, renormalized and scaled; q/k/v biases and norms, half the
+    # head rotated; a multi-token prediction layer after the others, which is left out.
+    Case("glm4moe", "glm4moe", {"model_type": "glm4_moe", "num_attention_heads": 4,
+         "num_key_value_heads": 2, "head_dim": 64, "partial_rotary_factor": 0.5,
+         "rope_theta": 1000000.0, "rope_scaling": None, "attention_bias": True,
+         "use_qk_norm": True, "n_routed_experts": 8, "num_experts_per_tok": 2,
+         "n_shared_experts": 1, "moe_intermediate_size": 128, "first_k_dense_replace": 1,
+         "routed_scaling_factor": 2.5, "norm_topk_prob": True, "n_group": 1, "topk_group": 1,
+         "num_nextn_predict_layers": 1, "tie_word_embeddings": False}, 0),
+    # DeepSeek-V3 style: latent attention with compressed queries, YaRN (with its attention
+    # scale), a dense first layer, then 8 experts in 2 groups (1 kept) with a shared one.
+    Case("deepseek2", "deepseek2", {"model_type": "deepseek_v3", "num_attention_heads": 4,
+         "num_key_value_heads": 4, "q_lora_rank": 64, "kv_lora_rank": 64,
+         "qk_rope_head_dim": 32, "qk_nope_head_dim": 64, "v_head_dim": 64,
+         "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
+         "n_shared_experts": 1, "moe_intermediate_size": 128, "first_k_dense_replace": 1,
+         "routed_scaling_factor": 2.5, "norm_topk_prob": True, "scoring_func": "sigmoid",
+         "topk_method": "noaux_tc", "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
+         "max_position_embeddings": 163840, "tie_word_embeddings": False,
+         "rope_scaling": {"type": "yarn", "factor": 40.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                          "mscale": 1.0, "mscale_all_dim": 1.0,
+                          "original_max_position_embeddings": 4096}}, 0),
+    # LFM2 style: a short-convolution layer, then an attention layer with q/k norms; its
+    # feed-forward size adjusted (768 -> 512) before the converter writes it; tied.
+    Case("lfm2", "lfm2", {"model_type": "lfm2", "num_attention_heads": 4,
+         "num_key_value_heads": 2, "norm_eps": 1e-5, "conv_bias": False, "conv_L_cache": 3,
+         "block_dim": 256, "block_ff_dim": 768, "block_multiple_of": 256,
+         "block_ffn_dim_multiplier": 1.0, "block_auto_adjust_ff_dim": True,
+         "layer_types": ["conv", "full_attention"], "rope_theta": 1000000.0,
+         "tie_word_embeddings": True}, 0),
+    # Granite 4.0-H-micro style: Mamba-2 layers (8 heads of 64, one group) and an attention
+    # layer without rope, Granite's multipliers; dense feed-forward, tied.
+    Case("granitehybrid", "granitehybrid", {"model_type": "granitemoehybrid",
+         "num_attention_heads": 4, "num_key_value_heads": 2, "attention_bias": False,
+         "embedding_multiplier": 12.0, "attention_multiplier": 0.015625,
+         "residual_multiplier": 0.5, "logits_scaling": 2.0, "rope_theta": 10000.0,
+         "position_embedding_type": "nope", "num_hidden_layers": 3,
+         "layer_types": ["mamba", "attention", "mamba"], "num_local_experts": 0,
+         "num_experts_per_tok": 0, "mamba_n_heads": 8, "mamba_d_head": 64, "mamba_expand": 2,
+         "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_n_groups": 1,
+         "mamba_conv_bias": True, "mamba_proj_bias": False, "tie_word_embeddings": True}, 0),
+    # Granite 4.0-H-tiny style: the same with 8 experts choosing 2 and a shared expert, whose
+    # gate and up llama.cpp keeps apart and mlx-lm holds as one projection.
+    Case("granitehybrid-moe", "granitehybrid", {"model_type": "granitemoehybrid",
+         "num_attention_heads": 4, "num_key_value_heads": 2, "attention_bias": False,
+         "embedding_multiplier": 12.0, "attention_multiplier": 0.015625,
+         "residual_multiplier": 0.5, "logits_scaling": 2.0, "rope_theta": 10000.0,
+         "position_embedding_type": "nope", "num_hidden_layers": 3,
+         "layer_types": ["mamba", "attention", "mamba"], "num_local_experts": 8,
+         "num_experts_per_tok": 2, "shared_intermediate_size": 256, "intermediate_size": 128,
+         "mamba_n_heads": 8, "mamba_d_head": 64, "mamba_expand": 2, "mamba_d_state": 16,
+         "mamba_d_conv": 4, "mamba_n_groups": 1, "mamba_conv_bias": True,
+         "mamba_proj_bias": False, "tie_word_embeddings": True}, 0),
+    # Qwen3-Next style: a gated delta-net layer (2 key heads, 4 value heads), then a gated
+    # attention layer rotating a quarter of each head; 8 experts and a gated shared one.
+    Case("qwen3next", "qwen3next", {"model_type": "qwen3_next", "num_attention_heads": 4,
+         "num_key_value_heads": 2, "head_dim": 64, "partial_rotary_factor": 0.25,
+         "full_attention_interval": 2, "linear_num_value_heads": 4, "linear_num_key_heads": 2,
+         "linear_key_head_dim": 32, "linear_value_head_dim": 32, "linear_conv_kernel_dim": 4,
+         "num_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 1,
+         "moe_intermediate_size": 128, "shared_expert_intermediate_size": 128,
+         "mlp_only_layers": [], "norm_topk_prob": True, "rope_theta": 1000000.0,
+         "rms_norm_eps": 1e-6, "tie_word_embeddings": False}, 0),
     # Gemma 2: four norms a layer, attention and final soft-capping. Its sliding window
     # (4096, as the real ones) is longer than the test: mlx-lm has none.
     Case("gemma2", "gemma2", {"model_type": "gemma2", "num_attention_heads": 8,
@@ -116,6 +222,7 @@ class Outcome:
     greedy: list[int]
     margins: list[float]  # top-1 minus top-2 logit at each greedy step
     llama_cpp: dict  # llama-reference's JSON: argmax, last_logits, greedy
+    llama_cpp_tolerance: float
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +241,7 @@ def outcome(request, tokenizer_metadata, llama_tools, tmp_path_factory) -> Itera
     original = build_model(config, case.seed)
     weights = {name: np.array(value) for name, value in _parameters(original).items()}
     source = write_gguf(folder / "model.gguf", case.arch, config, weights, tokenizer_metadata)
-    imported, _ = load_model(convert_gguf(source, folder / "imported", weights="float32").path)
+    imported, _ = load_model(convert_gguf(source, folder / "imported", weights=case.weights).path)
     greedy, margins = greedy_decode(imported, PROMPT, GREEDY)
     yield Outcome(
         original_logits=prompt_logits(original, PROMPT),
@@ -142,6 +249,7 @@ def outcome(request, tokenizer_metadata, llama_tools, tmp_path_factory) -> Itera
         greedy=greedy,
         margins=margins,
         llama_cpp=llama_reference(llama_tools, source, PROMPT, GREEDY),
+        llama_cpp_tolerance=case.llama_cpp_tolerance,
     )
     shutil.rmtree(folder)  # a few hundred MB of float32 per case
 
@@ -161,7 +269,7 @@ def test_last_logits_close_to_llama_cpp(outcome: Outcome):
     scale = np.abs(reference).max()
     difference = np.abs(outcome.imported_logits[-1] - reference).max()
     message = f"max diff {difference:.3g}, scale {scale:.3g}"
-    assert difference <= LLAMA_CPP_TOLERANCE * scale, message
+    assert difference <= outcome.llama_cpp_tolerance * scale, message
 
 
 # Building and running the models, and asking llama.cpp.
@@ -186,6 +294,8 @@ def build_model(config: dict, seed: int) -> nn.Module:
         name: mx.array(_random(name, param.shape, rng, config))
         for name, param in _parameters(model).items()
     }
+    if (config.get("quantization_config") or {}).get("quant_method") == "mxfp4":
+        values = {name: _mxfp4_values(name, value) for name, value in values.items()}
     model.update(tree_unflatten(list(values.items())))
     mx.eval(model.parameters())
     return model
@@ -202,7 +312,7 @@ def _random(
     if config.get("final_logit_softcapping"):
         final_norm /= 2  # logits about the cap, where tanh still tells them apart
     if name.endswith("norm.weight"):
-        scale = final_norm if name == "model.norm.weight" else 1.0
+        scale = final_norm if name in ("model.norm.weight", "model.embedding_norm.weight") else 1.0
         values = scale * (1 + 0.2 * rng.standard_normal(shape, dtype=np.float32))
         # Gemma's norms hold w and scale by 1 + w
         return values - 1 if config["model_type"].startswith("gemma") else values
@@ -212,6 +322,16 @@ def _random(
     if "embed_tokens" in name or "lm_head" in name:
         return embedding * values
     return values / np.sqrt(shape[-1])
+
+
+def _mxfp4_values(name: str, values: mx.array) -> mx.array:
+    import mlx.core as mx
+
+    if ".mlp.experts." not in name or not name.endswith(".weight"):
+        return values
+    packed, scales = mx.quantize(values, group_size=32, bits=4, mode="mxfp4")
+    restored = mx.dequantize(packed, scales, group_size=32, bits=4, mode="mxfp4")
+    return restored.astype(values.dtype)
 
 
 def _parameters(model: nn.Module) -> dict[str, mx.array]:
@@ -247,3 +367,66 @@ def llama_reference(tools: Path, model: Path, prompt: list[int], count: int) -> 
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout)
+
+
+# Quantized mixtures of experts, as people download them: llama-quantize's types for the
+# stacked experts (3-D, kept exactly) and the rest. llama.cpp computes them with activations
+# rounded to 8 bits, about 2e-2 of the logits' scale, which can tip an expert choice that the
+# float model makes narrowly (then a token moves by several logits): the seeds are ones
+# without such a choice in the first tokens, which are all that is compared.
+QUANTIZED = [
+    ("qwen3moe", "Q4_K_M", 1),
+    ("glm4moe", "Q8_0", 0),
+    ("deepseek2", "Q8_0", 3),
+    ("granitehybrid-moe", "Q8_0", 0),
+    # attn_qkv in Q8_0 beside attn_gate in Q4_K, which become one 8-bit in_proj_qkvz
+    ("qwen3next", "Q4_K_M", 1),
+]
+QUANTIZED_GREEDY = 8
+
+
+@pytest.mark.parametrize(("case_id", "kind", "seed"), QUANTIZED, ids=[q[0] for q in QUANTIZED])
+def test_quantized_experts_match_llama_cpp(
+    case_id: str, kind: str, seed: int, tokenizer_metadata, llama_tools, tmp_path
+):
+    from mlx_lm.utils import load_model
+
+    case = next(case for case in CASES if case.id == case_id)
+    config = {**COMMON, **case.config}
+    model = build_model(config, seed)
+    weights = {name: np.array(value) for name, value in _parameters(model).items()}
+    source = write_gguf(tmp_path / "f32.gguf", case.arch, config, weights, tokenizer_metadata)
+    quantized = tmp_path / f"{kind}.gguf"
+    command = [str(llama_tools / "llama-quantize"), str(source), str(quantized), kind, "2"]
+    subprocess.run(command, check=True, capture_output=True)
+    converted = convert_gguf(quantized, tmp_path / "imported")
+    types = converted.report["types"]
+    stacked = {t.type_name for t in open_gguf(quantized).tensors if len(t.shape) == 3}
+    assert stacked and not stacked & {"F32", "F16"}, stacked  # the experts are quantized
+    imported, _ = load_model(converted.path)
+    greedy, margins = greedy_decode(imported, PROMPT, QUANTIZED_GREEDY)
+    reference = llama_reference(llama_tools, quantized, PROMPT, QUANTIZED_GREEDY)
+    assert greedy == reference["greedy"], f"our margins {margins}, types {types}"
+
+
+# What mlx-lm computes differently from llama.cpp is refused, not imported wrong.
+REFUSED = [
+    ("deepseek2", {"scoring_func": "softmax"}, "only sigmoid expert routing"),
+    ("granitehybrid", {"position_embedding_type": "rope"}, "with rope"),
+    ("granitehybrid", {"mamba_n_groups": 2}, "more than one Mamba group"),
+]
+
+
+@pytest.mark.parametrize(("case_id", "change", "message"), REFUSED, ids=[r[2] for r in REFUSED])
+def test_refuses_what_mlx_lm_computes_otherwise(
+    case_id: str, change: dict, message: str, tokenizer_metadata, tmp_path
+):
+    from inference.conversion.gguf import UnsupportedGGUF
+
+    case = next(case for case in CASES if case.id == case_id)
+    config = {**COMMON, **case.config, **change}
+    weights = {name: np.array(value) for name, value in _parameters(build_model(config, 0)).items()}
+    source = write_gguf(tmp_path / "model.gguf", case.arch, config, weights, tokenizer_metadata)
+    with pytest.raises(UnsupportedGGUF, match=message):
+        convert_gguf(source, tmp_path / "imported")
+    assert not (tmp_path / "imported").exists()
