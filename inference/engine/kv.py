@@ -6,13 +6,13 @@
 - "float16": float16 K/V everywhere: mlx-lm's cache classes, casting what comes in, and
   keeping their float16 class through merge, extend, filter and extract.
 - "8bit" / "4bit": MLX's affine quantized layout (kv_quantized.py), for the plain KVCache
-  layers (inside a CacheList too), group 64, or 32 where a width needs it (an MLA rope part
-  32 wide). The widths come from the caches themselves (`KVLayout`). Attention takes the
-  packed K/V as they are (engine/attention.py tells them by their shapes: sinks and KV-shared
-  layers included); a model whose code works on its cached K/V itself (MLA's latent) gets
-  them widened per step (`DequantizedKV`). Sliding-window layers stay float16, bounded by
-  their window, and `describe()` says so. A model with no plain K/V layer, or widths no
-  group divides, is refused at load (`KVRefused`): never a silent float16.
+  layers (inside a CacheList too) and sliding windows (kv_window.py), group 64, or 32 where a
+  width needs it (an MLA rope part 32 wide). The widths come from the caches themselves
+  (`KVLayout`). Attention takes the packed K/V as they are (engine/attention.py tells them by
+  their shapes: sinks and KV-shared layers included); a model whose code works on its cached
+  K/V itself (MLA's latent) gets them widened per step (`DequantizedKV`). Other K/V layers
+  stay float16, and `describe()` says so. A model with no attention K/V, or widths no group
+  divides, is refused at load (`KVRefused`): never a silent float16.
 
 Layers that hold no K/V (ArraysCache of hybrid models) are left as the model makes them.
 """
@@ -38,6 +38,7 @@ from mlx_lm.models.cache import (
 
 from inference.engine import attention
 from inference.engine.kv_quantized import GROUP_SIZE, DequantizedKV, QuantizedKV, widest_group
+from inference.engine.kv_window import QuantizedWindowKV
 from inference.engine.types import EngineError, ErrorKind
 
 log = logging.getLogger(__name__)
@@ -192,11 +193,12 @@ class KVLayout:
 
     def group_for(self) -> int | None:
         """The quantization group every plain K/V layer's widths take (None: none fits)."""
-        widths = [w for name, k, v in self.kv_widths() if name in _PLAIN for w in (k, v)]
+        widths = [w for name, k, v in self.kv_widths() if name in _QUANTIZED for w in (k, v)]
         return widest_group(*widths) if widths else None
 
 
-_PLAIN = {"KVCache"}  # layers the quantized formats replace (windows are kept float16)
+# The layers the quantized formats replace: plain K/V and sliding windows (kv_window.py).
+_QUANTIZED = {"KVCache", "RotatingKVCache"}
 
 
 def _layer_widths(cache: Any) -> Any:
@@ -248,13 +250,13 @@ class KVFormat:
         """The group the layers' widths take, and whether the model's code attends over packed
         K/V as they are; refused (KVRefused) where quantized K/V cannot apply at all."""
         widths = layout.kv_widths()
-        plain = [(k, v) for name, k, v in widths if name in _PLAIN]
-        if not plain:
-            held = sorted({name for name, _, _ in widths}) or ["recurrent state only"]
-            raise KVRefused(self.kind, f"the model has no full-attention K/V layers ({held})")
+        held = [(k, v) for name, k, v in widths if name in _QUANTIZED]
+        if not held:
+            kinds = sorted({name for name, _, _ in widths}) or ["recurrent state only"]
+            raise KVRefused(self.kind, f"the model has no attention K/V layers ({kinds})")
         group = layout.group_for()
         if group is None:
-            shown = sorted({w for pair in plain for w in pair})
+            shown = sorted({w for pair in held for w in pair})
             raise KVRefused(self.kind, f"its K/V widths {shown} are not multiples of 32")
         self.group = group
         attention.install(self.model)  # tells packed K/V by their own shapes
@@ -295,14 +297,13 @@ class KVFormat:
         parts = [f"group {self.group}"]
         if self.dequantize:
             parts.append("widened per step for its attention code")
-        windows = self._kept_float16()
-        if windows:
-            parts.append(f"{windows} float16")
+        # Windows are packed unless the model's code works on its K/V itself (kv_window.py
+        # hands back packed tuples only).
+        packed = {"KVCache"} if self.dequantize else _QUANTIZED
+        kept = sorted({name for name, _, _ in self.layout.kv_widths()} - packed)
+        if kept:
+            parts.append(f"{', '.join(kept)} layers float16")
         return f"{self.kind} ({'; '.join(parts)})"
-
-    def _kept_float16(self) -> str:
-        kept = sorted({name for name, _, _ in self.layout.kv_widths()} - _PLAIN)
-        return ", ".join(f"{name} layers" for name in kept)
 
     def make(self) -> list[Any]:
         layers = make_prompt_cache(self.model)
@@ -315,6 +316,8 @@ class KVFormat:
         if self.bits and type(layer) is KVCache:
             made = DequantizedKV if self.dequantize else QuantizedKV
             return made(self.group, self.bits)
+        if self.bits and type(layer) is RotatingKVCache and not self.dequantize:
+            return QuantizedWindowKV(layer.max_size, self.group, self.bits, layer.keep)
         if isinstance(layer, CacheList):
             layer.caches = tuple(self.convert(c) for c in layer.caches)
             return layer

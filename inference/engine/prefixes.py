@@ -23,6 +23,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import (
     CacheList,
     LRUPromptCache,
+    _BaseCache,
     can_trim_prompt_cache,
     trim_prompt_cache,
 )
@@ -45,8 +46,9 @@ def share(layer: Any) -> Any:
         return twin
     twin = copy.copy(layer)
     for name, value in vars(layer).items():
-        if isinstance(value, list):  # ArraysCache's slots are written in place
-            setattr(twin, name, list(value))
+        if isinstance(value, list):  # ArraysCache's slots are written in place; a packed
+            # window's parts (kv_window.py) are caches, each shared the same way
+            setattr(twin, name, [share(v) if isinstance(v, _BaseCache) else v for v in value])
         elif isinstance(value, mx.array):
             setattr(twin, name, _own(value))
         elif isinstance(value, tuple) and all(isinstance(x, mx.array) for x in value):

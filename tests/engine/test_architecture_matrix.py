@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import mlx.core as mx
 import pytest
+from mlx_lm import load
 
+from inference.engine import compute_format
 from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
 from inference.engine.kv import NATIVE, KVFormat
 from inference.engine.pool import LoadedModel, ModelPool
-from inference.engine.types import Done, EngineError, ModelSpec
+from inference.engine.types import Delta, Done, EngineError, ModelSpec, SamplingParams
 from tests.architectures import ARCHITECTURES
 from tests.helpers import collect, start_job
 from tests.unit.engine.jobs import greedy, make_sequence
@@ -41,6 +44,7 @@ SHORT = "Hello there, how are you today?"
 OTHER = "The quick brown fox jumps over the lazy dog, again and again, and then it rests."
 NGRAM = {"speculative": "ngram", "draft_tokens": 4}
 FORMATS = (NATIVE, "float16", "8bit", "4bit")
+TOP = 5
 
 
 @pytest.fixture(scope="module")
@@ -139,8 +143,28 @@ def test_every_kv_format_runs_and_says_what_it_is(models, name, kind):
     assert described.startswith(kind)
     if kind in ("8bit", "4bit"):
         assert isinstance(runner.kv, KVFormat) and runner.kv.bits == int(kind[0])
-        if "sliding" in ARCHITECTURES[name].kinds:
-            assert "RotatingKVCache layers float16" in described
+        assert described.startswith(f"{kind} (group ") and "float16" not in described
+        made = {type(layer).__name__ for layer in runner.kv.make()}
+        if "sliding" in ARCHITECTURES[name].kinds:  # the windows are packed too
+            assert "QuantizedWindowKV" in made
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_prompt_pass_log_probabilities_are_mlx_lm_float32_s(models, architecture_dir, name):
+    # The engine as it serves (compute format auto, its CPU kernels, float16 K/V) against
+    # mlx-lm's float32 reference on the same 4-bit weights: within 0.02 nats.
+    loaded = models(name)
+    reference, _ = load(str(architecture_dir(name)))
+    reference = compute_format.convert(reference, "float32")
+    ids = ids_of(loaded, PROMPT)
+    logits = reference(mx.array([ids]))[0, -1].astype(mx.float32)
+    expected = sorted((logits - mx.logsumexp(logits)).tolist(), reverse=True)[:TOP]
+    params = SamplingParams(temperature=0, max_tokens=1, logprobs=True, top_logprobs=TOP)
+    (outcome,) = run(ModelRunner(loaded, NO_CACHE), make_sequence(loaded, ids, params))
+    (first,) = [t for e in outcome.events if isinstance(e, Delta) for t in e.logprobs]
+    ours = sorted((c.logprob for c in first.top), reverse=True)
+    assert len(ours) == TOP
+    assert max(abs(a - b) for a, b in zip(ours, expected, strict=True)) <= 0.02
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -31,6 +31,7 @@ from inference.engine.kv import (
     batch_of_one,
 )
 from inference.engine.kv_quantized import BatchQuantizedKVCache, QuantizedKV
+from inference.engine.kv_window import QuantizedWindowKV
 from inference.engine.pool import LoadedModel, ModelPool
 from inference.engine.types import ModelSpec
 from tests.helpers import build_tiny_model
@@ -183,12 +184,16 @@ def test_the_prefix_cache_reuses_every_format(models, kind):
     assert third.tokens == first.tokens
 
 
-def test_layers_that_are_not_plain_kv_stay_float16_or_as_they_are(models):
+def test_every_kv_layer_is_packed_and_state_is_left_as_it_is(models):
     made = KVFormat(models["wide"].model, "4bit")
     assert made.kind == "4bit" and type(made.make()[0]) is QuantizedKV
-    # A CacheList's plain K/V is quantized as any other; its window stays float16.
+    # A CacheList's K/V and window are quantized as any others (kv_window.py).
     pair = made.convert(CacheList(KVCache(), RotatingKVCache(max_size=8)))
-    assert [type(c) for c in pair.caches] == [QuantizedKV, Float16RotatingKVCache]
+    assert [type(c) for c in pair.caches] == [QuantizedKV, QuantizedWindowKV]
+    assert (pair.caches[1].max_size, pair.caches[1].bits) == (8, 4)
+    # Where the model's code works on its K/V itself, windows stay float16 (and it says so).
+    made.dequantize = True
+    assert type(made.convert(RotatingKVCache(max_size=8))) is Float16RotatingKVCache
     state = ArraysCache(2)
     assert made.convert(state) is state and type(state) is ArraysCache
 

@@ -21,6 +21,7 @@ from mlx_lm.models.cache import CacheList, KVCache, RotatingKVCache
 from inference.engine import kv_file, prefix_disk
 from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
+from inference.engine.kv_window import QuantizedWindowKV
 from inference.engine.pool import LoadedModel, ModelPool
 from inference.engine.prefix_disk import QUEUE_SIZE, PrefixDisk, model_key
 from inference.engine.sequence import Sequence
@@ -45,15 +46,19 @@ def kv_layer(tokens: int, dtype: mx.Dtype = mx.float32, seed: int = 0) -> KVCach
 
 def kv_cache(tokens: int, seed: int = 0) -> list:
     """One layer of each kind the tier must carry: float32, bfloat16, 8-bit quantized
-    ((packed, scales, biases) tuples), nested (CacheList), and a rotating window."""
+    ((packed, scales, biases) tuples), nested (CacheList), a rotating window, and a 4-bit one
+    (three rotating caches in step, kv_window.py)."""
     window = RotatingKVCache(max_size=64, keep=4)
     window.update_and_fetch(mx.ones((1, 2, 10, 32)), mx.ones((1, 2, 10, 32)))
+    packed_window = QuantizedWindowKV(16, 32, 4)
+    packed_window.update_and_fetch(*(mx.random.normal((1, 2, 20, 32)) for _ in "kv"))
     return [
         kv_layer(tokens, seed=seed),
         kv_layer(tokens, mx.bfloat16, seed=seed + 1),
         kv_layer(tokens, seed=seed + 2).to_quantized(group_size=32, bits=8),
         CacheList(kv_layer(tokens, seed=seed + 3), kv_layer(tokens, seed=seed + 4)),
         window,
+        packed_window,
     ]
 
 
@@ -71,6 +76,8 @@ def held(layer) -> object:
         return [held(c) for c in layer.caches]
     if isinstance(layer, RotatingKVCache):
         return layer.state
+    if isinstance(layer, QuantizedWindowKV):
+        return [held(c) for c in layer.caches] + [layer.meta_state]
     end = layer.offset
     return [[x[..., :end, :] for x in (part if isinstance(part, (tuple, list)) else (part,))]
             for part in (layer.keys, layer.values)] + [end]  # fmt: skip
