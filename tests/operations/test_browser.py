@@ -179,9 +179,11 @@ def test_dashboard_warms_the_model(page, tiny_model, shots):
 
     row.locator("button.warm").click()
     expect(row.locator(".status")).to_have_text("loaded", timeout=WAIT_MS)
-    expect(page.locator(f'#loaded-models tr[data-model="{tiny_model}"]')).to_be_visible(
-        timeout=WAIT_MS
-    )
+    loaded = page.locator(f'#loaded-models tr[data-model="{tiny_model}"]')
+    expect(loaded).to_be_visible(timeout=WAIT_MS)
+    # Its KV cache as the engine keeps it, and the context it serves, beside its format.
+    expect(loaded.locator("td").nth(3)).to_have_text(re.compile(r"^(float16|native)$"))
+    expect(loaded.locator("td").nth(4)).to_have_text(re.compile(r"^\d+ tokens$"))
     expect(row.locator("button.warm")).to_be_disabled()
     expect(row.locator("button.unload")).to_be_enabled()
     for card in ("#running", "#queued", "#tokens-per-second"):

@@ -161,7 +161,11 @@ def test_warm_status_unload(client, tiny_entry, settings):
     again = client.post("/control/models/tiny-ctl/warm", **auth(settings)).json()
     assert again["already_loaded"] is True
     status = client.get("/control/pool", **auth(settings)).json()
-    assert "tiny-ctl" in [m["id"] for m in status["models"]]
+    (model,) = [m for m in status["models"] if m["id"] == "tiny-ctl"]
+    # What it computes with: its KV cache as it really is (auto on a CPU with the kernels:
+    # float16, else the model's own), and the context it serves.
+    assert model["kv_cache"] in ("float16", "native")
+    assert model["context_length"] == 512  # the tiny model's max_position_embeddings
     assert {
         "id": "tiny-ctl",
         "enabled": True,
@@ -182,6 +186,8 @@ def test_admin_actions_warm_and_unload(admin_client, tiny_entry, settings):
     data = {"action": "warm", "_selected_action": [tiny_entry.pk]}
     page = admin_client.post(changelist, data, follow=True)
     assert b"Tiny-ctl: loaded in" in page.content  # the admin capitalises messages
+    listed = admin_client.get(changelist).content.decode()
+    assert "tokens of context" in listed  # the KV cache column, as the loaded model has it
     status = admin_client.get("/control/pool").json()
     assert "tiny-ctl" in [m["id"] for m in status["models"]]
     page = admin_client.post(changelist, {**data, "action": "unload"}, follow=True)
