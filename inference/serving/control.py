@@ -85,6 +85,16 @@ def health_document(health: EngineHealth) -> dict:
         "running_sequences": health.running,
         "queued_sequences": health.queued,
         "loaded_models": health.loaded_ids,
+        # What each loaded model computes with: weights, KV cache, context.
+        "models": {
+            m.id: {
+                "compute_format": m.compute_format,
+                "cpu_kernels": m.kernels,
+                "kv_cache": m.kv_cache,
+                "context_length": m.context_length,
+            }
+            for m in health.models
+        },
         "engine_restarts": health.restarts,
         "last_engine_failure": health.last_failure,
         "draining": drain.draining,

@@ -94,6 +94,10 @@ def test_health_tells_the_public_only_ok(server: LiveServer) -> None:
         assert "tiny" not in public.text
     details = server.health(timeout=10)
     assert details["loaded_models"] == ["tiny"] and "blas" in details
+    # What the loaded model computes with, for the operator only.
+    computing = details["models"]["tiny"]
+    assert computing["kv_cache"] in ("float16", "native") and computing["context_length"] > 0
+    assert computing["compute_format"] in ("stored", "float32")
     wrong = httpx.get(f"{server.url}/health", headers={"Authorization": "Bearer nope"})
     assert wrong.json() == {"status": "ok"}  # a probe never fails on a token
 
