@@ -15,7 +15,7 @@ ATTENTION_FREE = frozenset({"mamba", "mamba2", "rwkv", "rwkv6", "rwkv7", "recurr
 QUANTIZED_KV = ("8bit", "4bit")
 
 
-def kv_widths(config: dict) -> set[int]:
+def declared_kv_widths(config: dict) -> set[int]:
     """The widths a model's K/V caches hold, as its config.json declares them: an MLA latent
     and its rope part (DeepSeek, Kimi, GLM-4.7-Flash), else each head's (and Gemma 4's wider
     global heads)."""
@@ -35,7 +35,7 @@ def kv_refusal(config: dict, kind: str) -> str | None:
     text = config.get("text_config") or config
     if text.get("model_type") in ATTENTION_FREE or config.get("model_type") in ATTENTION_FREE:
         return f"{kind} cannot apply: the model has no attention layers to keep K/V for"
-    odd = sorted(w for w in kv_widths(config) if w % 32)
+    odd = sorted(w for w in declared_kv_widths(config) if w % 32)
     if odd:
         return f"{kind} cannot apply: its K/V widths {odd} are not multiples of 32"
     return None

@@ -343,14 +343,14 @@ def test_a_quantized_kv_cache_that_cannot_apply_is_refused_at_save(
 
 
 def test_kv_widths_come_from_the_config():
-    from inference.engine.formats import kv_refusal, kv_widths
+    from inference.engine.formats import declared_kv_widths, kv_refusal
 
-    assert kv_widths({"hidden_size": 576, "num_attention_heads": 9}) == {64}
+    assert declared_kv_widths({"hidden_size": 576, "num_attention_heads": 9}) == {64}
     mla = {"model_type": "deepseek_v3", "kv_lora_rank": 512, "qk_rope_head_dim": 32}
-    assert kv_widths(mla) == {512, 32}
+    assert declared_kv_widths(mla) == {512, 32}
     assert kv_refusal(mla, "8bit") is None  # a 32-wide rope part takes groups of 32
     gemma4 = {"text_config": {"head_dim": 256, "global_head_dim": 512}}
-    assert kv_widths(gemma4) == {256, 512}
+    assert declared_kv_widths(gemma4) == {256, 512}
     assert kv_refusal({"head_dim": 80}, "4bit") == (
         "4bit cannot apply: its K/V widths [80] are not multiples of 32"
     )
