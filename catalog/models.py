@@ -24,6 +24,7 @@ from inference.adapters.toolcalls import syntax_choices
 from inference.engine.drafting import DRAFTERS, MAX_DRAFT_TOKENS
 from inference.engine.formats import COMPUTE_FORMATS, KV_CACHE_FORMATS, kv_refusal
 from inference.engine.types import ModelSpec
+from inference.engine.vocabulary import chunk_context_limit
 
 
 class ModelFamily(models.Model):
@@ -462,12 +463,13 @@ class CatalogModel(models.Model):
                 validate(self.location)
             except ValidationError as exc:
                 raise ValidationError({"location": exc.messages}) from exc
-            self.clean_kv_cache()
+            self.clean_against_config()
         self.clean_aliases()
 
-    def clean_kv_cache(self) -> None:
-        """A quantized KV cache the model's config says cannot apply is refused here, with the
-        reason, rather than when the model loads (a hub repo not yet pulled is checked then)."""
+    def clean_against_config(self) -> None:
+        """What the model's config says cannot apply is refused here, with the reason, rather
+        than when the model loads (a hub repo not yet pulled is checked then): a quantized KV
+        cache, a context past what the engine serves exactly (Llama 4's first chunk)."""
         config_file = Path(self.location) / "config.json"
         if self.source == self.Source.HUGGING_FACE or not config_file.is_file():
             return
@@ -475,9 +477,19 @@ class CatalogModel(models.Model):
             config = json.loads(config_file.read_text())
         except (OSError, ValueError):
             return  # the loader says what is wrong with it
-        reason = kv_refusal(config, self.kv_cache) if isinstance(config, dict) else None
+        if not isinstance(config, dict):
+            return
+        reason = kv_refusal(config, self.kv_cache)
         if reason:
             raise ValidationError({"kv_cache": reason})
+        limit = chunk_context_limit(config)
+        if limit and self.context_length and self.context_length > limit:
+            raise ValidationError(
+                {
+                    "context_length": f"Llama 4 is served within its first attention chunk: "
+                    f"at most {limit} tokens."
+                }
+            )
 
     def clean_adapter(self) -> None:
         try:

@@ -23,7 +23,9 @@ from pathlib import Path
 from tests.helpers import TINY_CONFIG
 
 WINDOW = 16  # sliding window: a 100-token prompt wraps the rotating caches several times
-CHUNK = 32  # llama4's attention_chunk_size
+# llama4's attention_chunk_size: past the matrix's prompts and answers, since the engine serves
+# Llama 4 within its first chunk (engine/chunked.py).
+CHUNK = 512
 
 # Every family shares these: small, but head_dim 64 so that KV quantization with group 64 applies.
 HEAD_DIM = 64

@@ -166,7 +166,8 @@ class KVLayout:
 
     layers: list[Any]  # per cache layer: ("kv", class, key width, value width), nested
     # for a CacheList, or ("state", class) for layers that hold recurrent state
-    unbatched: list[str]  # cache classes with no batched form (mlx-lm's ChunkedKVCache)
+    unbatched: list[str]  # cache classes with no batched form (mlx-lm's ChunkedKVCache, which
+    # engine/chunked.py replaces for Llama 4)
     takes_packed: bool | None = None  # whether its code attends over packed tuples as they are
 
     @classmethod
@@ -183,8 +184,8 @@ class KVLayout:
         if self.unbatched:
             raise EngineError(
                 ErrorKind.MODEL_UNAVAILABLE,
-                f"its {', '.join(self.unbatched)} layers have no batched form: chunked "
-                "attention (Llama 4) is not served yet",
+                f"its {', '.join(self.unbatched)} layers have no batched form, and the "
+                "engine batches every sequence",
             )
 
     def kv_widths(self) -> list[tuple[str, int, int]]:

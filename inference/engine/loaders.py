@@ -12,6 +12,7 @@ from typing import Any
 
 from mlx_lm import load as mlx_lm_load
 
+from inference.engine.chunked import serve_within_first_chunk
 from inference.engine.types import ModelSpec
 
 
@@ -29,7 +30,9 @@ def load_weights(spec: ModelSpec) -> tuple[Any, Any, dict]:
         from inference.engine.vision.load import load_vision
 
         return load_vision(spec.location)
-    return mlx_lm_load(spec.location, return_config=True)
+    model, tokenizer, config = mlx_lm_load(spec.location, return_config=True)
+    serve_within_first_chunk(model)  # Llama 4: engine/chunked.py
+    return model, tokenizer, config
 
 
 def prepares_compute_format(spec: ModelSpec) -> bool:

@@ -16,6 +16,7 @@ import mlx.core as mx
 from mlx_lm.utils import load_model, load_tokenizer
 
 from inference.engine import compute_format, cpu
+from inference.engine.chunked import serve_within_first_chunk
 from inference.engine.compute_format import FormatChoice
 from inference.engine.types import EngineError, ErrorKind, ModelSpec
 
@@ -26,6 +27,7 @@ def load_sharded(
     """(model, tokenizer, config.json, the format it computes in) of this rank's shard."""
     path = Path(spec.location)
     model, config = load_model(path, lazy=True, strict=spec.parallel != "pipeline")
+    serve_within_first_chunk(model)  # Llama 4: engine/chunked.py
     _check(spec, model, config, group.size())
     choice = _format(spec, model, room_bytes * group.size())
     model = compute_format.convert(model, choice.format)  # before sharding: it knows the layers

@@ -20,15 +20,31 @@ DEFAULT_CONTEXT = 4096
 
 
 def context_length_of(spec: ModelSpec, config: dict) -> int:
-    """The catalog's context length, else the model's (a vision model's text config's)."""
+    """The catalog's context length, else the model's (a vision model's text config's), never
+    past what the engine serves exactly (Llama 4: its first attention chunk)."""
+    limit = chunk_context_limit(config) or float("inf")
     if spec.context_length:
-        return spec.context_length
+        return int(min(spec.context_length, limit))
     text_config = config.get("text_config") or {}
     for source in (config, text_config):
         for key in ("max_position_embeddings", "max_sequence_length", "n_positions"):
             if isinstance(source.get(key), int):
-                return source[key]
-    return DEFAULT_CONTEXT
+                return int(min(source[key], limit))
+    return int(min(DEFAULT_CONTEXT, limit))
+
+
+def chunk_context_limit(config: dict) -> int | None:
+    """The longest context a chunked-attention model (Llama 4) is served to, exactly: its first
+    attention chunk, below its first query-temperature step (engine/chunked.py); None for
+    other models."""
+    text = config.get("text_config") or config
+    chunk = text.get("attention_chunk_size")
+    if config.get("model_type") != "llama4" or not chunk:
+        return None
+    limit = int(chunk)
+    if text.get("attn_temperature_tuning", 4):  # mlx-lm's default: on
+        limit = min(limit, int(text.get("floor_scale", 8192)) - 1)
+    return limit
 
 
 class TokenizerFacts:

@@ -33,7 +33,7 @@ WEATHER_TOOL = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(set(ARCHITECTURES) - {"llama4"}))  # refused at load
+@pytest.mark.parametrize("name", sorted(ARCHITECTURES))
 def test_a_forced_call_is_written_and_parsed(client, db, architecture_dir, name):
     from catalog.models import CatalogModel
 

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 from django.utils.html import escape
 
@@ -355,3 +357,16 @@ def test_kv_widths_come_from_the_config():
         "4bit cannot apply: its K/V widths [80] are not multiples of 32"
     )
     assert kv_refusal({"head_dim": 80}, "float16") is None
+
+
+def test_a_context_past_llama4_s_first_chunk_is_refused_at_save(admin_client, tmp_path):
+    folder = tmp_path / "llama4"
+    folder.mkdir()
+    text = {"attention_chunk_size": 8192, "max_position_embeddings": 10485760}
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama4", "text_config": text}))
+    (folder / "model.safetensors").write_bytes(b"")
+    fields = {"public_id": "scout", "location": str(folder), "context_length": "32768"}
+    response = admin_client.post(ADD_URL, form(**fields))
+    assert b"served within its first attention chunk: at most 8191 tokens" in response.content
+    response = admin_client.post(ADD_URL, form(**{**fields, "context_length": "8000"}))
+    assert response.status_code == 302, response.content

@@ -13,26 +13,23 @@ from dataclasses import replace
 
 import mlx.core as mx
 import pytest
-from mlx_lm import load
+from mlx_lm import load, stream_generate
 
 from inference.engine import compute_format
 from inference.engine.batching import ModelRunner
+from inference.engine.chunked import OneChunkModel
 from inference.engine.config import EngineConfig
-from inference.engine.kv import NATIVE, KVFormat
+from inference.engine.kv import NATIVE, KVFormat, KVLayout
 from inference.engine.pool import LoadedModel, ModelPool
 from inference.engine.types import Delta, Done, EngineError, ModelSpec, SamplingParams
-from tests.architectures import ARCHITECTURES
+from tests.architectures import ARCHITECTURES, CHUNK
 from tests.helpers import collect, start_job
 from tests.unit.engine.jobs import greedy, make_sequence
 from tests.unit.engine.test_runner import drain, ids_of, mlx_lm_greedy, run
 
 pytestmark = pytest.mark.database_independent
 
-# Refused at load, saying why, until the engine can batch them (ARCHITECTURE.md, the issue's
-# closing note): mlx-lm's chunked attention builds one mask for the whole batch from its
-# first row's positions, and its ChunkedKVCache has no batched form.
-REFUSED = {"llama4": "ChunkedKVCache layers have no batched form"}
-NAMES = sorted(set(ARCHITECTURES) - set(REFUSED))
+NAMES = sorted(ARCHITECTURES)
 NO_CACHE = EngineConfig(prompt_cache_bytes=0)
 # About 100 tokens: past every sliding window (16) and llama4 attention chunk (32).
 PROMPT = (
@@ -195,14 +192,21 @@ def test_an_unload_and_a_reload_answer_alike(engine, architecture_dir, name):
     assert after == before and after
 
 
-@pytest.mark.parametrize("name", sorted(REFUSED))
-def test_what_the_engine_cannot_batch_is_refused_at_load_saying_why(architecture_dir, name):
-    spec = ModelSpec(model_id=name, location=str(architecture_dir(name)))
-    with pytest.raises(EngineError, match=REFUSED[name]):
-        ModelPool(8 * 2**30).get(spec)
+def test_llama4_is_served_within_its_first_chunk_as_mlx_lm_computes_it(models, architecture_dir):
+    # The engine's one-chunk model (engine/chunked.py: plain KV caches, the batch's causal
+    # mask) against mlx-lm's own, unbatched, with its chunked caches: the same greedy tokens.
+    loaded = models("llama4")
+    assert type(loaded.model) is OneChunkModel
+    assert loaded.context_length == CHUNK  # below floor_scale: the chunk is the limit
+    original, _ = load(str(architecture_dir("llama4")))
+    ids = ids_of(loaded, PROMPT)
+    theirs = [r.token for r in stream_generate(original, loaded.tokenizer, ids, max_tokens=12)]
+    assert alone(as_kv(loaded, NATIVE), PROMPT, 12) == theirs[:-1]
+    # Caches the engine cannot batch (mlx-lm's own chunked ones) are refused, saying why.
+    with pytest.raises(EngineError, match="ChunkedKVCache layers have no batched form"):
+        KVLayout.of(original).check_batchable()
 
 
 def test_the_matrix_covers_every_kind():
     kinds = {k for arch in ARCHITECTURES.values() for k in arch.kinds}
     assert {"dense", "moe", "hybrid", "mla", "sliding", "chunked", "shared_kv"} <= kinds
-    assert set(REFUSED) < set(ARCHITECTURES)

@@ -20,7 +20,7 @@ from mlx_lm.models.cache import (
 from mlx_lm.models.switch_layers import QuantizedSwitchLinear, SwitchLinear
 from mlx_lm.sample_utils import make_sampler
 
-from tests.architectures import ARCHITECTURES, CHUNK, WINDOW
+from tests.architectures import ARCHITECTURES, WINDOW
 
 # About 100 tokens: past every sliding window (16) and llama4 attention chunk (32).
 PROMPT = (
@@ -46,7 +46,7 @@ def test_the_architecture_loads_decodes_and_has_its_layer_kinds(name, architectu
     arch = ARCHITECTURES[name]
     model, tokenizer = load(str(architecture_dir(name)))
     prompt = tokenizer.encode(PROMPT)
-    assert len(prompt) > 2 * CHUNK
+    assert len(prompt) > 2 * WINDOW
 
     cache = make_prompt_cache(model)
     steps = generate_step(
