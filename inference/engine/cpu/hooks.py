@@ -76,10 +76,16 @@ def _quantized_tuples(queries, keys, values) -> bool:
     return all(p.dtype in (mx.float32, mx.float16, mx.bfloat16) for p in params)
 
 
+# mlx-lm's own functions, as they were before any routing: a MoE's SwitchGLU holds a SwiGLU
+# module defined in activations.py, so that module itself is routed too, and a fallback
+# through its name would call the dispatcher again.
+MLX_SWIGLU = activations.swiglu
+
+
 def swiglu(gate, x):
     if in_use() and gate.dtype == mx.float32 and gate.shape == x.shape:
         return ext.swiglu(gate, x)
-    return activations.swiglu(gate, x)
+    return MLX_SWIGLU(gate, x)
 
 
 # Each name: what it may hold before (mlx-lm's function, or the engine's own dispatcher where
@@ -89,7 +95,7 @@ _ROUTES = {
         (base.scaled_dot_product_attention, kv_attention.attention),
         attention,
     ),
-    "swiglu": ((activations.swiglu,), swiglu),
+    "swiglu": ((MLX_SWIGLU,), swiglu),
 }
 
 

@@ -103,3 +103,18 @@ def test_packed_attention_leaves_the_queries_as_they_were():
     before = mx.array(q)
     attention.attention(q, packed(k, 64, 8), packed(v, 64, 8), scale=SCALE, mask="causal")
     assert mx.array_equal(q, before).item()
+
+
+def test_a_routed_swiglu_falls_back_to_mlx_s_own(architecture_dir):
+    # gpt-oss holds a SwigluOAI module of mlx-lm's activations.py, so routing reaches that
+    # module's own `swiglu`: the fallback must be mlx-lm's function, not that name (which
+    # recursed once a later model ran with the kernels off).
+    import mlx.nn as nn
+    from mlx_lm import load
+    from mlx_lm.models import activations
+
+    model, _ = load(str(architecture_dir("gpt_oss")))
+    hooks.install(model)
+    assert activations.swiglu is hooks.swiglu
+    gate = mx.linspace(-2, 2, 8).reshape(2, 4).astype(mx.float16)  # not the kernel's: float16
+    assert mx.allclose(activations.swiglu(gate, gate), nn.silu(gate) * gate).item()
