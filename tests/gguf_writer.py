@@ -4,10 +4,10 @@ would make of it with `--outtype f32`: its tensor names (the gguf package's Tens
 that converter uses), the metadata keys llama.cpp reads for the architecture, and the changes
 the converter makes to the tensors (Llama's Q/K row permutation, Gemma's 1 + w norms, Llama 3's
 rope_freqs, Phi-3's longrope factors, stacked experts, gpt-oss's MXFP4 blocks, DeepSeek's split
-kv_b_proj, GLM's multi-token prediction layer, Mamba-2's A and reshapes, Qwen3-Next's regrouped
-in_proj_qkvz). Written from the converter as a reference, for the import tests; F32 throughout
-(but gpt-oss's MXFP4 experts), so that llama.cpp computes in float32 (but for the float16 keys
-and values of its flash attention).
+kv_b_proj, GLM's multi-token prediction layer, Mamba-2's A and reshapes (Granite's,
+Nemotron-H's), Qwen3-Next's regrouped in_proj_qkvz). Written from the converter as a reference,
+for the import tests; F32 throughout (but gpt-oss's MXFP4 experts), so that llama.cpp computes
+in float32 (but for the float16 keys and values of its flash attention).
 """
 
 from __future__ import annotations
@@ -264,6 +264,58 @@ def _qwen3_next(writer: GGUFWriter, config: dict) -> None:
     writer.add_rope_dimension_count(int(_head_dim(config) * rotary))
 
 
+def _nemotron_h(writer: GGUFWriter, config: dict) -> None:
+    """NemotronHModel's (dense, Nemotron-H / Nemotron Nano 2): GraniteHybridModel's keys
+    without Granite's multipliers (the checkpoint has none), the layer norm's epsilon as a
+    plain norm's (the checkpoint's layer_norm_epsilon), Mamba-2's sizes from its own names,
+    key/value heads only for attention layers and feed-forward sizes only for MLP layers."""
+    pattern = list(config["hybrid_override_pattern"])
+    base = {key: value for key, value in config.items() if key not in ("head_dim", "rms_norm_eps")}
+    _dimensions(writer, base | {"num_hidden_layers": len(pattern)})
+    writer.add_layer_norm_eps(config["layer_norm_epsilon"])
+    writer.add_vocab_size(config["vocab_size"])
+    writer.add_rope_dimension_count(config["hidden_size"] // config["num_attention_heads"])
+    writer.add_ssm_conv_kernel(config["conv_kernel"])
+    writer.add_ssm_state_size(config["ssm_state_size"])
+    writer.add_ssm_group_count(config["n_groups"])
+    writer.add_ssm_inner_size(config["mamba_num_heads"] * config["mamba_head_dim"])
+    writer.add_ssm_time_step_rank(config["mamba_num_heads"])
+    kv_heads = config["num_key_value_heads"]
+    writer.add_head_count_kv([kv_heads if kind == "*" else 0 for kind in pattern])
+    writer.add_rope_scaling_finetuned(False)
+    writer.add_context_length(2**20)
+    writer.add_key_length(config["head_dim"])
+    writer.add_value_length(config["head_dim"])
+    if "n_routed_experts" not in config:
+        ff = config["intermediate_size"]
+        writer.add_feed_forward_length([ff if kind == "-" else 0 for kind in pattern])
+        return
+    # the base class's expert keys, then NemotronHModel's own for its MoE arch
+    _experts(writer, config)
+    writer.add_expert_group_count(config["n_group"])
+    writer.add_expert_group_used_count(config["topk_group"])
+    ff = config["moe_intermediate_size"]
+    writer.add_feed_forward_length([ff if kind == "E" else 0 for kind in pattern])
+    writer.add_expert_feed_forward_length(ff)
+    writer.add_expert_shared_feed_forward_length(config["moe_shared_expert_intermediate_size"])
+    writer.add_expert_shared_count(config["n_shared_experts"])
+    writer.add_expert_weights_norm(config["norm_topk_prob"])
+    writer.add_expert_weights_scale(config["routed_scaling_factor"])
+    if config.get("moe_latent_size") is not None:
+        writer.add_moe_latent_size(config["moe_latent_size"])
+
+
+def _mistral3(writer: GGUFWriter, config: dict) -> None:
+    """Mistral3Model's Ministral3Model (LlamaModel's keys): the base class reads the rope from
+    rope_parameters (YaRN's keys among them), then Ministral 3's YaRN attention scale and
+    Llama 4's attention temperature."""
+    rope = config["rope_parameters"]
+    _llama(writer, config | {"rope_scaling": rope, "rope_theta": rope["rope_theta"]})
+    if rope.get("rope_type") == "yarn":
+        writer.add_rope_scaling_yarn_log_mul(rope["mscale_all_dim"])
+        writer.add_attn_temperature_scale(rope["llama_4_scaling_beta"])
+
+
 def _llama(writer: GGUFWriter, config: dict) -> None:
     _text_model(writer, config)
     writer.add_vocab_size(config["vocab_size"])
@@ -287,6 +339,10 @@ def _gemma3(writer: GGUFWriter, config: dict) -> None:
         writer.add_final_logit_softcapping(config["final_logit_softcapping"])
     if config.get("sliding_window_pattern") != 1:
         writer.add_sliding_window(config["sliding_window"])
+    if "layer_types" in config:
+        # not this converter's (it leaves llama.cpp's default of 6), but as its Gemma 3n and
+        # Gemma 4 converters and other tools write it, and llama.cpp reads it for Gemma 3 too
+        writer.add_sliding_window_pattern([t == "sliding_attention" for t in config["layer_types"]])
 
 
 def _phi3(writer: GGUFWriter, config: dict) -> None:
@@ -326,6 +382,9 @@ HYPERPARAMETERS: dict[str, Callable[[GGUFWriter, dict], None]] = {
     "lfm2": _lfm2,
     "granitehybrid": _granite_hybrid,
     "qwen3next": _qwen3_next,
+    "nemotron_h": _nemotron_h,
+    "mistral3": _mistral3,
+    "nemotron_h_moe": _nemotron_h,
     "gemma2": _gemma2,
     "gemma3": _gemma3,
     "phi3": _phi3,
@@ -345,10 +404,18 @@ def _converted_tensors(arch: str, config: dict, weights: dict[str, np.ndarray]) 
         if arch == "granitehybrid" and (split := _granite_moe_tensors(name, array)):
             yield from split
             continue
-        if arch in ("llama", "granitehybrid"):  # LlamaModel's, which Granite's inherit
+        if arch in ("llama", "mistral3", "granitehybrid", "nemotron_h", "nemotron_h_moe"):
             array = _llama_permute(name, array, config)
         if arch == "granitehybrid":
-            name, array = _mamba2_tensor(name, array, config)
+            name, array = _mamba2_tensor(name, array, config["mamba_n_groups"])
+        if arch.startswith("nemotron_h"):
+            name, array = _mamba2_tensor(name, array, config["n_groups"])
+            # NemotronHModel stacks mixer.experts.<i>.up_proj (mlx-lm's fc1) and down_proj
+            # (fc2) under the merged names of the base class
+            for fc, projection in ((".fc1.", ".up_proj."), (".fc2.", ".down_proj.")):
+                if ".mixer.switch_mlp" + fc in name:
+                    layer = name.split(".")[2]
+                    name = f"model.layers.{layer}.mlp.experts{projection}weight"
         if arch == "qwen3next" and (split := _qwen3_next_tensors(name, array, config)):
             yield from split
             continue
@@ -448,7 +515,7 @@ def _qwen3_next_tensors(name: str, array: np.ndarray, config: dict) -> list[tupl
     return [(f"blk.{layer}.attn_qkv.weight", qkv), (f"blk.{layer}.attn_gate.weight", gate)]
 
 
-def _mamba2_tensor(name: str, array: np.ndarray, config: dict) -> tuple[str, np.ndarray]:
+def _mamba2_tensor(name: str, array: np.ndarray, groups: int) -> tuple[str, np.ndarray]:
     """Mamba2Model's changes: the time step's bias named as a projection's, A stored as
     -exp(A_log), A and D unsqueezed, the gated norm split by group, the convolution squeezed
     (mlx-lm's [channels, kernel, 1] is the checkpoint's [channels, 1, kernel])."""
@@ -456,10 +523,10 @@ def _mamba2_tensor(name: str, array: np.ndarray, config: dict) -> tuple[str, np.
         return name.replace(".dt_bias", ".dt_proj.bias"), array
     if name.endswith(".A_log"):
         return name, -np.exp(array)[:, None]
-    if name.endswith(".mamba.D"):
+    if name.endswith((".mamba.D", ".mixer.D")):
         return name, array[:, None]
-    if name.endswith(".mamba.norm.weight"):
-        return name, array.reshape(config["mamba_n_groups"], -1)
+    if name.endswith((".mamba.norm.weight", ".mixer.norm.weight")):
+        return name, array.reshape(groups, -1)
     if name.endswith(".conv1d.weight"):
         return name, array[..., 0]
     return name, array

@@ -133,6 +133,34 @@ _GRANITE_HYBRID_LAYER = {
     "ffn_down_shexp": "shared_mlp.output_linear",
 }
 _MAMBA2_PARAMS = {"ssm_a": "mamba.A_log", "ssm_d": "mamba.D", "ssm_dt.bias": "mamba.dt_bias"}
+# Nemotron-H: each layer one of a Mamba-2 mixer, attention (no rope) or a squared-ReLU MLP,
+# each under one norm; mlx-lm names the model "backbone" and every layer's module "mixer".
+_NEMOTRON_H_LAYER = {
+    "attn_norm": "norm",
+    "attn_q": "mixer.q_proj",
+    "attn_k": "mixer.k_proj",
+    "attn_v": "mixer.v_proj",
+    "attn_output": "mixer.o_proj",
+    "ffn_up": "mixer.up_proj",
+    "ffn_down": "mixer.down_proj",
+    "ssm_in": "mixer.in_proj",
+    "ssm_conv1d": "mixer.conv1d",
+    "ssm_norm": "mixer.norm",
+    "ssm_out": "mixer.out_proj",
+}
+# Nemotron 3 Nano: Mamba-2 and attention layers, and mixtures of squared-ReLU experts (up and
+# down only) with a shared expert, sigmoid routing with a bias on the choice.
+_NEMOTRON_H_MOE_LAYER = _NEMOTRON_H_LAYER | {
+    "ffn_gate_inp": "mixer.gate",
+    "ffn_up_exps": "mixer.switch_mlp.fc1",
+    "ffn_down_exps": "mixer.switch_mlp.fc2",
+    "ffn_up_shexp": "mixer.shared_experts.up_proj",
+    "ffn_down_shexp": "mixer.shared_experts.down_proj",
+    "ffn_latent_down": "mixer.fc1_latent_proj",  # Nemotron 3 Super's latent experts
+    "ffn_latent_up": "mixer.fc2_latent_proj",
+}
+_NEMOTRON_H_PARAMS = {"ssm_a": "mixer.A_log", "ssm_d": "mixer.D", "ssm_dt.bias": "mixer.dt_bias"}
+
 # Qwen3-Next: gated delta-net layers, then every n-th a gated attention layer (its q_proj
 # holds the gate too); experts with a gated shared expert.
 _QWEN3_NEXT_LAYER = {
@@ -197,6 +225,7 @@ class Architecture:
     # Tensors that fold into config.json rather than weights.
     config_tensors: tuple[str, ...] = field(default=())
     tied_only: bool = False  # the mlx-lm model has no separate output projection
+    layer_prefix: str = "model.layers"  # where mlx-lm keeps its layers ("backbone.layers")
     # Layer tensors that are an mlx-lm parameter of their own rather than a module's weight or
     # bias: GGUF "name.suffix" -> parameter (gpt-oss's attn_sinks.weight: self_attn.sinks).
     layer_params: dict[str, str] = field(default_factory=dict)
@@ -250,11 +279,11 @@ class Architecture:
         if key is not None and layers is not None and int(parts[1]) >= layers:
             return None
         if key in self.layer_params:
-            return f"model.layers.{parts[1]}.{self.layer_params[key]}"
+            return f"{self.layer_prefix}.{parts[1]}.{self.layer_params[key]}"
         # a layer tensor's name may have dots of its own (LFM2's shortconv.conv)
         module, _, suffix = (key or "").rpartition(".")
         if module in self.layer_names:
-            return f"model.layers.{parts[1]}.{self.layer_names[module]}.{suffix}"
+            return f"{self.layer_prefix}.{parts[1]}.{self.layer_names[module]}.{suffix}"
         top_names = TOP_NAMES | self.top_names
         if len(parts) == 2 and parts[0] in top_names:
             return f"{top_names[parts[0]]}.{parts[1]}"
@@ -312,7 +341,7 @@ def _gemma3(hyper: Hyper) -> dict:
     window = int(hyper.get("attention.sliding_window", 0) or 0)
     pattern = hyper.get("attention.sliding_window_pattern", 6)
     if isinstance(pattern, list):
-        raise UnsupportedGGUF("a per-layer sliding window pattern is not supported yet")
+        pattern = _every_nth_global(pattern, int(hyper("block_count")))
     config = {
         "query_pre_attn_scalar": _gemma_scale(hyper, 62),
         "rope_local_base_freq": float(hyper.get("rope.freq_base_swa", 10000.0)),
@@ -322,6 +351,65 @@ def _gemma3(hyper: Hyper) -> dict:
     if hyper.get("final_logit_softcapping"):
         config["final_logit_softcapping"] = float(hyper("final_logit_softcapping"))
     return config
+
+
+def _mistral3(hyper: Hyper) -> dict:
+    """Ministral 3 (mlx-lm's ministral3): Llama's layers, YaRN and Llama 4's attention
+    temperature, both in rope_parameters."""
+    if hyper.file.tensor("blk.0.attn_q.bias") is not None:
+        raise UnsupportedGGUF("mistral3 with attention biases is not supported")
+    if hyper.get("attention.sliding_window"):
+        raise UnsupportedGGUF("mistral3 with a sliding window is not supported")
+    context = int(hyper("context_length"))
+    scaling = _rope_scaling(hyper) or {"type": "default"}
+    if scaling["type"] not in ("default", "yarn"):
+        raise UnsupportedGGUF(f"mistral3 with {scaling['type']} rope scaling is not supported")
+    rope_type = scaling.pop("type")
+    return {
+        "rope_parameters": scaling
+        | {
+            "rope_type": rope_type,
+            "rope_theta": float(hyper("rope.freq_base", 10000.0)),
+            # llama.cpp's temperature counts in original contexts (of YaRN's, which it needs)
+            "llama_4_scaling_beta": float(hyper.get("attention.temperature_scale", 0.0) or 0.0),
+            "original_max_position_embeddings": int(
+                hyper.get("rope.scaling.original_context_length", context)
+            ),
+        },
+    }
+
+
+def _mistral3_rows(hyper: Hyper, key: str) -> tuple | None:
+    """The converter interleaved each head's two halves of Q's and K's rows (Llama's
+    permutation); mlx-lm's ministral3 rotates halves, so each row goes back."""
+    if key not in ("attn_q.weight", "attn_k.weight"):
+        return None
+    heads = int(hyper("attention.head_count"))
+    if key == "attn_k.weight":
+        heads = int(hyper("attention.head_count_kv", heads))
+    half = _head_dim(hyper) // 2
+    return tuple(
+        (h * 2 * half + 2 * i + j, h * 2 * half + j * half + i, 1)
+        for h in range(heads)
+        for i in range(half)
+        for j in range(2)
+    )
+
+
+def _every_nth_global(sliding: list, layers: int) -> int:
+    """A per-layer pattern (true: sliding) as mlx-lm's one count: every n-th layer global,
+    the others sliding, which is all mlx-lm's gemma3_text can compute."""
+    sliding = [bool(s) for s in sliding[:layers]]
+    if not any(sliding):
+        return 1
+    if all(sliding) or len(sliding) != layers:
+        raise UnsupportedGGUF("a sliding window pattern without a global layer is not supported")
+    n = sliding.index(False) + 1
+    if sliding != [(i + 1) % n != 0 for i in range(layers)]:
+        raise UnsupportedGGUF(
+            "a sliding window pattern other than every n-th layer global is not supported"
+        )
+    return n
 
 
 def _phi3(hyper: Hyper) -> dict:
@@ -522,6 +610,81 @@ def _granite_experts(hyper: Hyper) -> dict:
     }
 
 
+def _nemotron_h(hyper: Hyper) -> dict:
+    file = hyper.file
+    if file.tensor("output.weight") is None:
+        raise UnsupportedGGUF(f"{hyper.arch} with tied embeddings is not supported")
+    scale = float(hyper.get("attention.scale", 0.0) or 0.0)
+    if scale and not math.isclose(scale, _head_dim(hyper) ** -0.5, rel_tol=1e-6):
+        raise UnsupportedGGUF(f"{hyper.arch} with an attention scale of its own is not supported")
+    moe = hyper.arch == "nemotron_h_moe"
+    if not moe and hyper.get("expert_count"):
+        raise UnsupportedGGUF("nemotron_h with experts is not supported (nemotron_h_moe is)")
+    heads, inner = int(hyper("ssm.time_step_rank")), int(hyper("ssm.inner_size"))
+    layers = main_layers(file, ARCHITECTURES[hyper.arch])  # not the multi-token prediction's
+    kinds = zip(attention_layers(hyper), _per_layer(hyper, "feed_forward_length"), strict=True)
+    config = {
+        # a layer with key/value heads attends, one with a feed-forward size is an MLP (or a
+        # mixture), the others are Mamba-2: llama.cpp's rule
+        "hybrid_override_pattern": [
+            "*" if attends else ("E" if moe else "-") if ff else "M" for attends, ff in kinds
+        ][:layers],
+        "layer_norm_epsilon": float(
+            hyper.get("attention.layer_norm_rms_epsilon") or hyper("attention.layer_norm_epsilon")
+        ),
+        "attention_bias": _any_layer_has(file, "attn_q.bias"),
+        "mlp_bias": _any_layer_has(file, "ffn_up.bias"),
+        "mamba_num_heads": heads,
+        "mamba_head_dim": inner // heads,
+        "mamba_proj_bias": _any_layer_has(file, "ssm_in.bias"),
+        "use_bias": _any_layer_has(file, "ssm_in.bias"),
+        "use_conv_bias": _any_layer_has(file, "ssm_conv1d.bias"),
+        "ssm_state_size": int(hyper("ssm.state_size")),
+        "conv_kernel": int(hyper("ssm.conv_kernel")),
+        # llama.cpp and mlx-lm both normalize the gated output per group
+        "n_groups": int(hyper("ssm.group_count")),
+    }
+    return config | (_nemotron_h_experts(hyper) if moe else {})
+
+
+def _nemotron_h_experts(hyper: Hyper) -> dict:
+    """llama.cpp routes Nemotron's experts by sigmoid, choosing with the bias (exp_probs_b),
+    renormalizing if told and scaling by a factor it was given, as mlx-lm's MoEGate."""
+    experts = _experts(hyper)  # refuses per-layer sizes (the Puzzle models)
+    if isinstance(hyper("expert_used_count"), list):
+        raise UnsupportedGGUF("per-layer expert counts are not supported yet")
+    if not int(hyper.get("expert_shared_count", 0) or 0):
+        raise UnsupportedGGUF("nemotron_h_moe without a shared expert is not supported")
+    groups = int(hyper.get("expert_group_count", 1) or 1)
+    return {
+        "n_routed_experts": experts["num_experts"],
+        "num_experts_per_tok": experts["num_experts_per_tok"],
+        "moe_intermediate_size": experts["moe_intermediate_size"],
+        "moe_shared_expert_intermediate_size": int(hyper("expert_shared_feed_forward_length")),
+        "n_shared_experts": int(hyper("expert_shared_count")),
+        "norm_topk_prob": bool(hyper.get("expert_weights_norm", False)),
+        "routed_scaling_factor": float(hyper.get("expert_weights_scale", 0.0) or 1.0),
+        "n_group": groups,
+        "topk_group": int(hyper.get("expert_group_used_count", groups) or groups),
+        "moe_latent_size": int(hyper("moe_latent_size")) if hyper.get("moe_latent_size") else None,
+    }
+
+
+def _per_layer(hyper: Hyper, key: str) -> list[int]:
+    value = hyper(key)
+    if isinstance(value, list):
+        return [int(v) for v in value]
+    return [int(value)] * int(hyper("block_count"))
+
+
+def _feed_forward(hyper: Hyper) -> int:
+    """One feed-forward size; a hybrid's list has 0 for layers without one."""
+    sizes = {size for size in _per_layer(hyper, "feed_forward_length") if size}
+    if len(sizes) > 1:
+        raise UnsupportedGGUF("per-layer feed-forward sizes are not supported yet")
+    return sizes.pop() if sizes else 0
+
+
 def _qwen3_next(hyper: Hyper) -> dict:
     interval = int(hyper.get("full_attention_interval", 4) or 4)
     layers = main_layers(hyper.file, ARCHITECTURES["qwen3next"])
@@ -586,6 +749,20 @@ def _any_layer_has(file: GGUFFile, key: str) -> bool:
     return any(_layer_key(tensor.name) == key for tensor in file.tensors)
 
 
+# Mamba2Model's changes (Granite's, Nemotron's): A and D unsqueezed to [heads, 1], A stored
+# as -exp(A_log), the gated norm's weight split by group and the convolution's squeezed. The
+# converter also permuted Q's and K's rows for a rope these models' attention does not have,
+# which leaves their products unchanged.
+_MAMBA2_SHAPES = {
+    "ssm_a": _flat,
+    "ssm_d": _flat,
+    "ssm_norm.weight": _flat,
+    "ssm_conv1d.weight": _unsqueeze_1,
+}
+_MAMBA2_TRANSFORMS = {"ssm_a": lambda a: np.log(-a)}
+_NEMOTRON_H_TOP = {"token_embd": "backbone.embeddings", "output_norm": "backbone.norm_f"}
+
+
 ARCHITECTURES = {
     arch.gguf_name: arch
     for arch in (
@@ -597,6 +774,14 @@ ARCHITECTURES = {
             _llama,
             rope_traditional=True,
             config_tensors=("rope_freqs.weight",),
+        ),
+        Architecture(
+            "mistral3",
+            "ministral3",
+            "Ministral3ForCausalLM",
+            _LLAMA_LAYER,
+            _mistral3,
+            row_segments=_mistral3_rows,
         ),
         Architecture("qwen2", "qwen2", "Qwen2ForCausalLM", _LLAMA_LAYER, lambda h: {}),
         Architecture("qwen3", "qwen3", "Qwen3ForCausalLM", _LLAMA_LAYER | _QK_NORM, lambda h: {}),
@@ -646,15 +831,8 @@ ARCHITECTURES = {
             _GRANITE_HYBRID_LAYER,
             _granite_hybrid,
             layer_params=_MAMBA2_PARAMS,
-            # The converter unsqueezed A and D to [heads, 1], stored A = -exp(A_log), split
-            # the gated norm's weight by group and squeezed the convolution's.
-            shapes={
-                "ssm_a": _flat,
-                "ssm_d": _flat,
-                "ssm_norm.weight": _flat,
-                "ssm_conv1d.weight": _unsqueeze_1,
-            },
-            transforms={"ssm_a": lambda a: np.log(-a)},
+            shapes=_MAMBA2_SHAPES,
+            transforms=_MAMBA2_TRANSFORMS,
             hybrid=True,
             parts={"ffn_gate_shexp": 0, "ffn_up_shexp": 1},
         ),
@@ -670,6 +848,34 @@ ARCHITECTURES = {
             shapes={"ssm_conv1d.weight": _unsqueeze_last, "ffn_gate_inp_shexp.weight": _row},
             transforms={"ssm_a": lambda a: np.log(-a)},
             row_segments=_qwen3_next_rows,
+        ),
+        Architecture(
+            "nemotron_h",
+            "nemotron_h",
+            "NemotronHForCausalLM",
+            _NEMOTRON_H_LAYER,
+            _nemotron_h,
+            layer_prefix="backbone.layers",
+            top_names=_NEMOTRON_H_TOP,
+            layer_params=_NEMOTRON_H_PARAMS,
+            shapes=_MAMBA2_SHAPES,
+            transforms=_MAMBA2_TRANSFORMS,
+            hybrid=True,
+        ),
+        Architecture(
+            "nemotron_h_moe",
+            "nemotron_h",
+            "NemotronHForCausalLM",
+            _NEMOTRON_H_MOE_LAYER,
+            _nemotron_h,
+            layer_prefix="backbone.layers",
+            top_names=_NEMOTRON_H_TOP,
+            layer_params=_NEMOTRON_H_PARAMS
+            | {"exp_probs_b.bias": "mixer.gate.e_score_correction_bias"},
+            float_only=("ffn_gate_inp",),
+            shapes=_MAMBA2_SHAPES,
+            transforms=_MAMBA2_TRANSFORMS,
+            hybrid=True,
         ),
         Architecture(
             "gemma2", "gemma2", "Gemma2ForCausalLM", _GEMMA_LAYER, _gemma2, 1.0, tied_only=True
@@ -743,7 +949,7 @@ def model_config(file: GGUFFile, arch: Architecture, vocab_size: int) -> dict:
         "model_type": arch.model_type,
         "hidden_size": int(hyper("embedding_length")),
         "num_hidden_layers": main_layers(file, arch),
-        "intermediate_size": int(hyper("feed_forward_length")),
+        "intermediate_size": _feed_forward(hyper),
         "num_attention_heads": heads,
         "num_key_value_heads": kv_heads,
         "head_dim": _head_dim(hyper),

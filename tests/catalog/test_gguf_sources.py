@@ -327,3 +327,43 @@ def test_broken_models_are_listed_with_their_problem(ollama_dir, lmstudio_dir):
     )
     assert read_lmstudio(lmstudio_dir, LMSTUDIO_REPO) == lmstudio_dir / LMSTUDIO_FILE
     assert {found.slug for found in list_lmstudio(lmstudio_dir)} >= {"two-q4_1", "two-q8_0"}
+
+
+# A mixture of experts and a hybrid, as Ollama keeps them (`ollama create` from a GGUF): a tiny
+# random model of each, written as llama.cpp's converter writes it, through the same path.
+MOE_AND_HYBRID = [("qwen3moe", "tiny-moe:latest"), ("qwen3next", "tiny-hybrid:latest")]
+
+
+@pytest.mark.parametrize(("case_id", "name"), MOE_AND_HYBRID, ids=[c for c, _ in MOE_AND_HYBRID])
+def test_moe_and_hybrid_models_import_from_ollama(case_id, name, db, settings, demo_gguf, tmp_path):
+    import mlx.core as mx
+    import numpy as np
+    from mlx_lm import load
+
+    from inference.conversion.gguf_file import read_metadata
+    from tests.gguf_writer import write_gguf
+    from tests.unit.conversion.test_gguf_architectures import (
+        CASES,
+        COMMON,
+        _parameters,
+        build_model,
+    )
+
+    case = next(case for case in CASES if case.id == case_id)
+    config = {**COMMON, **case.config}
+    weights = {key: np.array(value) for key, value in _parameters(build_model(config, 0)).items()}
+    tokenizer = {k: v for k, v in read_metadata(demo_gguf).items() if k.startswith("tokenizer.")}
+    source = write_gguf(tmp_path / "model.gguf", case.arch, config, weights, tokenizer)
+    models = tmp_path / "ollama"
+    write_manifest(models, name, ollama_layers(models, source, template=SMOLLM_TEMPLATE), "F32")
+    settings.OLLAMA_MODELS_DIR = models
+    settings.LMSTUDIO_MODELS_DIR = tmp_path / "no-lmstudio"
+    settings.MODEL_STORAGE_DIR = tmp_path / "converted"
+    run("--ollama", name)
+    entry = CatalogModel.objects.get(public_id=name.split(":")[0])
+    assert entry.family.slug == "chatml"  # Ollama's template
+    folder = Path(entry.location)
+    assert json.loads((folder / "config.json").read_text())["model_type"] == config["model_type"]
+    model, tokenizer_ = load(str(folder))
+    logits = model(mx.array([tokenizer_.encode("Hello there")]))
+    assert logits.shape[-1] == config["vocab_size"] and bool(mx.isfinite(logits).all())

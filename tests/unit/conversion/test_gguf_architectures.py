@@ -71,6 +71,75 @@ GPT_OSS = {
 }
 
 
+MINISTRAL3 = {
+    "model_type": "ministral3",
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "max_position_embeddings": 128,
+    "tie_word_embeddings": True,
+    "rope_parameters": {
+        "rope_type": "yarn",
+        "rope_theta": 1000000.0,
+        "factor": 16.0,
+        "original_max_position_embeddings": 8,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+        "llama_4_scaling_beta": 0.1,
+    },
+}
+GEMMA3 = {
+    "model_type": "gemma3_text",
+    "num_hidden_layers": 6,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+    "query_pre_attn_scalar": 64,
+    "rope_theta": 1000000.0,
+    "rope_local_base_freq": 10000.0,
+    "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+    "sliding_window": 8,
+    "sliding_window_pattern": 6,
+    "rms_norm_eps": 1e-6,
+}
+NEMOTRON_H = {
+    "model_type": "nemotron_h",
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "attention_bias": False,
+    "mlp_bias": False,
+    "use_bias": False,
+    "hybrid_override_pattern": ["M", "-", "*", "M", "-"],
+    "num_hidden_layers": 5,
+    "mamba_num_heads": 8,
+    "mamba_head_dim": 32,
+    "mamba_proj_bias": False,
+    "ssm_state_size": 16,
+    "conv_kernel": 4,
+    "n_groups": 2,
+    "use_conv_bias": True,
+    "layer_norm_epsilon": 1e-5,
+    "tie_word_embeddings": False,
+}
+
+
+NEMOTRON_H_MOE = NEMOTRON_H | {
+    "hybrid_override_pattern": ["M", "E", "*", "M", "E"],
+    "n_routed_experts": 8,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 128,
+    "moe_shared_expert_intermediate_size": 256,
+    "n_shared_experts": 1,
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 2.5,
+    "n_group": 1,
+    "topk_group": 1,
+}
+
+
 @dataclass(frozen=True)
 class Case:
     """A checkpoint: the GGUF architecture llama.cpp's converter gives it, its config.json
@@ -103,6 +172,9 @@ CASES = [
     Case("mistral", "llama", {"model_type": "mistral", "num_attention_heads": 4,
          "num_key_value_heads": 1, "head_dim": 64, "rope_theta": 1000000.0,
          "sliding_window": None, "tie_word_embeddings": False}, 0),
+    # Ministral 3 style: YaRN and Llama 4's attention temperature, whose original context (8)
+    # the prompt passes four times over; tied. llama.cpp's arch "mistral3".
+    Case("mistral3", "mistral3", MINISTRAL3, 0),
     # Qwen2: q/k/v biases.
     Case("qwen2", "qwen2", {"model_type": "qwen2", "num_attention_heads": 4,
          "num_key_value_heads": 2, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
@@ -190,6 +262,13 @@ CASES = [
          "moe_intermediate_size": 128, "shared_expert_intermediate_size": 128,
          "mlp_only_layers": [], "norm_topk_prob": True, "rope_theta": 1000000.0,
          "rms_norm_eps": 1e-6, "tie_word_embeddings": False}, 0),
+    # Nemotron-H / Nemotron Nano 2 style: Mamba-2 layers (8 heads of 32 in 2 groups, each
+    # normalized on its own), squared-ReLU MLP layers and an attention layer without rope,
+    # one norm a layer; mlx-lm's "backbone" names.
+    Case("nemotron_h", "nemotron_h", NEMOTRON_H, 0),
+    # Nemotron 3 Nano style: Mamba-2, mixtures of 8 squared-ReLU experts choosing 2 (sigmoid,
+    # a bias on the choice, renormalized and scaled) beside a shared expert, and attention.
+    Case("nemotron_h_moe", "nemotron_h_moe", NEMOTRON_H_MOE, 0),
     # Gemma 2: four norms a layer, attention and final soft-capping. Its sliding window
     # (4096, as the real ones) is longer than the test: mlx-lm has none.
     Case("gemma2", "gemma2", {"model_type": "gemma2", "num_attention_heads": 8,
@@ -198,11 +277,12 @@ CASES = [
          "final_logit_softcapping": 30.0, "sliding_window": 4096}, 4),
     # Gemma 3: q/k norms, five sliding layers (window 8, local rope base) then a global one
     # with the linear rope scaling of the 4B and larger models.
-    Case("gemma3", "gemma3", {"model_type": "gemma3_text", "num_hidden_layers": 6,
-         "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 64,
-         "query_pre_attn_scalar": 64, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
-         "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "sliding_window": 8,
-         "sliding_window_pattern": 6, "rms_norm_eps": 1e-6}, 0),
+    Case("gemma3", "gemma3", GEMMA3, 0),
+    # Gemma 3 whose file lists each layer's kind (sliding, global, ...), as llama.cpp reads it
+    # when a file has it: imported as every second layer global.
+    Case("gemma3-pattern-list", "gemma3", GEMMA3 | {"num_hidden_layers": 4,
+         "sliding_window_pattern": 2, "layer_types": ["sliding_attention", "full_attention"] * 2},
+         0),
     # Phi-4-mini style: fused qkv and gate_up, partial rotary (48 of 64 dimensions), GQA, tied,
     # longrope. The original context is below llama.cpp's, so it picks the long factors, as
     # mlx-lm always does.
@@ -301,6 +381,9 @@ def build_model(config: dict, seed: int) -> nn.Module:
     return model
 
 
+FINAL_NORMS = ("model.norm.weight", "model.embedding_norm.weight", "backbone.norm_f.weight")
+
+
 def _random(
     name: str, shape: tuple[int, ...], rng: np.random.Generator, config: dict
 ) -> np.ndarray:
@@ -311,8 +394,8 @@ def _random(
     embedding, final_norm = (1 / 64, 64.0) if tied else (1.0, 1.0)
     if config.get("final_logit_softcapping"):
         final_norm /= 2  # logits about the cap, where tanh still tells them apart
-    if name.endswith("norm.weight"):
-        scale = final_norm if name in ("model.norm.weight", "model.embedding_norm.weight") else 1.0
+    if name.endswith(("norm.weight", "norm_f.weight")):  # Nemotron-H's final norm_f
+        scale = final_norm if name in FINAL_NORMS else 1.0
         values = scale * (1 + 0.2 * rng.standard_normal(shape, dtype=np.float32))
         # Gemma's norms hold w and scale by 1 + w
         return values - 1 if config["model_type"].startswith("gemma") else values
@@ -369,7 +452,7 @@ def llama_reference(tools: Path, model: Path, prompt: list[int], count: int) -> 
     return json.loads(result.stdout)
 
 
-# Quantized mixtures of experts, as people download them: llama-quantize's types for the
+# Quantized mixtures of experts and hybrids, as people download them: llama-quantize's types for the
 # stacked experts (3-D, kept exactly) and the rest. llama.cpp computes them with activations
 # rounded to 8 bits, about 2e-2 of the logits' scale, which can tip an expert choice that the
 # float model makes narrowly (then a token moves by several logits): the seeds are ones
@@ -381,6 +464,13 @@ QUANTIZED = [
     ("granitehybrid-moe", "Q8_0", 0),
     # attn_qkv in Q8_0 beside attn_gate in Q4_K, which become one 8-bit in_proj_qkvz
     ("qwen3next", "Q4_K_M", 1),
+    # no experts: Mamba-2's projections and the MLP's quantized
+    # Q and K rows moved back one by one, quantized
+    ("mistral3", "Q4_K_M", 1),
+    ("nemotron_h", "Q4_K_M", 0),
+    # squared-ReLU experts scaled by 2.5: llama.cpp's 8-bit activations tip Q4_K_M's choices
+    # on most seeds (on the file dequantized to F32, llama.cpp agrees with the import 8/8)
+    ("nemotron_h_moe", "Q8_0", 1),
 ]
 QUANTIZED_GREEDY = 8
 
@@ -401,8 +491,10 @@ def test_quantized_experts_match_llama_cpp(
     subprocess.run(command, check=True, capture_output=True)
     converted = convert_gguf(quantized, tmp_path / "imported")
     types = converted.report["types"]
-    stacked = {t.type_name for t in open_gguf(quantized).tensors if len(t.shape) == 3}
-    assert stacked and not stacked & {"F32", "F16"}, stacked  # the experts are quantized
+    tensors = open_gguf(quantized).tensors
+    stacked = {t.type_name for t in tensors if len(t.shape) == 3}
+    assert not stacked & {"F32", "F16"}, stacked  # the experts, if any, are quantized
+    assert {t.type_name for t in tensors if len(t.shape) == 2} - {"F32", "F16"}
     imported, _ = load_model(converted.path)
     greedy, margins = greedy_decode(imported, PROMPT, QUANTIZED_GREEDY)
     reference = llama_reference(llama_tools, quantized, PROMPT, QUANTIZED_GREEDY)
@@ -414,6 +506,11 @@ REFUSED = [
     ("deepseek2", {"scoring_func": "softmax"}, "only sigmoid expert routing"),
     ("granitehybrid", {"position_embedding_type": "rope"}, "with rope"),
     ("granitehybrid", {"mamba_n_groups": 2}, "more than one Mamba group"),
+    (
+        "gemma3-pattern-list",
+        {"layer_types": ["sliding_attention"] + ["full_attention"] * 3},
+        "other than every n-th layer global",
+    ),
 ]
 
 
