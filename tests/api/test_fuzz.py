@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -59,10 +60,17 @@ def hypothesis_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 def server(
     tiny_dir: Path, encoder_embedder_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LiveServer]:
+    with fuzzed_server(tiny_dir, encoder_embedder_dir, tmp_path_factory.mktemp("fuzz")) as live:
+        yield live
+
+
+@contextmanager
+def fuzzed_server(tiny_dir: Path, embedder_dir: Path, folder: Path) -> Iterator[LiveServer]:
+    """A live server with the tiny chat model (8 tokens an answer) and the tiny embedder."""
     setup = ("add_model", MODEL_ID, "--local", str(tiny_dir))
     setup += ("--max-output-tokens", str(MAX_OUTPUT_TOKENS), "--context-length", "512")
-    embedder = ("add_model", EMBEDDING_ID, "--embedding", "--local", str(encoder_embedder_dir))
-    with live_server(tmp_path_factory.mktemp("fuzz"), setup, embedder) as live:
+    embedder = ("add_model", EMBEDDING_ID, "--embedding", "--local", str(embedder_dir))
+    with live_server(folder, setup, embedder) as live:
         yield live
 
 
@@ -92,11 +100,11 @@ def usable(body: dict) -> dict:
     if "messages" in body:
         body["messages"] = [{"role": "user", "content": "Say something."}]
         tools = body.get("tools") or []
-        names = [tool["function"]["name"] for tool in tools]
+        names = [function_name(tool) for tool in tools]
         if len(set(names)) != len(names):
-            body["tools"] = list({tool["function"]["name"]: tool for tool in tools}.values())
+            body["tools"] = list({function_name(tool): tool for tool in tools}.values())
         choice = body.get("tool_choice")
-        if isinstance(choice, dict) and choice["function"]["name"] not in names:
+        if isinstance(choice, dict) and function_name(choice) not in names:
             body["tool_choice"] = "auto"
         if choice == "required" and not names:
             body["tool_choice"] = "none"
@@ -129,14 +137,19 @@ def usable(body: dict) -> dict:
     return body
 
 
+def function_name(tool: dict) -> str | None:
+    """A Chat Completions tool's (or tool_choice's) name; OpenAI's spec also has custom tools."""
+    return (tool.get("function") or tool.get("custom") or {}).get("name")
+
+
 def responses_usable(body: dict) -> dict:
     """A Responses body that can succeed: a plain input, tools that tool_choice can name, no
     chain to a response that does not exist, no background mode."""
     body = {**body, "input": "Say something."}
     tools = body.get("tools") or []
-    names = [tool["name"] for tool in tools]
+    names = [tool.get("name") for tool in tools]
     if len(set(names)) != len(names):
-        body["tools"] = list({tool["name"]: tool for tool in tools}.values())
+        body["tools"] = list({tool.get("name"): tool for tool in tools}.values())
     choice = body.get("tool_choice")
     if isinstance(choice, dict) and choice.get("name") not in names:
         body["tool_choice"] = "auto"
