@@ -330,6 +330,7 @@ class PrefixDisk:
             failed_reads=self.failed_reads,
             writes=self.writes,
             dropped_writes=self.dropped_writes,
+            failed_writes=self.failed_writes,
         )
 
 

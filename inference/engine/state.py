@@ -51,6 +51,7 @@ class PrefixDiskState:
     failed_reads: int  # unreadable files (corrupt, truncated), deleted
     writes: int
     dropped_writes: int  # offered while the writer's queue was full
+    failed_writes: int  # the file could not be written (disk full, permissions)
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,7 @@ def prefix_disk_metrics(disk: PrefixDiskState) -> Iterator:
         "failed_reads": ("Unreadable files (corrupt, truncated), deleted.", disk.failed_reads),
         "writes": ("Prompt prefixes written to the disk tier.", disk.writes),
         "dropped_writes": ("Prefixes not written: the writer was behind.", disk.dropped_writes),
+        "failed_writes": ("Prefixes whose file could not be written.", disk.failed_writes),
     }
     for name, (text, number) in gauges.items():
         yield GaugeMetricFamily(f"inference_prefix_cache_disk_{name}", text, value=number)

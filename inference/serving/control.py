@@ -120,6 +120,7 @@ def prefix_disk_document(disk: PrefixDiskState | None) -> dict | None:
         "failed_reads": disk.failed_reads,
         "writes": disk.writes,
         "dropped_writes": disk.dropped_writes,
+        "failed_writes": disk.failed_writes,
     }
 
 

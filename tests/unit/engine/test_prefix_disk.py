@@ -12,6 +12,8 @@ import signal
 import stat
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import mlx.core as mx
@@ -184,16 +186,29 @@ def test_writes_are_atomic_and_owner_only(tmp_path):
     prepared = kv_file.prepare(list(range(20)), kv_cache(20))
     assert prepared.nbytes > 4096
     target = folder / prefix_disk.entry_name(KEY, 20, kv_file.token_digest(list(range(20))))
+    with files_under(4096), pytest.raises(OSError, match="too large"):
+        kv_file.write(target, prepared)
+    assert sorted(folder.iterdir()) == [path]
+    # Through the store's writer: counted, shown in /health and /metrics, nothing left.
+    with files_under(4096):
+        assert store.offer(KEY, list(range(20)), kv_cache(20))
+        assert store.flush(timeout=60)
+    assert (store.state().failed_writes, store.state().writes) == (1, 1)
+    assert sorted(folder.iterdir()) == [path]
+
+
+@contextmanager
+def files_under(limit: int) -> Iterator[None]:
+    """The OS refuses to let any file of this process grow past `limit` bytes, as a full
+    disk would (EFBIG, not the SIGXFSZ kill)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a kill
-    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
     try:
-        with pytest.raises(OSError, match="too large"):
-            kv_file.write(target, prepared)
+        yield
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         signal.signal(signal.SIGXFSZ, previous)
-    assert sorted(folder.iterdir()) == [path]
 
 
 def test_a_crashed_writers_temporary_files_are_cleared_when_old(tmp_path):
