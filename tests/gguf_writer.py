@@ -5,9 +5,10 @@ that converter uses), the metadata keys llama.cpp reads for the architecture, an
 the converter makes to the tensors (Llama's Q/K row permutation, Gemma's 1 + w norms, Llama 3's
 rope_freqs, Phi-3's longrope factors, stacked experts, gpt-oss's MXFP4 blocks, DeepSeek's split
 kv_b_proj, GLM's multi-token prediction layer, Mamba-2's A and reshapes (Granite's,
-Nemotron-H's), Qwen3-Next's regrouped in_proj_qkvz). Written from the converter as a reference,
-for the import tests; F32 throughout (but gpt-oss's MXFP4 experts), so that llama.cpp computes
-in float32 (but for the float16 keys and values of its flash attention).
+Nemotron-H's), Qwen3-Next's regrouped in_proj_qkvz, Qwen3.5's reordered value heads).
+Written from the converter as a reference, for the import tests; F32 throughout (but gpt-oss's
+MXFP4 experts), so that llama.cpp computes in float32 (but for the float16 keys and values of
+its flash attention).
 """
 
 from __future__ import annotations
@@ -253,6 +254,12 @@ def _qwen3_next(writer: GGUFWriter, config: dict) -> None:
     rotated part of a head."""
     _qwen_moe(writer, config)
     writer.add_expert_shared_feed_forward_length(config["shared_expert_intermediate_size"])
+    _delta_net(writer, config)
+
+
+def _delta_net(writer: GGUFWriter, config: dict) -> None:
+    """Qwen3NextModel's own keys: the delta-net's sizes, the attention layers' interval and
+    the rotated part of a head."""
     writer.add_ssm_conv_kernel(config["linear_conv_kernel_dim"])
     writer.add_ssm_state_size(config["linear_key_head_dim"])
     writer.add_ssm_group_count(config["linear_num_key_heads"])
@@ -262,6 +269,26 @@ def _qwen3_next(writer: GGUFWriter, config: dict) -> None:
     writer.add_full_attention_interval(config.get("full_attention_interval", 4))
     rotary = config.get("partial_rotary_factor", 0.25)
     writer.add_rope_dimension_count(int(_head_dim(config) * rotary))
+
+
+def _qwen35(writer: GGUFWriter, config: dict) -> None:
+    """Qwen3_5TextModel's and Qwen3_5MoeTextModel's (with --no-mtp): Qwen3NextModel's keys
+    (the experts' where the config has them), the rope from rope_parameters, each layer's kind
+    from layer_types and the interleaved rope's sections (Qwen3.5's default when absent)."""
+    rope = config["rope_parameters"]
+    rotary = rope.get("partial_rotary_factor", 0.25)
+    base = config | {"rope_theta": rope["rope_theta"], "partial_rotary_factor": rotary}
+    _text_model(writer, base)
+    if "num_experts" in config:
+        _experts(writer, config)
+        writer.add_expert_feed_forward_length(config["moe_intermediate_size"])
+        writer.add_expert_shared_feed_forward_length(config["shared_expert_intermediate_size"])
+    _delta_net(writer, base)
+    if "layer_types" in config:
+        recurrent = [kind == "linear_attention" for kind in config["layer_types"]]
+        writer.add_array(f"{writer.arch}.attention.recurrent_layers", recurrent)
+    sections = list(rope.get("mrope_section", [11, 11, 10]))
+    writer.add_rope_dimension_sections((sections + [0] * 4)[:4])
 
 
 def _nemotron_h(writer: GGUFWriter, config: dict) -> None:
@@ -382,6 +409,8 @@ HYPERPARAMETERS: dict[str, Callable[[GGUFWriter, dict], None]] = {
     "lfm2": _lfm2,
     "granitehybrid": _granite_hybrid,
     "qwen3next": _qwen3_next,
+    "qwen35": _qwen35,
+    "qwen35moe": _qwen35,
     "nemotron_h": _nemotron_h,
     "mistral3": _mistral3,
     "nemotron_h_moe": _nemotron_h,
@@ -399,6 +428,8 @@ def _converted_tensors(arch: str, config: dict, weights: dict[str, np.ndarray]) 
     mtp = config.get("num_nextn_predict_layers", 0) if arch == "glm4moe" else 0
     names = gguf.get_tensor_name_map(_arch_enum(arch), config["num_hidden_layers"] + mtp)
     for name, array in weights.items():
+        if arch in ("qwen35", "qwen35moe"):
+            name, array = _qwen35_tensor(name, array, config)
         if arch == "gemma2" and name == "lm_head.weight":
             continue  # Gemma 2's converter drops it: llama.cpp always ties
         if arch == "granitehybrid" and (split := _granite_moe_tensors(name, array)):
@@ -416,7 +447,8 @@ def _converted_tensors(arch: str, config: dict, weights: dict[str, np.ndarray]) 
                 if ".mixer.switch_mlp" + fc in name:
                     layer = name.split(".")[2]
                     name = f"model.layers.{layer}.mlp.experts{projection}weight"
-        if arch == "qwen3next" and (split := _qwen3_next_tensors(name, array, config)):
+        qwen_hybrid = arch in ("qwen3next", "qwen35", "qwen35moe")
+        if qwen_hybrid and (split := _qwen3_next_tensors(name, array, config)):
             yield from split
             continue
         if arch in ("gemma2", "gemma3") and name.endswith("norm.weight"):
@@ -513,6 +545,35 @@ def _qwen3_next_tensors(name: str, array: np.ndarray, config: dict) -> list[tupl
     qkv = np.concatenate([t.reshape(hidden, -1) for t in (q, k, v)], axis=-1).T
     gate = z.reshape(hidden, -1).T
     return [(f"blk.{layer}.attn_qkv.weight", qkv), (f"blk.{layer}.attn_gate.weight", gate)]
+
+
+def _qwen35_tensor(name: str, array: np.ndarray, config: dict) -> tuple[str, np.ndarray]:
+    """The text model's names (mlx-lm's are under language_model.), and
+    _LinearAttentionVReorderBase's change: with more value heads than key heads, the value
+    heads from grouped by key head to tiled, in every tensor with a value head axis. A, the
+    time step's bias and the convolution then change as Qwen3-Next's (_qwen3_next_tensors)."""
+    name = name.removeprefix("language_model.")
+    keys, values = config["linear_num_key_heads"], config["linear_num_value_heads"]
+    if ".linear_attn." not in name or keys == values:
+        return name, array
+    width, qk = config["linear_value_head_dim"], 2 * keys * config["linear_key_head_dim"]
+    if name.endswith((".in_proj_qkv.weight", ".conv1d.weight")):  # q and k stay
+        return name, np.concatenate([array[:qk], _tiled(array[qk:], 0, keys, width)])
+    if name.endswith(".in_proj_z.weight"):
+        return name, _tiled(array, 0, keys, width)
+    if name.endswith((".in_proj_b.weight", ".in_proj_a.weight", ".A_log", ".dt_bias")):
+        return name, _tiled(array, 0, keys, 1)
+    if name.endswith(".out_proj.weight"):
+        return name, _tiled(array, 1, keys, width)
+    return name, array
+
+
+def _tiled(array: np.ndarray, axis: int, keys: int, width: int) -> np.ndarray:
+    """Runs of `width` along axis, grouped [k0 v0, k0 v1, k1 v0, k1 v1], made tiled
+    [k0 v0, k1 v0, k0 v1, k1 v1]."""
+    moved = np.moveaxis(array, axis, 0)
+    grouped = moved.reshape(keys, -1, width, *moved.shape[1:])
+    return np.moveaxis(grouped.swapaxes(0, 1).reshape(moved.shape), 0, axis)
 
 
 def _mamba2_tensor(name: str, array: np.ndarray, groups: int) -> tuple[str, np.ndarray]:

@@ -276,6 +276,9 @@ class _Conversion:
         # 3-D: stacked experts, which mlx-lm's SwitchLinear quantizes per expert row
         quantizable = kind == "weight" and len(tensor.shape) in (2, 3) and not is_norm
         quantizable = quantizable and not self.arch.keeps_float(tensor.name)
+        order = self.arch.columns(self.hyper, tensor.name)
+        # columns move in whole quantization groups, or the tensor stays float
+        quantizable = quantizable and not (order and (tensor.columns // len(order)) % GROUP)
         return _Planned(name, plan_for(tensor, self.weights, quantizable), is_norm)
 
     def tensor(self, tensor: TensorInfo) -> None:
@@ -289,7 +292,10 @@ class _Conversion:
         if planned.plan.quantized:  # one module's parts add up
             error = self.errors.setdefault(planned.module, error)
         blocks = convert_blocks(self.file.path, tensor, planned.plan, error, transform)
+        order = self.arch.columns(self.hyper, tensor.name)
         for first_row, arrays in blocks:
+            if order:
+                arrays = {suffix: _reorder_columns(a, order) for suffix, a in arrays.items()}
             count = next(iter(arrays.values())).shape[0]
             for start, output_row, length in planned.places(first_row, count):
                 for suffix, array in arrays.items():
@@ -311,6 +317,16 @@ class _Conversion:
     @property
     def report(self) -> dict:
         return import_report(self.file.path, self.weights, self.plans, self.errors)
+
+
+def _reorder_columns(array, order: tuple[int, ...]):
+    """The last axis as len(order) equal runs, output run i taken from source run order[i]:
+    for quantized arrays too (packed codes, scales, biases), whose runs are whole groups."""
+    import mlx.core as mx
+
+    shape = array.shape
+    runs = array.reshape(*shape[:-1], len(order), shape[-1] // len(order))
+    return mx.take(runs, mx.array(order), axis=-2).reshape(shape)
 
 
 def _special_ids(metadata: dict) -> dict:

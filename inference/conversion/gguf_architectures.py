@@ -250,12 +250,21 @@ class Architecture:
     # or None (Qwen3-Next's in_proj_qkvz, interleaved by key head, from llama.cpp's
     # attn_qkv and attn_gate).
     row_segments: Callable[[Hyper, str], tuple | None] | None = None
+    # Runs of equal width of a layer tensor's columns that the converter reordered: (hyper,
+    # "name.suffix") -> the source run of each output run, or None (Qwen3.5's value heads).
+    column_order: Callable[[Hyper, str], tuple[int, ...] | None] | None = None
 
     def segments(self, hyper: Hyper, gguf_name: str) -> tuple | None:
         key = _layer_key(gguf_name)
         if self.row_segments is None or key is None:
             return None
         return self.row_segments(hyper, key)
+
+    def columns(self, hyper: Hyper, gguf_name: str) -> tuple[int, ...] | None:
+        key = _layer_key(gguf_name)
+        if self.column_order is None or key is None:
+            return None
+        return self.column_order(hyper, key)
 
     def part_of(self, gguf_name: str) -> int:
         return self.parts.get((_layer_key(gguf_name) or "").rpartition(".")[0], 0)
@@ -1050,3 +1059,8 @@ def llama3_rope_scaling(factors: np.ndarray, base: float, dims: int) -> dict:
     if not np.allclose(_llama3_factors(params, base, dims), factors, rtol=1e-4, atol=1e-5):
         raise UnsupportedGGUF("rope_freqs does not follow Llama 3's rope scaling")
     return params
+
+
+# Families in modules of their own, which register themselves in ARCHITECTURES (imported last:
+# they build on this module).
+import inference.conversion.gguf_qwen35  # noqa: E402, F401

@@ -331,7 +331,11 @@ def test_broken_models_are_listed_with_their_problem(ollama_dir, lmstudio_dir):
 
 # A mixture of experts and a hybrid, as Ollama keeps them (`ollama create` from a GGUF): a tiny
 # random model of each, written as llama.cpp's converter writes it, through the same path.
-MOE_AND_HYBRID = [("qwen3moe", "tiny-moe:latest"), ("qwen3next", "tiny-hybrid:latest")]
+MOE_AND_HYBRID = [
+    ("qwen3moe", "tiny-moe:latest"),
+    ("qwen3next", "tiny-hybrid:latest"),
+    ("qwen35moe", "tiny-qwen35:latest"),
+]
 
 
 @pytest.mark.parametrize(("case_id", "name"), MOE_AND_HYBRID, ids=[c for c, _ in MOE_AND_HYBRID])

@@ -126,6 +126,39 @@ NEMOTRON_H = {
 }
 
 
+QWEN35 = {
+    "model_type": "qwen3_5",
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "full_attention_interval": 2,
+    "layer_types": ["linear_attention", "full_attention"],
+    "linear_num_value_heads": 4,
+    "linear_num_key_heads": 2,
+    "linear_key_head_dim": 32,
+    "linear_value_head_dim": 32,
+    "linear_conv_kernel_dim": 4,
+    "rope_parameters": {
+        "rope_type": "default",
+        "rope_theta": 10000000.0,
+        "partial_rotary_factor": 0.25,
+        "mrope_section": [3, 3, 2],
+        "mrope_interleaved": True,
+    },
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+}
+QWEN35_MOE = QWEN35 | {
+    "model_type": "qwen3_5_moe",
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 128,
+    "shared_expert_intermediate_size": 128,
+    "norm_topk_prob": True,
+    "tie_word_embeddings": False,
+}
+
+
 NEMOTRON_H_MOE = NEMOTRON_H | {
     "hybrid_override_pattern": ["M", "E", "*", "M", "E"],
     "n_routed_experts": 8,
@@ -262,6 +295,13 @@ CASES = [
          "moe_intermediate_size": 128, "shared_expert_intermediate_size": 128,
          "mlp_only_layers": [], "norm_topk_prob": True, "rope_theta": 1000000.0,
          "rms_norm_eps": 1e-6, "tie_word_embeddings": False}, 0),
+    # Qwen3.5 style (dense, tied): a gated delta-net layer with its projections apart and
+    # twice as many value heads (4) as key heads (2), which llama.cpp's converter reorders,
+    # then a gated attention layer with interleaved multimodal rope (text: plain rope).
+    Case("qwen35", "qwen35", QWEN35, 0),
+    # Qwen3.5-35B-A3B style: the same layers, each with 8 experts choosing 2 and a gated
+    # shared expert.
+    Case("qwen35moe", "qwen35moe", QWEN35_MOE, 0),
     # Nemotron-H / Nemotron Nano 2 style: Mamba-2 layers (8 heads of 32 in 2 groups, each
     # normalized on its own), squared-ReLU MLP layers and an attention layer without rope,
     # one norm a layer; mlx-lm's "backbone" names.
@@ -381,7 +421,12 @@ def build_model(config: dict, seed: int) -> nn.Module:
     return model
 
 
-FINAL_NORMS = ("model.norm.weight", "model.embedding_norm.weight", "backbone.norm_f.weight")
+FINAL_NORMS = (
+    "model.norm.weight",
+    "model.embedding_norm.weight",
+    "backbone.norm_f.weight",
+    "language_model.model.norm.weight",  # Qwen3.5's
+)
 
 
 def _random(
@@ -464,6 +509,8 @@ QUANTIZED = [
     ("granitehybrid-moe", "Q8_0", 0),
     # attn_qkv in Q8_0 beside attn_gate in Q4_K, which become one 8-bit in_proj_qkvz
     ("qwen3next", "Q4_K_M", 1),
+    # out_proj's value-head columns moved back in whole groups of the quantized tensor
+    ("qwen35moe", "Q4_K_M", 1),
     # no experts: Mamba-2's projections and the MLP's quantized
     # Q and K rows moved back one by one, quantized
     ("mistral3", "Q4_K_M", 1),
