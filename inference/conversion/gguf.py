@@ -19,14 +19,13 @@ from pathlib import Path
 
 from inference.adapters.detect import detect
 from inference.conversion.gguf_architectures import (
-    ARCHITECTURES,
     Architecture,
     Hyper,
-    architecture_of,
     main_layers,
     model_config,
 )
 from inference.conversion.gguf_file import GGUFFile, TensorInfo, UnsupportedGGUF, open_gguf
+from inference.conversion.gguf_registry import ARCHITECTURES, architecture_of
 from inference.conversion.gguf_tensors import (
     GROUP,
     SUPPORTED_TYPES,

@@ -909,16 +909,6 @@ ARCHITECTURES = {
 }
 
 
-def architecture_of(file: GGUFFile) -> Architecture:
-    name = file.metadata.get("general.architecture")
-    if name not in ARCHITECTURES:
-        raise UnsupportedGGUF(
-            f"architecture {name!r} is not supported "
-            f"(supported: {', '.join(sorted(ARCHITECTURES))}; Mistral's files use 'llama')"
-        )
-    return ARCHITECTURES[name]
-
-
 def main_layers(file: GGUFFile, arch: Architecture) -> int:
     """The layers mlx-lm runs: llama.cpp's block count includes the multi-token prediction
     layers (GLM-4.5's nextn) appended after them."""
@@ -1059,8 +1049,3 @@ def llama3_rope_scaling(factors: np.ndarray, base: float, dims: int) -> dict:
     if not np.allclose(_llama3_factors(params, base, dims), factors, rtol=1e-4, atol=1e-5):
         raise UnsupportedGGUF("rope_freqs does not follow Llama 3's rope scaling")
     return params
-
-
-# Families in modules of their own, which register themselves in ARCHITECTURES (imported last:
-# they build on this module).
-import inference.conversion.gguf_qwen35  # noqa: E402, F401

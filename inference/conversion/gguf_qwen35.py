@@ -9,7 +9,7 @@ head i with key head i % keys. mlx-lm pairs by group (i // per key head), as the
 the import moves them back, in every tensor with a value head axis (rows of in_proj_qkv's v, z,
 b, a and the convolution's v channels; columns of out_proj, A and the time step's bias).
 
-Imported into gguf_architectures at its end, which registers these in ARCHITECTURES.
+Registered, with gguf_architectures' families, in gguf_registry.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from inference.conversion.gguf_architectures import (
     _ATTENTION,
     _EXPERTS,
     _QK_NORM,
-    ARCHITECTURES,
     Architecture,
     Hyper,
     _experts,
@@ -70,7 +69,7 @@ def _qwen35(hyper: Hyper) -> dict:
     """The delta-net's sizes and the rope, as mlx-lm's qwen3_5 reads them (its rope from
     rope_parameters alone, whose defaults would otherwise replace the file's base)."""
     interval = int(hyper.get("full_attention_interval", 4) or 4)
-    layers = main_layers(hyper.file, ARCHITECTURES[hyper.arch])
+    layers = main_layers(hyper.file, QWEN35_ARCHITECTURES[hyper.arch])
     recurrent = hyper.get("attention.recurrent_layers")
     expected = [(i + 1) % interval != 0 for i in range(layers)]
     if recurrent is not None and [bool(r) for r in recurrent[:layers]] != expected:
@@ -194,9 +193,9 @@ def _architecture(
     )
 
 
-ARCHITECTURES.update(
-    qwen35=_architecture("qwen35", "qwen3_5", "Qwen3_5ForCausalLM", _QWEN35_LAYER, _qwen35),
-    qwen35moe=_architecture(
+QWEN35_ARCHITECTURES = {
+    "qwen35": _architecture("qwen35", "qwen3_5", "Qwen3_5ForCausalLM", _QWEN35_LAYER, _qwen35),
+    "qwen35moe": _architecture(
         "qwen35moe", "qwen3_5_moe", "Qwen3_5MoeForCausalLM", _QWEN35_MOE_LAYER, _qwen35_moe
     ),
-)
+}
