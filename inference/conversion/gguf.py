@@ -177,6 +177,8 @@ class _Planned:
     row_offset: int = 0  # where its rows start in an output several tensors fill
     # Or where runs of its rows go there: (first source row, first output row, count).
     segments: tuple[tuple[int, int, int], ...] | None = None
+    # Runs of its columns back in the checkpoint's order (Architecture.columns), or None.
+    columns: tuple[int, ...] | None = None
 
     def places(self, first_row: int, count: int) -> list[tuple[int, int, int]]:
         """(start in the block, output row, count) for the block of rows at first_row."""
@@ -278,7 +280,7 @@ class _Conversion:
         order = self.arch.columns(self.hyper, tensor.name)
         # columns move in whole quantization groups, or the tensor stays float
         quantizable = quantizable and not (order and (tensor.columns // len(order)) % GROUP)
-        return _Planned(name, plan_for(tensor, self.weights, quantizable), is_norm)
+        return _Planned(name, plan_for(tensor, self.weights, quantizable), is_norm, columns=order)
 
     def tensor(self, tensor: TensorInfo) -> None:
         tensor = self.arch.restore_shape(tensor)
@@ -291,10 +293,9 @@ class _Conversion:
         if planned.plan.quantized:  # one module's parts add up
             error = self.errors.setdefault(planned.module, error)
         blocks = convert_blocks(self.file.path, tensor, planned.plan, error, transform)
-        order = self.arch.columns(self.hyper, tensor.name)
         for first_row, arrays in blocks:
-            if order:
-                arrays = {suffix: _reorder_columns(a, order) for suffix, a in arrays.items()}
+            if planned.columns:
+                arrays = {s: _reorder_columns(a, planned.columns) for s, a in arrays.items()}
             count = next(iter(arrays.values())).shape[0]
             for start, output_row, length in planned.places(first_row, count):
                 for suffix, array in arrays.items():

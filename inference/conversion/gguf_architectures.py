@@ -694,32 +694,42 @@ def _feed_forward(hyper: Hyper) -> int:
     return sizes.pop() if sizes else 0
 
 
-def _qwen3_next(hyper: Hyper) -> dict:
+def delta_net(hyper: Hyper, arch: Architecture) -> dict:
+    """A gated delta-net hybrid's layer pattern and delta-net sizes (Qwen3-Next, Qwen3.5), as
+    mlx-lm reads them: an attention layer every full_attention_interval-th, refused otherwise."""
     interval = int(hyper.get("full_attention_interval", 4) or 4)
-    layers = main_layers(hyper.file, ARCHITECTURES["qwen3next"])
+    layers = main_layers(hyper.file, arch)
     recurrent = hyper.get("attention.recurrent_layers")
     expected = [(i + 1) % interval != 0 for i in range(layers)]
     if recurrent is not None and [bool(r) for r in recurrent[:layers]] != expected:
-        raise UnsupportedGGUF("Qwen3-Next whose attention layers are not every n-th")
-    head_dim = _head_dim(hyper)
+        raise UnsupportedGGUF(f"{hyper.arch} whose attention layers are not every n-th")
     value_heads = int(hyper("ssm.time_step_rank"))
-    shared = int(hyper.get("expert_shared_feed_forward_length", 0) or 0)
-    if not shared:
-        raise UnsupportedGGUF("Qwen3-Next without a shared expert is not supported")
-    return _experts(hyper) | {
+    return {
         "full_attention_interval": interval,
-        "partial_rotary_factor": int(hyper("rope.dimension_count")) / head_dim,
         "linear_num_value_heads": value_heads,
         "linear_num_key_heads": int(hyper("ssm.group_count")),
         "linear_key_head_dim": int(hyper("ssm.state_size")),
         "linear_value_head_dim": int(hyper("ssm.inner_size")) // value_heads,
         "linear_conv_kernel_dim": int(hyper("ssm.conv_kernel")),
-        "shared_expert_intermediate_size": shared,
-        # llama.cpp makes every layer a mixture and renormalizes the chosen experts' weights
-        "decoder_sparse_step": 1,
-        "mlp_only_layers": [],
-        "norm_topk_prob": True,
     }
+
+
+def _qwen3_next(hyper: Hyper) -> dict:
+    shared = int(hyper.get("expert_shared_feed_forward_length", 0) or 0)
+    if not shared:
+        raise UnsupportedGGUF("Qwen3-Next without a shared expert is not supported")
+    return (
+        _experts(hyper)
+        | delta_net(hyper, ARCHITECTURES["qwen3next"])
+        | {
+            "partial_rotary_factor": int(hyper("rope.dimension_count")) / _head_dim(hyper),
+            "shared_expert_intermediate_size": shared,
+            # llama.cpp makes every layer a mixture and renormalizes the chosen experts' weights
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": [],
+            "norm_topk_prob": True,
+        }
+    )
 
 
 def _qwen3_next_rows(hyper: Hyper, key: str) -> tuple | None:

@@ -28,7 +28,7 @@ from inference.conversion.gguf_architectures import (
     _head_dim,
     _row,
     _unsqueeze_last,
-    main_layers,
+    delta_net,
 )
 from inference.conversion.gguf_file import UnsupportedGGUF
 
@@ -68,15 +68,8 @@ _PARAMS = {"ssm_a": "linear_attn.A_log", "ssm_dt.bias": "linear_attn.dt_bias"}
 def _qwen35(hyper: Hyper) -> dict:
     """The delta-net's sizes and the rope, as mlx-lm's qwen3_5 reads them (its rope from
     rope_parameters alone, whose defaults would otherwise replace the file's base)."""
-    interval = int(hyper.get("full_attention_interval", 4) or 4)
-    layers = main_layers(hyper.file, QWEN35_ARCHITECTURES[hyper.arch])
-    recurrent = hyper.get("attention.recurrent_layers")
-    expected = [(i + 1) % interval != 0 for i in range(layers)]
-    if recurrent is not None and [bool(r) for r in recurrent[:layers]] != expected:
-        raise UnsupportedGGUF(f"{hyper.arch} whose attention layers are not every n-th")
     if hyper.get("rope.scaling.type") not in (None, "none"):
         raise UnsupportedGGUF(f"{hyper.arch} with rope scaling is not supported")
-    value_heads = int(hyper("ssm.time_step_rank"))
     # Interleaved multimodal rope: for text every section's position is the token's, which is
     # plain (NeoX) rope over the rotated part of a head.
     rope = {
@@ -84,15 +77,7 @@ def _qwen35(hyper: Hyper) -> dict:
         "rope_theta": float(hyper("rope.freq_base", 10000.0)),
         "partial_rotary_factor": int(hyper("rope.dimension_count")) / _head_dim(hyper),
     }
-    return {
-        "full_attention_interval": interval,
-        "rope_parameters": rope,
-        "linear_num_value_heads": value_heads,
-        "linear_num_key_heads": int(hyper("ssm.group_count")),
-        "linear_key_head_dim": int(hyper("ssm.state_size")),
-        "linear_value_head_dim": int(hyper("ssm.inner_size")) // value_heads,
-        "linear_conv_kernel_dim": int(hyper("ssm.conv_kernel")),
-    }
+    return delta_net(hyper, QWEN35_ARCHITECTURES[hyper.arch]) | {"rope_parameters": rope}
 
 
 def _qwen35_moe(hyper: Hyper) -> dict:

@@ -7,6 +7,7 @@ snapshot; only warm and unload wait for the engine thread.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from operator import methodcaller
 from typing import TYPE_CHECKING, TypeVar
@@ -111,17 +112,7 @@ def prefix_disk_document(disk: PrefixDiskState | None) -> dict | None:
     written since this process started."""
     if disk is None:
         return None
-    return {
-        "bytes": disk.bytes,
-        "max_bytes": disk.max_bytes,
-        "entries": disk.entries,
-        "hits": disk.hits,
-        "misses": disk.misses,
-        "failed_reads": disk.failed_reads,
-        "writes": disk.writes,
-        "dropped_writes": disk.dropped_writes,
-        "failed_writes": disk.failed_writes,
-    }
+    return dataclasses.asdict(disk)
 
 
 def model_document(model: ModelState) -> dict:
