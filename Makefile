@@ -72,17 +72,14 @@ lint: $(VENV)/.installed-test
 
 DEMO_ENV := DEMO_GGUF=$(abspath $(DEMO_GGUF)) DEMO_EMBEDDING=$(abspath $(DEMO_EMBEDDING))
 
-# The whole suite on SQLite, then again on a throwaway PostgreSQL in var/pg (installed and
-# started by scripts/ensure_postgres.sh; pytest-django creates its own test_ database on it),
-# less what is marked database_independent: tests/unit/, which never touches a database, and
-# the modules whose servers store nothing a request says (tests/conftest.py).
+# The whole suite on SQLite and, at the same time (scripts/run_tests.sh), again on a throwaway
+# PostgreSQL in var/pg (installed and started by scripts/ensure_postgres.sh; pytest-django
+# creates its own test_ database on it), less what is marked database_independent:
+# tests/unit/, which never touches a database, and the modules whose servers store nothing a
+# request says (tests/conftest.py).
 test: $(VENV)/.installed-test $(VENV)/.kernels $(VENV)/.llama-tools $(DEMO_GGUF) \
 	  $(DEMO_EMBEDDING)/model.safetensors lint
-	@echo "=== make test: pass 1 of 2, on SQLite ==="
-	$(DEMO_ENV) $(BIN)/python -m pytest
-	@echo "=== make test: pass 2 of 2, on PostgreSQL ==="
-	url=$$(sh scripts/ensure_postgres.sh) && \
-	  DATABASE_URL=$$url $(DEMO_ENV) $(BIN)/python -m pytest -m "not database_independent"
+	$(DEMO_ENV) PYTHON=$(abspath $(BIN)/python) sh scripts/run_tests.sh
 
 # Ours against mlx_lm.server on the demo model; BENCH_ARGS="--concurrency 1,8" shortens it.
 bench: $(VENV)/.installed-test $(VENV)/.kernels $(DEMO_GGUF)
