@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
+from copy import copy
+
 import llguidance
 import llguidance.hf
 import llguidance.numpy
@@ -10,10 +15,39 @@ import numpy as np
 
 from inference.engine.types import EngineError, ErrorKind
 
+# llguidance's tokenizers by what they were built from: building one takes about a second
+# (its token trie and slices), and the models a server holds often share a vocabulary (the
+# quantizations and fine-tunes of one model, a draft beside its target), as do a model's loads.
+_LL_KEPT = 4
+_ll_tokenizers: OrderedDict[tuple, llguidance.LLTokenizer] = OrderedDict()
+_ll_lock = threading.Lock()
+
 
 def make_ll_tokenizer(tokenizer) -> llguidance.LLTokenizer:
     # mlx-lm's wrapper keeps the Hugging Face tokenizer in _tokenizer.
-    return llguidance.hf.from_tokenizer(tokenizer._tokenizer)
+    return ll_tokenizer_of(tokenizer._tokenizer)
+
+
+def ll_tokenizer_of(hf) -> llguidance.LLTokenizer:
+    """llguidance's tokenizer for a Hugging Face one, as llguidance.hf.from_tokenizer builds
+    it, shared by every tokenizer with the same vocabulary."""
+    if not hasattr(hf, "backend_tokenizer"):
+        return llguidance.hf.from_tokenizer(hf)  # it says why it cannot
+    backend = copy(hf.backend_tokenizer)
+    backend.no_padding()
+    backend.no_truncation()
+    serialized, eos = backend.to_str(), hf.eos_token_id
+    key = (hashlib.sha256(serialized.encode()).hexdigest(), eos)
+    with _ll_lock:
+        if key in _ll_tokenizers:
+            _ll_tokenizers.move_to_end(key)
+            return _ll_tokenizers[key]
+    built = llguidance.LLTokenizer(serialized, eos_token=eos)
+    with _ll_lock:
+        _ll_tokenizers[key] = built
+        while len(_ll_tokenizers) > _LL_KEPT:
+            _ll_tokenizers.popitem(last=False)
+    return built
 
 
 def compile_grammar(ll_tokenizer: llguidance.LLTokenizer, grammar: str) -> llguidance.LLMatcher:

@@ -67,17 +67,15 @@ def grammar_accepts(tokenizer, syntax: str, text: str, functions=None, parallel=
     """Whether `syntax`'s grammar for `functions` (default: get_weather alone) takes `text`
     token by token, as the engine's constraint would, and accepts at its end."""
     import llguidance
-    import llguidance.hf
 
+    from inference.engine.constraints import ll_tokenizer_of
     from inference.engine.grammar_tokens import added_token_ids, with_marker_tokens
 
     functions = functions or [Function("get_weather", closed_objects(WEATHER_SCHEMA))]
     lark = syntax_class(syntax)().grammar(functions, parallel)
     # As the engine compiles it: markers the vocabulary has as tokens are those tokens.
     lark = with_marker_tokens(lark, added_token_ids(tokenizer))
-    matcher = llguidance.LLMatcher(
-        llguidance.hf.from_tokenizer(tokenizer), checked_grammar(lark, "tools")
-    )
+    matcher = llguidance.LLMatcher(ll_tokenizer_of(tokenizer), checked_grammar(lark, "tools"))
     assert not matcher.is_error(), matcher.get_error()
     for token in tokenizer.encode(text, add_special_tokens=False):
         if not matcher.consume_token(token):

@@ -368,8 +368,8 @@ def test_required_grammar_takes_several_calls(hf_tokenizer, syntax, text):
 )
 def test_dsml_grammar_writes_dsml(hf_tokenizer, cls, block):
     import llguidance
-    import llguidance.hf
 
+    from inference.engine.constraints import ll_tokenizer_of
     from inference.serving.structured import checked_grammar
 
     text = dsml(
@@ -379,7 +379,7 @@ def test_dsml_grammar_writes_dsml(hf_tokenizer, cls, block):
 
     def accepts(candidate: str) -> bool:
         matcher = llguidance.LLMatcher(
-            llguidance.hf.from_tokenizer(hf_tokenizer),
+            ll_tokenizer_of(hf_tokenizer),
             checked_grammar(cls().grammar([WEATHER], False), "tools"),
         )
         tokens = hf_tokenizer.encode(candidate, add_special_tokens=False)
