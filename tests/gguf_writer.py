@@ -14,6 +14,7 @@ its flash attention).
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -29,6 +30,10 @@ def write_gguf(
 ) -> Path:
     """arch: the GGUF architecture; config: the checkpoint's config.json; weights: its tensors
     by Hugging Face name; tokenizer: `tokenizer.ggml.*` metadata to copy."""
+    if "text_config" in config:  # ModelBase.load_hparams: the text model's values win
+        config = config | config["text_config"]
+    if arch == "gemma3n":
+        config = config["text_config"]  # mlx-lm's gemma3n nests its text model's config
     writer = GGUFWriter(str(path), arch)
     # Not the architecture's name: llama.cpp gives Phi-3's special tokens (</s>...) attributes
     # when the name says "phi3", and SmolLM2's vocabulary has none of them.
@@ -349,6 +354,18 @@ def _llama(writer: GGUFWriter, config: dict) -> None:
     writer.add_rope_dimension_count(_head_dim(config))
 
 
+def _llama4(writer: GGUFWriter, config: dict) -> None:
+    """Llama4Model's: LlamaModel's keys, the feed-forward length being the dense layers' (the
+    converter swaps intermediate_size and intermediate_size_mlp), then the mixture layers'
+    step and the experts' size; sliding_window 0 when every layer is global (MobileLLM)."""
+    _llama(writer, config | {"intermediate_size": config["intermediate_size_mlp"]})
+    _experts(writer, config)
+    writer.add_interleave_moe_layer_step(config["interleave_moe_layer_step"])
+    writer.add_expert_feed_forward_length(config["intermediate_size"])
+    if "layer_types" in config and all(t == "full_attention" for t in config["layer_types"]):
+        writer.add_sliding_window(0)
+
+
 def _gemma2(writer: GGUFWriter, config: dict) -> None:
     # Gemma 2's converter does not call the base class: no rope base (llama.cpp's 10000).
     _dimensions(writer, config)
@@ -370,6 +387,50 @@ def _gemma3(writer: GGUFWriter, config: dict) -> None:
         # not this converter's (it leaves llama.cpp's default of 6), but as its Gemma 3n and
         # Gemma 4 converters and other tools write it, and llama.cpp reads it for Gemma 3 too
         writer.add_sliding_window_pattern([t == "sliding_attention" for t in config["layer_types"]])
+
+
+def _gemma4(writer: GGUFWriter, config: dict) -> None:
+    """Gemma4Model's: Gemma3Model's keys (the base class's rope from rope_parameters' global
+    entry, proportional: no scaling key), then the shared layers, the per-layer input's width,
+    each layer's kind, the global and sliding head sizes, the double-wide MLP's sizes, the
+    global layers' key/value heads and each kind's rotated dimensions."""
+    rope = config["rope_parameters"]
+    base = config | {"rope_theta": rope["full_attention"]["rope_theta"]}
+    _gemma3(writer, base | {"rope_local_base_freq": rope["sliding_attention"]["rope_theta"]})
+    shared = config["num_kv_shared_layers"]
+    writer.add_shared_kv_layers(shared)
+    writer.add_embedding_length_per_layer_input(config.get("hidden_size_per_layer_input") or 0)
+    swa = [t == "sliding_attention" for t in config["layer_types"]]
+    writer.add_sliding_window_pattern(swa)
+    full, head = config["global_head_dim"], config["head_dim"]
+    writer.add_key_length(full)
+    writer.add_value_length(full)
+    writer.add_key_length_swa(head)
+    writer.add_value_length_swa(head)
+    layers, ff = config["num_hidden_layers"], config["intermediate_size"]
+    if config.get("use_double_wide_mlp"):
+        first_shared = layers - shared
+        writer.add_feed_forward_length([ff if i < first_shared else 2 * ff for i in range(layers)])
+    if config.get("num_global_key_value_heads") is not None:
+        kv, kv_full = config["num_key_value_heads"], config["num_global_key_value_heads"]
+        writer.add_head_count_kv([kv if s else kv_full for s in swa])
+    writer.add_rope_dimension_count(full)  # proportional: rope_freqs holds the rotated part
+    writer.add_rope_dimension_count_swa(int(head * rope.get("partial_rotary_factor", 1.0)))
+
+
+def _gemma3n(writer: GGUFWriter, config: dict) -> None:
+    """Gemma3NModel's: Gemma3Model's keys, then AltUp's, the per-layer input's width, the
+    shared layers, the activation sparsity as the standard normal's quantiles and each layer's
+    kind."""
+    _gemma3(writer, config)
+    writer.add_altup_active_idx(config["altup_active_idx"])
+    writer.add_altup_num_inputs(config["altup_num_inputs"])
+    writer.add_embedding_length_per_layer_input(config["hidden_size_per_layer_input"])
+    writer.add_shared_kv_layers(config["num_kv_shared_layers"])
+    quantile = statistics.NormalDist().inv_cdf
+    pattern = config["activation_sparsity_pattern"]
+    writer.add_activation_sparsity_scale([quantile(p) if p else 0.0 for p in pattern])
+    writer.add_sliding_window_pattern([t == "sliding_attention" for t in config["layer_types"]])
 
 
 def _phi3(writer: GGUFWriter, config: dict) -> None:
@@ -417,6 +478,9 @@ HYPERPARAMETERS: dict[str, Callable[[GGUFWriter, dict], None]] = {
     "gemma2": _gemma2,
     "gemma3": _gemma3,
     "phi3": _phi3,
+    "gemma4": _gemma4,
+    "gemma3n": _gemma3n,
+    "llama4": _llama4,
 }
 
 
@@ -427,7 +491,17 @@ def _converted_tensors(arch: str, config: dict, weights: dict[str, np.ndarray]) 
     """(GGUF name, values) of every tensor the converter writes."""
     mtp = config.get("num_nextn_predict_layers", 0) if arch == "glm4moe" else 0
     names = gguf.get_tensor_name_map(_arch_enum(arch), config["num_hidden_layers"] + mtp)
+    if arch == "gemma3n":
+        weights = _gemma3n_stacked(weights)
     for name, array in weights.items():
+        if arch == "gemma3n":
+            # the base class's filter_tensors and Gemma3NModel's
+            name = name.replace("language_model.", "")
+            name = f"{name}.weight" if name.endswith("_scale") else name
+        if arch == "llama4":
+            # the base class's filter_tensors; mlx-lm's experts are the checkpoint's gate_up_proj
+            # split and down_proj, each transposed to [experts, out, in], as the converter does
+            name = name.removeprefix("language_model.")
         if arch in ("qwen35", "qwen35moe"):
             name, array = _qwen35_tensor(name, array, config)
         if arch == "gemma2" and name == "lm_head.weight":
@@ -464,6 +538,8 @@ def _converted_tensors(arch: str, config: dict, weights: dict[str, np.ndarray]) 
         # head, v_b_proj): embed_q and unembed_out are those two
         name = name.replace(".self_attn.embed_q.", ".self_attn.k_b_proj.")
         name = name.replace(".self_attn.unembed_out.", ".self_attn.v_b_proj.")
+        if arch == "gemma4" and name.endswith(".layer_scalar"):
+            name += ".weight"  # Gemma4Model.filter_tensors
         if arch == "lfm2" and name.endswith("conv.conv.weight"):
             # mlx-lm's [hidden, kernel, 1] is the checkpoint's [hidden, 1, kernel], which
             # the converter squeezes to [hidden, kernel]
@@ -471,10 +547,12 @@ def _converted_tensors(arch: str, config: dict, weights: dict[str, np.ndarray]) 
         yield _gguf_name(names, name), array
     if mtp:
         yield from _glm4_mtp_layers(names, config, weights)
-    if arch == "llama":
+    if arch in ("llama", "llama4"):
         yield from _llama3_rope_freqs(config)
     if arch == "phi3":
         yield from _phi3_rope_factors(config)
+    if arch == "gemma4":
+        yield from _gemma4_extra_tensors(names, config)
 
 
 def _is_mxfp4(config: dict) -> bool:
@@ -636,8 +714,9 @@ def _llama3_rope_freqs(config: dict) -> Tensors:
     wavelen = 2 * math.pi * np.float32(config["rope_theta"]) ** exponents
     factor, old = scaling["factor"], scaling["original_max_position_embeddings"]
     low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
-    smooth = (old / wavelen - low) / (high - low)
-    middle = 1 / ((1 - smooth) / factor + smooth)
+    with np.errstate(divide="ignore", invalid="ignore"):  # Llama 4's: no band (low == high)
+        smooth = (old / wavelen - low) / (high - low)
+        middle = 1 / ((1 - smooth) / factor + smooth)
     divisors = np.where(wavelen < old / high, 1.0, np.where(wavelen > old / low, factor, middle))
     yield "rope_freqs.weight", divisors.astype(np.float32)
 
@@ -652,3 +731,44 @@ def _phi3_rope_factors(config: dict) -> Tensors:
         if factors.shape != (expected,):
             raise ValueError(f"{kind}_factor must have {expected} values")
         yield f"rope_factors_{kind}.weight", factors
+
+
+def _gemma4_extra_tensors(names: gguf.TensorNameMap, config: dict) -> Tensors:
+    """Gemma4Model.generate_extra_tensors' rope_freqs (the global layers' proportional rope:
+    divisor 1 for the rotated frequencies, 1e30 for the others), and the shared layers'
+    k_proj, v_proj and k_norm, which Hugging Face's checkpoints keep and mlx-lm's model
+    (its sanitize drops them) lacks: stand-ins, which llama.cpp loads and never reads."""
+    full = config["global_head_dim"]
+    rotated = int(full * config["rope_parameters"]["full_attention"]["partial_rotary_factor"] / 2)
+    values = [1.0] * rotated + [1e30] * (full // 2 - rotated)
+    yield "rope_freqs.weight", np.array(values, dtype=np.float32)
+    rng = np.random.default_rng(1)
+    layers, hidden = config["num_hidden_layers"], config["hidden_size"]
+    for index in range(layers - config["num_kv_shared_layers"], layers):
+        is_full = config["layer_types"][index] == "full_attention"
+        head = full if is_full else config["head_dim"]
+        keys_as_values = is_full and config.get("attention_k_eq_v")
+        kv = config["num_global_key_value_heads" if keys_as_values else "num_key_value_heads"]
+        for projection in ["k_proj"] if keys_as_values else ["k_proj", "v_proj"]:
+            values = rng.standard_normal((kv * head, hidden), dtype=np.float32)
+            name = f"model.layers.{index}.self_attn.{projection}.weight"
+            yield _gguf_name(names, name), values / np.sqrt(hidden)
+        name = f"model.layers.{index}.self_attn.k_norm.weight"
+        yield _gguf_name(names, name), np.ones(head, dtype=np.float32)
+
+
+def _gemma3n_stacked(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Gemma3NModel.modify_tensors stacks AltUp's projections (three each, in order)."""
+    out = {}
+    for name, array in weights.items():
+        stem, _, rest = name.rpartition(".altup_")
+        if rest.startswith(("projections.", "unembed_projections.")):
+            kind = rest.split(".")[0]
+            stacked = f"{stem}.altup_{kind}.weight"
+            if stacked not in out:
+                parts = [n for n in weights if n.startswith(f"{stem}.altup_{kind}.")]
+                parts.sort(key=lambda n: int(n.split(".")[-2]))
+                out[stacked] = np.stack([weights[n] for n in parts])
+            continue
+        out[name] = array
+    return out

@@ -113,7 +113,7 @@ def _check(file: GGUFFile) -> Architecture:
             f"(supported: {', '.join(sorted(SUPPORTED_TYPES))})"
         )
     layers = main_layers(file, arch)
-    for tensor in file.tensors:
+    for tensor in arch.tensors(file):
         arch.mlx_name(tensor.name, layers)  # refuses unknown tensors before any work
     if "tokenizer.ggml.tokens" not in file.metadata:
         raise UnsupportedGGUF("the file has no tokenizer (tokenizer.ggml.tokens)")
@@ -214,7 +214,8 @@ class _Conversion:
         self.errors: dict[str, ErrorStats] = {}  # by module
 
     def run(self, progress: Progress) -> ConvertedModel:
-        tensors = [t for t in self.file.tensors if self.arch.mlx_name(t.name, self.layers)]
+        every = self.arch.tensors(self.file)
+        tensors = [t for t in every if self.arch.mlx_name(t.name, self.layers)]
         steps = [Step("tokenizer", self.tokenizer), Step("config", self.config)]
         steps += [Step("plan", lambda: self.plan(tensors))]
         steps += [Step(t.name, lambda t=t: self.tensor(t)) for t in tensors]

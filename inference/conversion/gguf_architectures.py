@@ -242,6 +242,14 @@ class Architecture:
     transforms: dict[str, Callable[[np.ndarray], np.ndarray]] = field(default_factory=dict)
     # Layers without attention say so with a key/value head count of 0 (LFM2's convolutions).
     hybrid: bool = False
+    # extra_config gives the key/value head counts and feed-forward size, which differ by
+    # layer in ways the generic reading refuses (Gemma 4's global layers, double-wide MLPs;
+    # Gemma 3n's, in its text_config)
+    per_layer_sizes: bool = False
+    # Tensors the converter stacked from several of the checkpoint's, by GGUF name: each slice
+    # of the first axis is read as a tensor of its own, "name_<i>.weight" (Gemma 3n's
+    # altup_proj, three projections in one).
+    stacked: tuple[str, ...] = field(default=())
     # Layer tensors that fill one MLX tensor (their layer_names agree), by the order of their
     # rows there: {"ffn_gate_shexp": 0, "ffn_up_shexp": 1} for Granite's fused shared expert.
     parts: dict[str, int] = field(default_factory=dict)
@@ -253,6 +261,21 @@ class Architecture:
     # Runs of equal width of a layer tensor's columns that the converter reordered: (hyper,
     # "name.suffix") -> the source run of each output run, or None (Qwen3.5's value heads).
     column_order: Callable[[Hyper, str], tuple[int, ...] | None] | None = None
+
+    def tensors(self, file: GGUFFile) -> list[TensorInfo]:
+        """The file's tensors, stacked ones as their slices."""
+        return [part for tensor in file.tensors for part in self._slices(tensor)]
+
+    def _slices(self, tensor: TensorInfo) -> list[TensorInfo]:
+        if tensor.name not in self.stacked:
+            return [tensor]
+        count, stem = tensor.shape[0], tensor.name.removesuffix(".weight")
+        size = tensor.n_bytes // count  # the first axis is the outermost: slices are contiguous
+        return [
+            replace(tensor, name=f"{stem}_{i}.weight", shape=tensor.shape[1:],
+                    offset=tensor.offset + i * size, n_bytes=size)
+            for i in range(count)
+        ]  # fmt: skip
 
     def segments(self, hyper: Hyper, gguf_name: str) -> tuple | None:
         key = _layer_key(gguf_name)
@@ -952,13 +975,13 @@ def _head_dim(hyper: Hyper) -> int:
 def model_config(file: GGUFFile, arch: Architecture, vocab_size: int) -> dict:
     hyper = Hyper(file, arch.gguf_name)
     heads = int(hyper("attention.head_count"))
-    kv_heads = _kv_heads(hyper, arch, heads)
+    kv_heads = None if arch.per_layer_sizes else _kv_heads(hyper, arch, heads)
     config = {
         "architectures": [arch.hf_class],
         "model_type": arch.model_type,
         "hidden_size": int(hyper("embedding_length")),
         "num_hidden_layers": main_layers(file, arch),
-        "intermediate_size": _feed_forward(hyper),
+        "intermediate_size": None if arch.per_layer_sizes else _feed_forward(hyper),
         "num_attention_heads": heads,
         "num_key_value_heads": kv_heads,
         "head_dim": _head_dim(hyper),

@@ -1,12 +1,15 @@
 """A Hugging Face tokenizer.json rebuilt from a GGUF file's vocabulary, tokenizing like llama.cpp.
 
-Two GGUF vocabularies are supported:
+Three GGUF vocabularies are supported:
 
 - SentencePiece ("llama"): llama.cpp merges adjacent symbols into the highest-scoring vocabulary
   token until none applies, and falls back to <0xXX> byte tokens. That is a BPE whose merges are
   every split of a token into two tokens, ranked by the merged token's score.
 - Byte-level BPE ("gpt2"): the file's merges, after the pre-tokenizer regexes llama.cpp applies
   for the file's tokenizer.ggml.pre name.
+- Gemma 4's BPE ("gemma4"): the file's merges on text whose spaces are ▁, split only at runs of
+  newlines (llama.cpp's gemma4 pre-tokenizer), no space prefix; a run of newlines that is a token
+  is that token.
 
 Special tokens (control, unknown, user-defined) are split out of the text first, as llama.cpp does
 when it parses special tokens (its server does for prompts).
@@ -23,10 +26,12 @@ from enum import IntEnum
 
 from tokenizers import (
     AddedToken,
+    Regex,
     Tokenizer,
     decoders,
     models,
     normalizers,
+    pre_tokenizers,
     processors,
 )
 
@@ -65,7 +70,8 @@ class TokenType(IntEnum):  # llama.cpp's token types
 class Vocab:
     """A GGUF vocabulary with the defaults llama.cpp applies for keys the file leaves out."""
 
-    spm: bool  # SentencePiece ("llama"); otherwise byte-level BPE ("gpt2")
+    spm: bool  # SentencePiece ("llama"); otherwise a BPE: byte-level ("gpt2") or Gemma 4's
+    gemma4: bool  # Gemma 4's BPE on ▁-spaced text ("gemma4")
     tokens: list[str]
     types: list[int]
     pre: PreTokenizer | None
@@ -77,13 +83,13 @@ class Vocab:
 
 def read_vocab(metadata: dict) -> Vocab:
     kind = metadata.get("tokenizer.ggml.model")
-    if kind not in ("llama", "gpt2"):
+    if kind not in ("llama", "gpt2", "gemma4"):
         raise UnsupportedGGUF(
-            f"tokenizer model {kind!r} is not supported "
-            "(supported: 'llama' SentencePiece and 'gpt2' byte-level BPE)"
+            f"tokenizer model {kind!r} is not supported (supported: 'llama' SentencePiece, "
+            "'gpt2' byte-level BPE and 'gemma4' BPE)"
         )
-    spm = kind == "llama"
-    pre = None if spm else _known_pre(metadata)
+    spm, gemma4 = kind == "llama", kind == "gemma4"
+    pre = None if spm or gemma4 else _known_pre(metadata)
     tokens = _tokens(metadata)
     types = metadata.get("tokenizer.ggml.token_type") or [TokenType.NORMAL] * len(tokens)
     if len(types) < len(tokens):
@@ -92,10 +98,11 @@ def read_vocab(metadata: dict) -> Vocab:
     add_bos = metadata.get("tokenizer.ggml.add_bos_token", spm or bool(pre and pre.add_bos))
     return Vocab(
         spm=spm,
+        gemma4=gemma4,
         tokens=tokens,
         types=[int(t) for t in types[: len(tokens)]],
         pre=pre,
-        special=_special_ids(metadata, spm, pre, len(tokens)),
+        special=_special_ids(metadata, kind, pre, len(tokens)),
         add_bos=bool(add_bos),
         add_eos=bool(metadata.get("tokenizer.ggml.add_eos_token", False)),
         add_space_prefix=bool(metadata.get("tokenizer.ggml.add_space_prefix", spm)),
@@ -121,11 +128,14 @@ def _tokens(metadata: dict) -> list[str]:
 
 
 def _special_ids(
-    metadata: dict, spm: bool, pre: PreTokenizer | None, count: int
+    metadata: dict, kind: str, pre: PreTokenizer | None, count: int
 ) -> dict[str, int | None]:
-    # llama.cpp's defaults: SentencePiece <unk> 0, <s> 1, </s> 2; BPE 11 for both BOS and EOS.
-    if spm:
+    # llama.cpp's defaults: SentencePiece <unk> 0, <s> 1, </s> 2; BPE 11 for both BOS and EOS;
+    # Gemma 4 none (the file's own).
+    if kind == "llama":
         ids: dict[str, int | None] = {"bos": 1, "eos": 2, "unknown": 0, "padding": None}
+    elif kind == "gemma4":
+        ids = dict.fromkeys(("bos", "eos", "unknown", "padding"))
     else:
         ids = {"bos": 11, "eos": 11, "unknown": None, "padding": None}
         if pre is not None and pre.no_default_bos:
@@ -206,6 +216,8 @@ def _split_out(vocab: Vocab, metadata: dict) -> tuple[list[str], list[str]]:
     # gpt-oss and solar-open: "<|end|>" ends a message, not generation; llama.cpp makes it
     # user-defined when the vocabulary has the tokens that do end generation.
     gpt_oss_end = _message_end(set(vocab.tokens))
+    if _normal_s(set(vocab.tokens)):
+        controls.discard("</s>")
     special, user = [], []
     for token, kind in zip(vocab.tokens, vocab.types, strict=True):
         if token in _USER_TEXTS or (gpt_oss_end and token == "<|end|>"):
@@ -248,6 +260,8 @@ def eog_token_ids(metadata: dict) -> list[int]:
             ids.update(index[text] for text in _FIM_TEXTS[key].split() if text in index)
     if _message_end(set(index)):
         ids.discard(index["<|end|>"])
+    if _normal_s(set(index)):
+        ids.discard(index["</s>"])
     return sorted(ids)
 
 
@@ -257,6 +271,11 @@ def _message_end(present: set[str]) -> bool:
     )
 
 
+def _normal_s(present: set[str]) -> bool:
+    # Gemma 4: "</s>" is a normal token (text), not an end, beside Gemma 4's own end markers.
+    return "</s>" in present and "<|tool_response>" in present
+
+
 # --- building the tokenizer -----------------------------------------------------------------------
 
 
@@ -264,16 +283,14 @@ def build_tokenizer(metadata: dict) -> Tokenizer:
     """The tokenizer.json for a GGUF's metadata: llama.cpp's ids for any text, special tokens
     parsed, BOS and EOS added as llama.cpp adds them."""
     vocab = read_vocab(metadata)
-    build = _sentencepiece if vocab.spm else _byte_level_bpe
+    build = _sentencepiece if vocab.spm else _gemma4_bpe if vocab.gemma4 else _byte_level_bpe
     tokenizer = build(vocab, metadata)
     tokenizer.post_processor = _post_processor(vocab)
     _add_split_tokens(tokenizer, vocab, metadata)
     return tokenizer
 
 
-def _byte_level_bpe(vocab: Vocab, metadata: dict) -> Tokenizer:
-    assert vocab.pre is not None
-    index = {token: i for i, token in enumerate(vocab.tokens)}
+def _file_merges(metadata: dict, index: dict[str, int]) -> list[tuple[str, str]]:
     merges = []
     for merge in metadata.get("tokenizer.ggml.merges", []):
         cut = merge.find(" ", 1)  # llama.cpp splits at the first space after the first character
@@ -281,12 +298,35 @@ def _byte_level_bpe(vocab: Vocab, metadata: dict) -> Tokenizer:
         # A merge whose result is no token cannot be expressed; llama.cpp would spell its bytes.
         if cut > 0 and left + right in index:
             merges.append((left, right))
+    return merges
+
+
+def _byte_level_bpe(vocab: Vocab, metadata: dict) -> Tokenizer:
+    assert vocab.pre is not None
+    index = {token: i for i, token in enumerate(vocab.tokens)}
+    merges = _file_merges(metadata, index)
     model = models.BPE(
         vocab=index, merges=merges, fuse_unk=False, ignore_merges=vocab.pre.ignore_merges
     )
     tokenizer = Tokenizer(model)
     tokenizer.pre_tokenizer = pre_tokenizer(vocab.pre)
     tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
+
+
+def _gemma4_bpe(vocab: Vocab, metadata: dict) -> Tokenizer:
+    if "tokenizer.ggml.merges" not in metadata:
+        raise UnsupportedGGUF("a gemma4 vocabulary without tokenizer.ggml.merges")
+    index = {token: i for i, token in enumerate(vocab.tokens)}
+    # a character outside the vocabulary is spelled in <0xXX> byte tokens, as llama.cpp does
+    merges = _file_merges(metadata, index)
+    model = models.BPE(vocab=index, merges=merges, fuse_unk=False, byte_fallback=True)
+    tokenizer = Tokenizer(model)
+    tokenizer.normalizer = normalizers.Replace(" ", SPACE)
+    # llama.cpp's gemma4 regex, [^\n]+|[\n]+: runs of newlines apart from the rest.
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("\n+"), behavior="isolated")
+    steps = [decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    tokenizer.decoder = decoders.Sequence(steps)
     return tokenizer
 
 
@@ -358,7 +398,7 @@ def _post_processor(vocab: Vocab) -> processors.PostProcessor:
         pair=sequence("A", 0) + sequence("B", 1),
         special_tokens=sorted({(vocab.tokens[i], i) for i in (bos, eos) if i is not None}),
     )
-    if vocab.spm:
+    if vocab.spm or vocab.gemma4:
         return template
     return processors.Sequence([processors.ByteLevel(trim_offsets=False), template])
 

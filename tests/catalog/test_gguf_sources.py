@@ -335,6 +335,8 @@ MOE_AND_HYBRID = [
     ("qwen3moe", "tiny-moe:latest"),
     ("qwen3next", "tiny-hybrid:latest"),
     ("qwen35moe", "tiny-qwen35:latest"),
+    ("gemma4", "tiny-gemma4:latest"),
+    ("llama4", "tiny-llama4:latest"),
 ]
 
 

@@ -90,6 +90,34 @@ MINISTRAL3 = {
         "llama_4_scaling_beta": 0.1,
     },
 }
+# Llama 4 Scout style (text): four layers, so that the 4th is global and without rope; every
+# second layer a mixture of 8 experts (top-1, sigmoid on the expert's input) beside a shared
+# expert; q/k norms; Scout's llama3 rope scaling (no transition band). Chunks, the attention
+# temperature's floor and scale are llama.cpp's hard-coded ones, past the test's positions.
+LLAMA4_TEXT = {
+    **COMMON,
+    "model_type": "llama4_text",
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "intermediate_size": 128,
+    "intermediate_size_mlp": 512,
+    "num_local_experts": 8,
+    "num_experts_per_tok": 1,
+    "interleave_moe_layer_step": 2,
+    "attention_bias": False,
+    "attention_chunk_size": 8192,
+    "attn_temperature_tuning": True,
+    "floor_scale": 8192,
+    "attn_scale": 0.1,
+    "use_qk_norm": True,
+    "rope_theta": 500000.0,
+    "rope_scaling": {"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0,
+                     "high_freq_factor": 1.0, "original_max_position_embeddings": 64},
+    "tie_word_embeddings": False,
+}  # fmt: skip
+LLAMA4 = {"model_type": "llama4", "tie_word_embeddings": False, "text_config": LLAMA4_TEXT}
 GEMMA3 = {
     "model_type": "gemma3_text",
     "num_hidden_layers": 6,
@@ -103,6 +131,85 @@ GEMMA3 = {
     "sliding_window": 8,
     "sliding_window_pattern": 6,
     "rms_norm_eps": 1e-6,
+}
+# Gemma 4 E2B style: sliding layers (window 8, head 64) and global ones (head 128, a quarter
+# rotated: proportional rope), the last two layers reusing layers 1's and 2's keys and values
+# with double-wide MLPs, per-layer token inputs, a scalar per layer; norms w, not 1 + w.
+GEMMA4 = {
+    "model_type": "gemma4_text",
+    "num_hidden_layers": 5,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+    "global_head_dim": 128,
+    "layer_types": [
+        *["sliding_attention", "sliding_attention", "full_attention"],
+        *["sliding_attention", "full_attention"],
+    ],
+    "num_kv_shared_layers": 2,
+    "use_double_wide_mlp": True,
+    "hidden_size_per_layer_input": 32,
+    "vocab_size_per_layer_input": VOCAB,
+    "sliding_window": 8,
+    "rope_parameters": {
+        "full_attention": {
+            "partial_rotary_factor": 0.25,
+            "rope_theta": 1000000.0,
+            "rope_type": "proportional",
+        },
+        "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"},
+    },
+    "final_logit_softcapping": 30.0,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+}
+# Gemma 4 31B style: no shared layers nor per-layer inputs; the global layers use their keys
+# as values (no v_proj), with fewer key/value heads than the sliding ones.
+GEMMA4_31B = GEMMA4 | {
+    "num_hidden_layers": 4,
+    "num_key_value_heads": 2,
+    "num_global_key_value_heads": 1,
+    "attention_k_eq_v": True,
+    "layer_types": ["sliding_attention", "full_attention"] * 2,
+    "num_kv_shared_layers": 0,
+    "use_double_wide_mlp": False,
+    "hidden_size_per_layer_input": 0,
+}
+# Gemma 3n E2B style, narrow: AltUp over 4 streams, Laurel, per-layer inputs, activation
+# sparsity on the first 10 layers, 20 layers with keys of their own and 5 reusing layers 18's
+# and 19's; mlx-lm nests it as text_config. llama.cpp fixes the layers with keys, Laurel's rank
+# and the per-layer inputs' width (256: a 1.2 GB float32 table over SmolLM2's vocabulary), too
+# large for CASES: only its refusals are tested (test_gemma3n_refuses_what_llama_cpp_fixes).
+_GEMMA3N_LAYERS = 25
+GEMMA3N = {
+    "model_type": "gemma3n",
+    "final_logit_softcapping": 30.0,  # for _random, which reads the top level
+    "text_config": {
+        "model_type": "gemma3n_text",
+        "hidden_size": 128,
+        "num_hidden_layers": _GEMMA3N_LAYERS,
+        "intermediate_size": [256] * _GEMMA3N_LAYERS,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 64,
+        "rms_norm_eps": 1e-6,
+        "vocab_size": VOCAB,
+        "vocab_size_per_layer_input": VOCAB,
+        "num_kv_shared_layers": 5,
+        "sliding_window": 8,
+        "max_position_embeddings": 4096,
+        "rope_theta": 1000000.0,
+        "rope_local_base_freq": 10000.0,
+        "final_logit_softcapping": 30.0,
+        "layer_types": (["sliding_attention"] * 4 + ["full_attention"]) * 5,
+        "activation_sparsity_pattern": [0.95] * 10 + [0.0] * (_GEMMA3N_LAYERS - 10),
+        "hidden_size_per_layer_input": 256,
+        "altup_num_inputs": 4,
+        "altup_active_idx": 0,
+        "altup_coef_clip": None,  # llama.cpp's: not clipped
+        "altup_correct_scale": True,
+        "laurel_rank": 64,
+    },
 }
 NEMOTRON_H = {
     "model_type": "nemotron_h",
@@ -208,6 +315,7 @@ CASES = [
     # Ministral 3 style: YaRN and Llama 4's attention temperature, whose original context (8)
     # the prompt passes four times over; tied. llama.cpp's arch "mistral3".
     Case("mistral3", "mistral3", MINISTRAL3, 0),
+    Case("llama4", "llama4", LLAMA4, 0),
     # Qwen2: q/k/v biases.
     Case("qwen2", "qwen2", {"model_type": "qwen2", "num_attention_heads": 4,
          "num_key_value_heads": 2, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
@@ -323,6 +431,8 @@ CASES = [
     Case("gemma3-pattern-list", "gemma3", GEMMA3 | {"num_hidden_layers": 4,
          "sliding_window_pattern": 2, "layer_types": ["sliding_attention", "full_attention"] * 2},
          0),
+    Case("gemma4", "gemma4", GEMMA4, 0),
+    Case("gemma4-31b", "gemma4", GEMMA4_31B, 0),
     # Phi-4-mini style: fused qkv and gate_up, partial rotary (48 of 64 dimensions), GQA, tied,
     # longrope. The original context is below llama.cpp's, so it picks the long factors, as
     # mlx-lm always does.
@@ -426,6 +536,7 @@ FINAL_NORMS = (
     "model.embedding_norm.weight",
     "backbone.norm_f.weight",
     "language_model.model.norm.weight",  # Qwen3.5's
+    "model.language_model.norm.weight",  # Gemma 3n's
 )
 
 
@@ -442,8 +553,15 @@ def _random(
     if name.endswith(("norm.weight", "norm_f.weight")):  # Nemotron-H's final norm_f
         scale = final_norm if name in FINAL_NORMS else 1.0
         values = scale * (1 + 0.2 * rng.standard_normal(shape, dtype=np.float32))
+        if config["model_type"] in ("gemma4_text", "gemma3n"):  # their norms scale by w
+            # They attend with scale 1: their q and k norms carry the 1/sqrt(head_dim),
+            # without which attention is one-hot and llama.cpp's float16 keys and values tip it.
+            qk = name.endswith(("q_norm.weight", "k_norm.weight"))
+            return values * shape[-1] ** -0.25 if qk else values
         # Gemma's norms hold w and scale by 1 + w
         return values - 1 if config["model_type"].startswith("gemma") else values
+    if name.endswith(".layer_scalar"):  # Gemma 4's: the whole layer's output scaled
+        return 1 + 0.2 * rng.standard_normal(shape, dtype=np.float32)
     values = rng.standard_normal(shape, dtype=np.float32)
     if name.endswith(".bias"):
         return 0.5 * values
@@ -518,6 +636,11 @@ QUANTIZED = [
     # squared-ReLU experts scaled by 2.5: llama.cpp's 8-bit activations tip Q4_K_M's choices
     # on most seeds (on the file dequantized to F32, llama.cpp agrees with the import 8/8)
     ("nemotron_h_moe", "Q8_0", 1),
+    # top-1 experts (Q4_K, Q5_0 or Q8_0 where rows are 128 wide) and the router in float
+    ("llama4", "Q4_K_M", 1),
+    # the per-layer token table and projections quantized too; the shared layers' unused
+    # keys and values imported (quantized) and dropped by mlx-lm
+    ("gemma4", "Q4_K_M", 0),
 ]
 QUANTIZED_GREEDY = 8
 
@@ -558,6 +681,33 @@ REFUSED = [
         {"layer_types": ["sliding_attention"] + ["full_attention"] * 3},
         "other than every n-th layer global",
     ),
+    # MobileLLM-R1 style: llama.cpp then ropes all layers but the last, without chunks
+    (
+        "llama4",
+        {"text_config": LLAMA4_TEXT | {"layer_types": ["full_attention"] * 4}},
+        "without chunked attention",
+    ),
+    # mlx-lm's llama4 takes its global layers' mask from the 4th layer's cache
+    ("llama4", {"text_config": LLAMA4_TEXT | {"num_hidden_layers": 3}}, "fewer than 4 layers"),
+    # llama.cpp's shared sliding layer reads layer n-2 (global here), mlx-lm's the last sliding
+    (
+        "gemma4",
+        {
+            "layer_types": [
+                *["sliding_attention", "full_attention", "sliding_attention"],
+                *["sliding_attention", "full_attention"],
+            ]
+        },
+        "shared layers would reuse another layer's keys",
+    ),
+    # the global layers' own key/value head count, which mlx-lm reads only with keys as values
+    ("gemma4-31b", {"attention_k_eq_v": False}, "only supported where those use keys as values"),
+    # llama.cpp rotates part of a sliding head by its rope dimension count; mlx-lm all of it
+    (
+        "gemma4",
+        {"rope_parameters": GEMMA4["rope_parameters"] | {"partial_rotary_factor": 0.5}},
+        "sliding layers rotate part of the head",
+    ),
 ]
 
 
@@ -571,6 +721,34 @@ def test_refuses_what_mlx_lm_computes_otherwise(
     config = {**COMMON, **case.config, **change}
     weights = {name: np.array(value) for name, value in _parameters(build_model(config, 0)).items()}
     source = write_gguf(tmp_path / "model.gguf", case.arch, config, weights, tokenizer_metadata)
+    with pytest.raises(UnsupportedGGUF, match=message):
+        convert_gguf(source, tmp_path / "imported")
+    assert not (tmp_path / "imported").exists()
+
+
+# Gemma 3n, small: llama.cpp computes it only with the sizes it fixes (GEMMA3N's), which the
+# import checks.
+GEMMA3N_SMALL = {"hidden_size_per_layer_input": 8}
+GEMMA3N_REFUSED = [
+    ({}, "hidden_size_per_layer_input 8"),
+    ({"laurel_rank": 16}, "laurel_rank 16"),
+    ({"num_kv_shared_layers": 6}, "other than 20 layers of their own keys"),
+    ({"activation_sparsity_pattern": [0.95] * 5 + [0.0] * 20}, "activation sparsity"),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"), GEMMA3N_REFUSED, ids=[r[1] for r in GEMMA3N_REFUSED]
+)
+def test_gemma3n_refuses_what_llama_cpp_fixes(
+    change: dict, message: str, tokenizer_metadata, tmp_path
+):
+    from inference.conversion.gguf import UnsupportedGGUF
+
+    text = GEMMA3N["text_config"] | GEMMA3N_SMALL | change
+    config = {**COMMON, **GEMMA3N, "text_config": text}
+    weights = {name: np.array(value) for name, value in _parameters(build_model(config, 0)).items()}
+    source = write_gguf(tmp_path / "model.gguf", "gemma3n", config, weights, tokenizer_metadata)
     with pytest.raises(UnsupportedGGUF, match=message):
         convert_gguf(source, tmp_path / "imported")
     assert not (tmp_path / "imported").exists()

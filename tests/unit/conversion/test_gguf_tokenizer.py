@@ -138,7 +138,8 @@ def check_transformers_and_mlx_lm(
     wrapper = load(folder)
     assert wrapper.encode(text) == reference.ids  # transformers, special tokens added
     detokenizer = make_detokenizer(wrapper)
-    expected_kind = "SPM" if metadata["tokenizer.ggml.model"] == "llama" else "BPE"
+    spaced = metadata["tokenizer.ggml.model"] in ("llama", "gemma4")  # ▁ for spaces
+    expected_kind = "SPM" if spaced else "BPE"
     assert type(detokenizer).__name__ == f"{expected_kind}StreamingDetokenizer"
     for token in without_bos_eos(reference.ids, config):
         detokenizer.add_token(token)
@@ -313,6 +314,7 @@ def test_sentencepiece_matches_llama_cpp(variant: str, spm_case, tmp_path: Path)
 
 # llama.cpp's test vocabularies: real models' (Llama 2, Phi-3, Baichuan; Llama 3, Qwen2 and 3.5,
 # DeepSeek, Falcon, GPT-2, MPT, StarCoder, Refact, Command-R), which its source tree holds.
+# Gemma 4's has a test of its own below (its 262k tokens take a while to read).
 REAL_VOCABULARIES = [
     *("llama-spm", "phi-3", "baichuan", "llama-bpe", "qwen2", "qwen35", "deepseek-llm"),
     *("deepseek-coder", "falcon", "gpt-2", "mpt", "starcoder", "refact", "command-r"),
@@ -343,6 +345,31 @@ def test_real_vocabularies(name: str, llama_tools: Path, tmp_path: Path):
     reference = llama_tokenize(llama_tools, gguf, write_text(tmp_path / "text.txt", text))
     assert ids_of(build_tokenizer(metadata), text) == reference.ids
     assert eog_token_ids(metadata) == reference.info["EOG"]
+
+
+def test_gemma4_through_transformers_and_mlx_lm(llama_tools: Path, tmp_path: Path):
+    """Gemma 4's BPE on ▁-spaced text (llama.cpp's real vocabulary and test strings) as the
+    server loads it: llama.cpp's ids and end tokens, through transformers too, and mlx-lm's
+    SentencePiece-style streaming detokenizer, which keeps a leading space (there is no space
+    prefix to take off), gives the text back."""
+    (gguf,) = llama_tools.parent.glob("work/*/llama.cpp/models/ggml-vocab-gemma-4.gguf")
+    metadata = read_metadata(gguf)
+    strings = Path(f"{gguf}.inp").read_text().split("\n__ggml_vocab_test__\n")
+    specials = ("<|turn>", "<turn|>", "<|tool_call>", "<tool_call|>", "<|channel>")
+    text = "\n\n".join(strings) + sample_text(specials)
+    reference = llama_tokenize(llama_tools, gguf, write_text(tmp_path / "text.txt", text))
+    tokenizer = build_tokenizer(metadata)
+    assert ids_of(tokenizer, text) == reference.ids
+    assert eog_token_ids(metadata) == reference.info["EOG"]
+    streamed = check_transformers_and_mlx_lm(tokenizer, metadata, tmp_path / "hf", text, reference)
+    assert streamed == text
+    assert "</s>" not in _split_out_special(metadata)  # a normal token in Gemma 4
+
+
+def _split_out_special(metadata: dict) -> list[str]:
+    from inference.conversion.gguf_tokenizer import _split_out, read_vocab
+
+    return _split_out(read_vocab(metadata), metadata)[0]
 
 
 def test_sentencepiece_scales_to_large_vocabularies():
