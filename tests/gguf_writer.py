@@ -134,7 +134,8 @@ def _experts(writer: GGUFWriter, config: dict) -> None:
     keys = ("num_local_experts", "num_experts", "n_routed_experts")
     count = next(config[key] for key in keys if key in config)
     writer.add_expert_count(count)
-    writer.add_expert_used_count(config["num_experts_per_tok"])
+    used = ("num_experts_per_tok", "num_experts_per_token", "top_k_experts")
+    writer.add_expert_used_count(next(config[key] for key in used if key in config))
 
 
 def _qwen_moe(writer: GGUFWriter, config: dict) -> None:
@@ -416,6 +417,9 @@ def _gemma4(writer: GGUFWriter, config: dict) -> None:
         writer.add_head_count_kv([kv if s else kv_full for s in swa])
     writer.add_rope_dimension_count(full)  # proportional: rope_freqs holds the rotated part
     writer.add_rope_dimension_count_swa(int(head * rope.get("partial_rotary_factor", 1.0)))
+    if config.get("enable_moe_block"):  # the base class's counts, then the experts' size
+        _experts(writer, config)
+        writer.add_expert_feed_forward_length(config["moe_intermediate_size"])
 
 
 def _gemma3n(writer: GGUFWriter, config: dict) -> None:
@@ -493,6 +497,8 @@ def _converted_tensors(arch: str, config: dict, weights: dict[str, np.ndarray]) 
     names = gguf.get_tensor_name_map(_arch_enum(arch), config["num_hidden_layers"] + mtp)
     if arch == "gemma3n":
         weights = _gemma3n_stacked(weights)
+    if arch == "gemma4":
+        weights = _gemma4_checkpoint_experts(weights)
     for name, array in weights.items():
         if arch == "gemma3n":
             # the base class's filter_tensors and Gemma3NModel's
@@ -538,8 +544,11 @@ def _converted_tensors(arch: str, config: dict, weights: dict[str, np.ndarray]) 
         # head, v_b_proj): embed_q and unembed_out are those two
         name = name.replace(".self_attn.embed_q.", ".self_attn.k_b_proj.")
         name = name.replace(".self_attn.unembed_out.", ".self_attn.v_b_proj.")
-        if arch == "gemma4" and name.endswith(".layer_scalar"):
-            name += ".weight"  # Gemma4Model.filter_tensors
+        if arch == "gemma4" and (renamed := _gemma4_tensor(name)):
+            if renamed.startswith("blk."):  # named by modify_tensors itself
+                yield renamed, array
+                continue
+            name = renamed
         if arch == "lfm2" and name.endswith("conv.conv.weight"):
             # mlx-lm's [hidden, kernel, 1] is the checkpoint's [hidden, 1, kernel], which
             # the converter squeezes to [hidden, kernel]
@@ -755,6 +764,37 @@ def _gemma4_extra_tensors(names: gguf.TensorNameMap, config: dict) -> Tensors:
             yield _gguf_name(names, name), values / np.sqrt(hidden)
         name = f"model.layers.{index}.self_attn.k_norm.weight"
         yield _gguf_name(names, name), np.ones(head, dtype=np.float32)
+
+
+def _gemma4_checkpoint_experts(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Hugging Face's Gemma 4 experts, as mlx-lm's sanitize reads them: gate_up_proj
+    [experts, 2 x size, hidden] (each expert's gate rows, then its up rows) and down_proj,
+    without a .weight."""
+    out = {}
+    for name, array in weights.items():
+        stem, _, projection = name.rpartition(".experts.switch_glu.")
+        if projection == "gate_proj.weight":
+            up = weights[f"{stem}.experts.switch_glu.up_proj.weight"]
+            out[f"{stem}.experts.gate_up_proj"] = np.concatenate([array, up], axis=-2)
+        elif projection == "down_proj.weight":
+            out[f"{stem}.experts.down_proj"] = array
+        elif projection != "up_proj.weight":
+            out[name] = array
+    return out
+
+
+def _gemma4_tensor(name: str) -> str | None:
+    """Gemma4Model's filter_tensors (.weight after the layer scalar and the experts) and
+    modify_tensors (the router's scale and the per-expert scale as ffn_gate_inp's and
+    ffn_down_exps' .scale); None for a name it leaves."""
+    layer = name.split(".")[2] if name.startswith("model.layers.") else None
+    if name.endswith("router.scale"):
+        return f"blk.{layer}.ffn_gate_inp.scale"
+    if name.endswith("router.per_expert_scale"):
+        return f"blk.{layer}.ffn_down_exps.scale"
+    if name.endswith((".layer_scalar", ".experts.gate_up_proj", ".experts.down_proj")):
+        return f"{name}.weight"
+    return None
 
 
 def _gemma3n_stacked(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -267,7 +267,8 @@ class _Conversion:
                 self.planned[tensor.name] = planned
                 offset += tensor.shape[0]
             rows = (offset,) if len(group) > 1 else ()
-            for suffix, (dtype, shape) in output_layout(group[0][0], plan).items():
+            shaped = self.arch.part_shape(self.file, group[0][0])
+            for suffix, (dtype, shape) in output_layout(shaped, plan).items():
                 layout[planned.output_name(suffix)] = (dtype, rows + shape[len(rows) :])
         self.out_file = SafetensorsOut(self.out / "model.safetensors", layout)
 

@@ -261,10 +261,62 @@ class Architecture:
     # Runs of equal width of a layer tensor's columns that the converter reordered: (hyper,
     # "name.suffix") -> the source run of each output run, or None (Qwen3.5's value heads).
     column_order: Callable[[Hyper, str], tuple[int, ...] | None] | None = None
+    # Layer tensors the converter fused from several of the checkpoint's, by "name.suffix":
+    # the "name.suffix" of each part, in order, each an equal run of rows of every slice of
+    # the first axis (Gemma 4's ffn_gate_up_exps: each expert's gate rows, then its up rows).
+    # Each part is a tensor of its own whose rows are runs of the fused one's (segments): the
+    # fused tensor is read once per part. Quantized blocks run along the columns, so the
+    # split is exact whatever the file's type.
+    fused_rows: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def tensors(self, file: GGUFFile) -> list[TensorInfo]:
-        """The file's tensors, stacked ones as their slices."""
-        return [part for tensor in file.tensors for part in self._slices(tensor)]
+        """The file's tensors, stacked ones as their slices, fused ones as their parts (each
+        named as its part and shaped, for reading, as the whole)."""
+        return [
+            part
+            for tensor in file.tensors
+            for sliced in self._slices(tensor)
+            for part in self._fused_parts(file, sliced)
+        ]
+
+    def _fused_parts(self, file: GGUFFile, tensor: TensorInfo) -> list[TensorInfo]:
+        key = _layer_key(tensor.name)
+        if key not in self.fused_rows:
+            return [tensor]
+        parts = self.fused_rows[key]
+        if len(tensor.shape) < 2 or tensor.shape[-2] % len(parts):
+            raise UnsupportedGGUF(f"{tensor.name}'s rows do not split into {len(parts)} parts")
+        layer = tensor.name.split(".")[1]
+        names = [f"blk.{layer}.{part}" for part in parts]
+        if any(file.tensor(name) is not None for name in names):
+            raise UnsupportedGGUF(f"{tensor.name} beside its parts in the same file")
+        return [replace(tensor, name=name) for name in names]
+
+    def _fused_part(self, file: GGUFFile, gguf_name: str) -> tuple[TensorInfo, int, int] | None:
+        """(the fused tensor, this part's index, the number of parts), for a part read from
+        a fused tensor (not one the file has apart)."""
+        key = _layer_key(gguf_name)
+        for fused, parts in self.fused_rows.items():
+            if key not in parts:
+                continue
+            source = file.tensor(f"blk.{gguf_name.split('.')[1]}.{fused}")
+            return None if source is None else (source, parts.index(key), len(parts))
+        return None
+
+    def part_shape(self, file: GGUFFile, tensor: TensorInfo) -> TensorInfo:
+        """A fused tensor's part as the MLX tensor it fills: its share of each slice's rows."""
+        part = self._fused_part(file, tensor.name)
+        if part is None:
+            return tensor
+        *leading, rows, columns = tensor.shape
+        return replace(tensor, shape=(*leading, rows // part[2], columns))
+
+    def _fused_segments(self, tensor: TensorInfo, index: int, count: int) -> tuple:
+        """Each slice's run of this part's rows, from the fused tensor's flat rows."""
+        rows = tensor.shape[-2]
+        share = rows // count
+        return tuple((s * rows + index * share, s * share, share)
+                     for s in range(tensor.rows // rows))  # fmt: skip
 
     def _slices(self, tensor: TensorInfo) -> list[TensorInfo]:
         if tensor.name not in self.stacked:
@@ -278,7 +330,9 @@ class Architecture:
         ]  # fmt: skip
 
     def segments(self, hyper: Hyper, gguf_name: str) -> tuple | None:
-        key = _layer_key(gguf_name)
+        key, part = _layer_key(gguf_name), self._fused_part(hyper.file, gguf_name)
+        if part is not None:
+            return self._fused_segments(*part)
         if self.row_segments is None or key is None:
             return None
         return self.row_segments(hyper, key)

@@ -1,7 +1,7 @@
 """Gemma 4 (llama.cpp's gemma4, text only): sliding and global attention layers with their own
 head sizes and rope, the last layers reusing earlier layers' keys and values, optional
-per-layer token inputs (E2B, E4B), double-wide MLPs on the shared layers and a scalar per
-layer. mlx-lm's gemma4_text runs it.
+per-layer token inputs (E2B, E4B), double-wide MLPs on the shared layers, a scalar per
+layer and (26B-A4B) experts beside each layer's MLP. mlx-lm's gemma4_text runs it.
 
 llama.cpp's converter keeps Gemma 4's norms as they are (no 1 + w) and encodes the global
 layers' proportional rope as a rope_freqs tensor: divisor 1 for the rotated frequencies, 1e30
@@ -27,6 +27,7 @@ from inference.conversion.gguf_architectures import (
     _QK_NORM,
     Architecture,
     Hyper,
+    _experts,
     _head_dim,
     _per_layer,
 )
@@ -39,10 +40,11 @@ _GEMMA4_LAYER = {
     "inp_gate": "per_layer_input_gate",
     "proj": "per_layer_projection",
     "post_norm": "post_per_layer_input_norm",
-    # Named only so that a mixture-of-experts file (26B-A4B) reaches _experts' refusal
-    # with its reason rather than an unknown tensor's.
+    # 26B-A4B's experts beside the MLP, each branch under norms of its own. The converter
+    # fuses each layer's expert gate and up projections into ffn_gate_up_exps (each expert's
+    # gate rows, then its up rows, as llama.cpp splits them): read as its two parts
+    # (Architecture.fused_rows); llama.cpp also loads them apart, as these names.
     "ffn_gate_inp": "router.proj",
-    "ffn_gate_up_exps": "experts.gate_up_proj",
     "ffn_gate_exps": "experts.switch_glu.gate_proj",
     "ffn_up_exps": "experts.switch_glu.up_proj",
     "ffn_down_exps": "experts.switch_glu.down_proj",
@@ -65,7 +67,6 @@ _UNROTATED = 1e29
 
 
 def _gemma4(hyper: Hyper) -> dict:
-    _refuse_experts(hyper)
     if hyper.get("rope.scaling.type") not in (None, "none"):
         raise UnsupportedGGUF("gemma4 with rope scaling is not supported")
     layers = int(hyper("block_count"))
@@ -77,6 +78,7 @@ def _gemma4(hyper: Hyper) -> dict:
     per_layer = int(hyper("embedding_length_per_layer_input"))
     return (
         _feed_forward(hyper, layers, shared)
+        | _moe(hyper, layers)
         | _attention(hyper, sliding)
         | {
             "layer_types": types,
@@ -98,11 +100,25 @@ def _sliding_layers(hyper: Hyper, layers: int) -> list[bool]:
     return [bool(s) for s in pattern[:layers]]
 
 
-def _refuse_experts(hyper: Hyper) -> None:
-    if hyper.get("expert_count") or hyper.file.tensor("blk.0.ffn_gate_inp.weight") is not None:
-        # llama.cpp's converter fuses each layer's expert gate and up projections into one
-        # ffn_gate_up_exps tensor, which the import cannot split into mlx-lm's two yet.
-        raise UnsupportedGGUF("gemma4 with experts (26B-A4B) is not supported yet")
+def _moe(hyper: Hyper, layers: int) -> dict:
+    """Experts (26B-A4B): llama.cpp gives a layer experts where it has a router, mlx-lm every
+    layer or none. Both route alike: the router's input is the layer's residual under an RMS
+    norm without weight, times router.scale / sqrt(hidden); the top-k of its logits, their
+    softmax (llama.cpp: softmax over all, renormalized over the top-k), times each chosen
+    expert's per_expert_scale (llama.cpp: ffn_down_exps.scale on that expert's output).
+    llama.cpp fixes this routing for gemma4 whatever the file's gating keys say."""
+    routed = [hyper.file.tensor(f"blk.{i}.ffn_gate_inp.weight") is not None for i in range(layers)]
+    if not any(routed):
+        return {}
+    if not all(routed):
+        raise UnsupportedGGUF("gemma4 with experts on some layers only is not supported")
+    experts = _experts(hyper)  # refuses per-layer expert sizes
+    return {
+        "enable_moe_block": True,
+        "num_experts": experts["num_experts"],
+        "top_k_experts": experts["num_experts_per_tok"],
+        "moe_intermediate_size": experts["moe_intermediate_size"],
+    }
 
 
 def _check_kv_sharing(types: list[str], shared: int, arch: str = "gemma4") -> None:
@@ -358,6 +374,7 @@ GEMMA4_ARCHITECTURES = {
         top_names=_GEMMA4_TOP,
         layer_params=_GEMMA4_PARAMS,
         per_layer_sizes=True,
+        fused_rows={"ffn_gate_up_exps.weight": ("ffn_gate_exps.weight", "ffn_up_exps.weight")},
     ),
     "gemma3n": Architecture(
         "gemma3n",

@@ -175,6 +175,17 @@ GEMMA4_31B = GEMMA4 | {
     "use_double_wide_mlp": False,
     "hidden_size_per_layer_input": 0,
 }
+# Gemma 4 26B-A4B style: beside each layer's MLP, 8 experts choosing 2 (written fused as
+# llama.cpp's converter writes them: ffn_gate_up_exps), their router's and per-expert scales
+# and the branches' own norms; sliding and global layers, keys as values on the global ones.
+GEMMA4_MOE = GEMMA4_31B | {
+    "num_hidden_layers": 3,
+    "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+    "enable_moe_block": True,
+    "num_experts": 8,
+    "top_k_experts": 2,
+    "moe_intermediate_size": 128,
+}
 # Gemma 3n E2B style, narrow: AltUp over 4 streams, Laurel, per-layer inputs, activation
 # sparsity on the first 10 layers, 20 layers with keys of their own and 5 reusing layers 18's
 # and 19's; mlx-lm nests it as text_config. llama.cpp fixes the layers with keys, Laurel's rank
@@ -433,6 +444,7 @@ CASES = [
          0),
     Case("gemma4", "gemma4", GEMMA4, 0),
     Case("gemma4-31b", "gemma4", GEMMA4_31B, 0),
+    Case("gemma4-moe", "gemma4", GEMMA4_MOE, 0),
     # Phi-4-mini style: fused qkv and gate_up, partial rotary (48 of 64 dimensions), GQA, tied,
     # longrope. The original context is below llama.cpp's, so it picks the long factors, as
     # mlx-lm always does.
@@ -560,8 +572,11 @@ def _random(
             return values * shape[-1] ** -0.25 if qk else values
         # Gemma's norms hold w and scale by 1 + w
         return values - 1 if config["model_type"].startswith("gemma") else values
-    if name.endswith(".layer_scalar"):  # Gemma 4's: the whole layer's output scaled
+    if name.endswith((".layer_scalar", ".per_expert_scale")):  # Gemma 4's output scales
         return 1 + 0.2 * rng.standard_normal(shape, dtype=np.float32)
+    if name.endswith(".router.scale"):  # Gemma 4's router input, / sqrt(hidden) in mlx-lm
+        # about sqrt(hidden): router logits of a few units, not near-ties
+        return shape[-1] ** 0.5 * (1 + 0.2 * rng.standard_normal(shape, dtype=np.float32))
     values = rng.standard_normal(shape, dtype=np.float32)
     if name.endswith(".bias"):
         return 0.5 * values
@@ -641,6 +656,9 @@ QUANTIZED = [
     # the per-layer token table and projections quantized too; the shared layers' unused
     # keys and values imported (quantized) and dropped by mlx-lm
     ("gemma4", "Q4_K_M", 0),
+    # the fused gate_up experts (Q4_K) split in two by rows, quantized; seeds 0, 1 and 3 tip
+    # an expert choice in llama.cpp (their imports' weights are the file's, to 2e-4)
+    ("gemma4-moe", "Q4_K_M", 2),
 ]
 QUANTIZED_GREEDY = 8
 
