@@ -72,7 +72,7 @@ def _gemma4(hyper: Hyper) -> dict:
     layers = int(hyper("block_count"))
     sliding = _sliding_layers(hyper, layers)
     types = ["sliding_attention" if s else "full_attention" for s in sliding]
-    shared = int(hyper.get("attention.shared_kv_layers", 0) or 0)
+    shared = _shared_layers(hyper)
     _check_kv_sharing(types, shared)
     softcap = float(hyper.get("final_logit_softcapping", 30.0))  # llama.cpp's default
     per_layer = int(hyper("embedding_length_per_layer_input"))
@@ -90,6 +90,11 @@ def _gemma4(hyper: Hyper) -> dict:
             "vocab_size_per_layer_input": _per_layer_vocab(hyper, per_layer),
         }
     )
+
+
+def _shared_layers(hyper: Hyper) -> int:
+    """How many of the last layers reuse earlier layers' keys and values."""
+    return int(hyper.get("attention.shared_kv_layers", 0) or 0)
 
 
 def _sliding_layers(hyper: Hyper, layers: int) -> list[bool]:
@@ -187,7 +192,7 @@ def _attention(hyper: Hyper, sliding: list[bool]) -> dict:
 def _keys_as_values(hyper: Hyper, sliding: list[bool]) -> bool:
     """Whether the global layers have no value projection (31B): llama.cpp then uses the keys
     as values, as mlx-lm's attention_k_eq_v does, but only for every global layer."""
-    shared = int(hyper.get("attention.shared_kv_layers", 0) or 0)
+    shared = _shared_layers(hyper)
     own = range(len(sliding) - shared)
     no_v = {i for i in own if hyper.file.tensor(f"blk.{i}.attn_v.weight") is None}
     if not no_v:
@@ -291,7 +296,7 @@ def _gemma3n(hyper: Hyper) -> dict:
         raise UnsupportedGGUF("gemma3n with rope scaling is not supported")
     layers = int(hyper("block_count"))
     types = ["sliding_attention" if s else "full_attention" for s in _sliding_layers(hyper, layers)]
-    shared = int(hyper.get("attention.shared_kv_layers", 0) or 0)
+    shared = _shared_layers(hyper)
     if layers - shared != _GEMMA3N_KV_LAYERS or len(set(types[:_GEMMA3N_KV_LAYERS])) != 2:
         raise UnsupportedGGUF(
             f"gemma3n with other than {_GEMMA3N_KV_LAYERS} layers of their own keys, "

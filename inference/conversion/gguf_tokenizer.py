@@ -70,8 +70,7 @@ class TokenType(IntEnum):  # llama.cpp's token types
 class Vocab:
     """A GGUF vocabulary with the defaults llama.cpp applies for keys the file leaves out."""
 
-    spm: bool  # SentencePiece ("llama"); otherwise a BPE: byte-level ("gpt2") or Gemma 4's
-    gemma4: bool  # Gemma 4's BPE on ▁-spaced text ("gemma4")
+    model: str  # tokenizer.ggml.model: "llama" (SentencePiece), "gpt2" (byte-level BPE), "gemma4"
     tokens: list[str]
     types: list[int]
     pre: PreTokenizer | None
@@ -79,6 +78,10 @@ class Vocab:
     add_bos: bool
     add_eos: bool
     add_space_prefix: bool
+
+    @property
+    def byte_level(self) -> bool:
+        return self.model == "gpt2"
 
 
 def read_vocab(metadata: dict) -> Vocab:
@@ -88,8 +91,8 @@ def read_vocab(metadata: dict) -> Vocab:
             f"tokenizer model {kind!r} is not supported (supported: 'llama' SentencePiece, "
             "'gpt2' byte-level BPE and 'gemma4' BPE)"
         )
-    spm, gemma4 = kind == "llama", kind == "gemma4"
-    pre = None if spm or gemma4 else _known_pre(metadata)
+    spm = kind == "llama"
+    pre = _known_pre(metadata) if kind == "gpt2" else None
     tokens = _tokens(metadata)
     types = metadata.get("tokenizer.ggml.token_type") or [TokenType.NORMAL] * len(tokens)
     if len(types) < len(tokens):
@@ -97,8 +100,7 @@ def read_vocab(metadata: dict) -> Vocab:
     # llama.cpp: SentencePiece adds BOS by default; BPE only for some pre-tokenizers.
     add_bos = metadata.get("tokenizer.ggml.add_bos_token", spm or bool(pre and pre.add_bos))
     return Vocab(
-        spm=spm,
-        gemma4=gemma4,
+        model=kind,
         tokens=tokens,
         types=[int(t) for t in types[: len(tokens)]],
         pre=pre,
@@ -283,7 +285,7 @@ def build_tokenizer(metadata: dict) -> Tokenizer:
     """The tokenizer.json for a GGUF's metadata: llama.cpp's ids for any text, special tokens
     parsed, BOS and EOS added as llama.cpp adds them."""
     vocab = read_vocab(metadata)
-    build = _sentencepiece if vocab.spm else _gemma4_bpe if vocab.gemma4 else _byte_level_bpe
+    build = {"llama": _sentencepiece, "gpt2": _byte_level_bpe, "gemma4": _gemma4_bpe}[vocab.model]
     tokenizer = build(vocab, metadata)
     tokenizer.post_processor = _post_processor(vocab)
     _add_split_tokens(tokenizer, vocab, metadata)
@@ -398,7 +400,7 @@ def _post_processor(vocab: Vocab) -> processors.PostProcessor:
         pair=sequence("A", 0) + sequence("B", 1),
         special_tokens=sorted({(vocab.tokens[i], i) for i in (bos, eos) if i is not None}),
     )
-    if vocab.spm or vocab.gemma4:
+    if not vocab.byte_level:
         return template
     return processors.Sequence([processors.ByteLevel(trim_offsets=False), template])
 
