@@ -30,16 +30,24 @@ def create_private_file(path: Path) -> bool:
 
 
 def read_or_create_secret(path: Path) -> str:
+    """The secret kept in path, made once. Two processes starting at once (make test's lanes, a
+    server and a manage.py command) agree on one key, and neither ever reads a half-written
+    one: the key is written whole to a private file of this process first, then linked into
+    place, which fails when another process got there first (then its key is read)."""
     try:
         return path.read_text().strip()
     except FileNotFoundError:
         pass
     key = secrets.token_urlsafe(50)
+    staging = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    with os.fdopen(
+        os.open(staging, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE), "w"
+    ) as out:
+        out.write(key)
     try:
-        # O_EXCL: two processes starting at once never both write; the loser reads the winner's.
-        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE)
+        os.link(staging, path)
     except FileExistsError:
         return path.read_text().strip()
-    with os.fdopen(descriptor, "w") as out:
-        out.write(key)
+    finally:
+        staging.unlink()
     return key

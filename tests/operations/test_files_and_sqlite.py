@@ -57,3 +57,33 @@ def test_sixteen_concurrent_writers_never_find_the_database_locked(tmp_path: Pat
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == ["stored 240"], done.stdout[-3000:]
+
+
+def _secret_after(barrier, path: Path, keys) -> None:  # a process of the test below
+    from config.secrets import read_or_create_secret
+
+    barrier.wait()
+    keys.put(read_or_create_secret(path))
+
+
+def test_processes_starting_at_once_agree_on_one_whole_secret(tmp_path: Path) -> None:
+    # make test's two lanes start together on a fresh clone: one read the secret file while the
+    # other had created it but not yet written the key, and got an empty SECRET_KEY.
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    for round_ in range(20):
+        path = tmp_path / f"secret_{round_}"
+        barrier, keys = context.Barrier(6), context.Queue()
+        workers = [
+            context.Process(target=_secret_after, args=(barrier, path, keys)) for _ in range(6)
+        ]
+        for worker in workers:
+            worker.start()
+        found = {keys.get(timeout=30) for _ in workers}
+        for worker in workers:
+            worker.join(timeout=30)
+        assert found == {path.read_text()} and len(path.read_text()) > 40, found
+        assert mode(path) == 0o600
+    # No process's staging file is left behind.
+    assert {entry.name for entry in tmp_path.iterdir()} == {f"secret_{n}" for n in range(20)}
