@@ -15,9 +15,11 @@ PRIVATE_FILE = 0o600
 def private_dir(path: Path) -> None:
     """Makes the folder owner-only when this call creates it; an existing folder keeps its mode
     (the operator chose it), and the start-up check says when others may read it."""
-    if not path.exists():
+    try:
         path.mkdir(mode=PRIVATE_DIR, parents=True)
-        path.chmod(PRIVATE_DIR)  # mkdir's mode passes through the umask; this does not
+    except FileExistsError:  # there already, or made this moment by another process
+        return
+    path.chmod(PRIVATE_DIR)  # mkdir's mode passes through the umask; this does not
 
 
 def create_private_file(path: Path) -> bool:
