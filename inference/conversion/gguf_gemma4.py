@@ -290,6 +290,9 @@ _GEMMA3N_TOP = {
 }
 
 
+_NO_CLIP = 3.4028234663852886e38  # float32's largest
+
+
 def _gemma3n(hyper: Hyper) -> dict:
     """mlx-lm's gemma3n reads its whole text model from text_config."""
     if hyper.get("rope.scaling.type") not in (None, "none"):
@@ -317,7 +320,9 @@ def _gemma3n(hyper: Hyper) -> dict:
         "activation_sparsity_pattern": _sparsity(hyper, layers),
         "altup_num_inputs": int(hyper("altup.num_inputs")),
         "altup_active_idx": int(hyper("altup.active_idx")),
-        "altup_coef_clip": None,
+        # llama.cpp does not clip; transformers' config (which AutoTokenizer reads) wants a
+        # number: one no float32 coefficient passes
+        "altup_coef_clip": _NO_CLIP,
         "altup_correct_scale": True,
     }
     for key, value in _GEMMA3N_FIXED.items():
