@@ -407,12 +407,14 @@ def _llama(hyper: Hyper) -> dict:
     return config
 
 
-def _gemma_scale(hyper: Hyper, big_layers: int) -> float:
+def _gemma_scale(hyper: Hyper, big_layers: int) -> int | float:
     # llama.cpp scales queries by 1/sqrt(hidden / heads) for the 27B models, by
-    # 1/sqrt(head_dim) for the others; mlx-lm's query_pre_attn_scalar is that number.
+    # 1/sqrt(head_dim) for the others; mlx-lm's query_pre_attn_scalar is that number, an
+    # integer in transformers' config (which AutoTokenizer reads, and refuses a float in).
     if int(hyper("block_count")) == big_layers:
-        return int(hyper("embedding_length")) / int(hyper("attention.head_count"))
-    return float(_head_dim(hyper))
+        scale = int(hyper("embedding_length")) / int(hyper("attention.head_count"))
+        return int(scale) if scale.is_integer() else scale
+    return _head_dim(hyper)
 
 
 def _gemma2(hyper: Hyper) -> dict:
@@ -644,7 +646,9 @@ def _lfm2(hyper: Hyper) -> dict:
         "block_ff_dim": ff,
         "block_auto_adjust_ff_dim": False,
         "block_multiple_of": 1,
-        "block_ffn_dim_multiplier": None,
+        # unused without the adjustment; transformers' config (AutoTokenizer reads it) wants
+        # a number, not None
+        "block_ffn_dim_multiplier": 1.0,
     }
 
 

@@ -329,12 +329,20 @@ def test_broken_models_are_listed_with_their_problem(ollama_dir, lmstudio_dir):
     assert {found.slug for found in list_lmstudio(lmstudio_dir)} >= {"two-q4_1", "two-q8_0"}
 
 
-# A mixture of experts and a hybrid, as Ollama keeps them (`ollama create` from a GGUF): a tiny
-# random model of each, written as llama.cpp's converter writes it, through the same path.
+# Each 2026 architecture the import knows, as Ollama keeps it (`ollama create` from a GGUF): a
+# tiny random model of each, written as llama.cpp's converter writes it, through the same path.
 MOE_AND_HYBRID = [
     ("qwen3moe", "tiny-moe:latest"),
     ("qwen3next", "tiny-hybrid:latest"),
+    ("qwen35", "tiny-qwen35-dense:latest"),
     ("qwen35moe", "tiny-qwen35:latest"),
+    ("gpt-oss-mxfp4", "tiny-gpt-oss:latest"),
+    ("glm4moe", "tiny-glm4moe:latest"),
+    ("deepseek2", "tiny-deepseek:latest"),
+    ("granitehybrid-moe", "tiny-granite:latest"),
+    ("nemotron_h_moe", "tiny-nemotron:latest"),
+    ("lfm2", "tiny-lfm2:latest"),
+    ("mistral3", "tiny-ministral:latest"),
     ("gemma4", "tiny-gemma4:latest"),
     ("llama4", "tiny-llama4:latest"),
     ("gemma3n", "tiny-gemma3n:latest"),  # on SmolLM2's first 2048 tokens

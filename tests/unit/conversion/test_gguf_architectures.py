@@ -481,6 +481,7 @@ class Outcome:
     margins: list[float]  # top-1 minus top-2 logit at each greedy step
     llama_cpp: dict  # llama-reference's JSON: argmax, last_logits, greedy
     llama_cpp_tolerance: float
+    tokenizer_error: str  # what loading the import's tokenizer as the server does raised
 
 
 @pytest.fixture(scope="module")
@@ -515,7 +516,8 @@ def outcome(request, tokenizer_metadata, llama_tools, tmp_path_factory) -> Itera
     if case.vocabulary < VOCAB:
         tokenizer_metadata = small_vocabulary(tokenizer_metadata, case.vocabulary)
     source = write_gguf(folder / "model.gguf", case.arch, config, weights, tokenizer_metadata)
-    imported, _ = load_model(convert_gguf(source, folder / "imported", weights=case.weights).path)
+    converted = convert_gguf(source, folder / "imported", weights=case.weights).path
+    imported, _ = load_model(converted)
     greedy, margins = greedy_decode(imported, case.prompt, GREEDY)
     yield Outcome(
         original_logits=prompt_logits(original, case.prompt),
@@ -525,8 +527,25 @@ def outcome(request, tokenizer_metadata, llama_tools, tmp_path_factory) -> Itera
         margins=margins,
         llama_cpp=llama_reference(llama_tools, source, case.prompt, GREEDY),
         llama_cpp_tolerance=case.llama_cpp_tolerance,
+        tokenizer_error=_tokenizer_error(converted),
     )
     shutil.rmtree(folder)  # a few hundred MB of float32 per case
+
+
+def test_the_tokenizer_loads(outcome: Outcome):
+    # transformers validates the model's config.json on the way (a None or a float where its
+    # config class wants a number or an integer is an error there)
+    assert not outcome.tokenizer_error
+
+
+def _tokenizer_error(folder: Path) -> str:
+    from mlx_lm.utils import load_tokenizer
+
+    try:
+        load_tokenizer(folder)
+    except Exception as error:  # the test reports whatever it is
+        return f"{type(error).__name__}: {error}"
+    return ""
 
 
 def _llama_cpp_way(case: Case, model: nn.Module) -> np.ndarray:
