@@ -201,6 +201,11 @@ MODEL_IDLE_TTL = env.float("MODEL_IDLE_TTL", default=0)
 # per operation (0: one per core).
 CPU_KERNELS = env.bool("CPU_KERNELS", default=True)
 CPU_KERNEL_THREADS = env.int("CPU_KERNEL_THREADS", default=0)
+# Where the compute format a load measured (stored or float32, by timing both) is kept, by
+# weights, machine and software, so that later starts load at once ("" to time at every start).
+COMPUTE_FORMAT_VERDICTS = env.str(
+    "COMPUTE_FORMAT_VERDICTS", default=str(VAR_DIR / "compute-formats.json")
+)
 # The control API (pool status, warm, unload) takes this bearer token, or a staff session.
 # Unset, each install makes one and keeps it in var/, where manage.py's commands find it too.
 ADMIN_TOKEN = env.str("ADMIN_TOKEN", default="") or read_or_create_secret(VAR_DIR / "admin_token")

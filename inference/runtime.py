@@ -76,4 +76,5 @@ def engine_config() -> EngineConfig:
         max_queued=settings.MAX_QUEUED_REQUESTS,
         cpu_kernels=settings.CPU_KERNELS,
         cpu_kernel_threads=settings.CPU_KERNEL_THREADS,
+        compute_format_verdicts=settings.COMPUTE_FORMAT_VERDICTS,
     )

@@ -153,6 +153,15 @@ def prefix_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return settings.PREFIX_CACHE_DIR
 
 
+@pytest.fixture(scope="session", autouse=True)
+def compute_format_verdicts_in_memory() -> None:
+    """The in-process engine times compute formats at each load, as a new install does: no
+    verdict of an earlier run (or of the other pass, running beside) is read from var/."""
+    from django.conf import settings
+
+    settings.COMPUTE_FORMAT_VERDICTS = ""
+
+
 @pytest.fixture(autouse=True)
 def open_api(settings):
     """/v1 behaviour is tested without keys; tests/edge/test_api_keys.py turns them on."""

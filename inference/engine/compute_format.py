@@ -5,7 +5,8 @@ matmuls are scalar loops, so without the CPU kernels (kernels/) `auto` dequantiz
 float32 for OpenBLAS when that fits the pool's budget. With the kernels, the stored 4- and
 8-bit weights are read at memory speed and several times smaller; `auto` then times decode
 steps at load (`measure`) and keeps the faster format (the stored one when float32 does not
-fit). Either way the kernels' fused norms, RoPE and attention are swapped in.
+fit), a verdict later loads reuse (format_verdicts: across restarts when the engine keeps a
+file). Either way the kernels' fused norms, RoPE and attention are swapped in.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from mlx_lm.utils import dequantize_model
 
 from inference import blas
 from inference.engine import cpu
+from inference.engine.format_verdicts import Verdict, Verdicts
 
 log = logging.getLogger(__name__)
 
@@ -108,25 +110,35 @@ def apply(model: nn.Module, choice: FormatChoice) -> nn.Module:
     return model
 
 
-# What measure() chose, by the caller's key for the weights (a reload reuses the verdict).
-_measured: dict[object, FormatChoice] = {}
+# What measure() chose, by the weights' key (format_verdicts.weights_key): a reload, and with
+# a file a restart, reuses the verdict.
+_verdicts = Verdicts()
+TIMING_FAILED = "timing float32 failed (see the log)"
+
+
+def keep_verdicts(path: str) -> None:
+    """Where verdicts are kept across restarts (EngineConfig.compute_format_verdicts; "" keeps
+    them in memory only). The engine sets it as it starts."""
+    global _verdicts
+    _verdicts = Verdicts(path)
 
 
 def prepare(
-    requested: str, model: nn.Module, room_bytes: int, key: object = None, timed: bool = True
+    requested: str, model: nn.Module, room_bytes: int, key: str | None = None, timed: bool = True
 ) -> tuple[nn.Module, FormatChoice]:
     """The model in the format to compute in, and why (timing both formats where auto asks,
     unless `timed` is off: the ranks of a group would time differently, and must agree)."""
     choice = choose(requested, model, room_bytes)
-    if choice.format == MEASURE and key in _measured:
-        choice = _measured[key]
+    if choice.format == MEASURE and key is not None and (kept := _verdicts.get(key)):
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(kept.measured_at))
+        choice = FormatChoice(kept.format, f"as measured at a load on {when}: {kept.reason}", True)
     if choice.format == MEASURE and not timed:
         choice = FormatChoice("stored", "a distributed group keeps the stored format", True)
     if choice.format != MEASURE:
         return apply(model, choice), choice
     model, choice = measure(model)
-    if key is not None:
-        _measured[key] = choice
+    if key is not None and choice.reason != TIMING_FAILED:
+        _verdicts.put(key, Verdict(choice.format, choice.reason, time.time()))
     mx.clear_cache()  # the losing format's buffers
     return model, choice
 
@@ -141,7 +153,7 @@ def measure(model: nn.Module) -> tuple[nn.Module, FormatChoice]:
         stored, mixed, blocks = _timings(model)
     except Exception:  # timing is advice: a failure keeps the stored weights
         log.exception("timing the compute formats failed")
-        return model, FormatChoice("stored", "timing float32 failed (see the log)", True)
+        return model, FormatChoice("stored", TIMING_FAILED, True)
     share = sum(map(_weights, blocks)) / _weights(model)
     # A noisy difference may extrapolate below zero; no format is ten times faster than that.
     f32 = [max(q + (m - q) / share, q / 10) for q, m in zip(stored, mixed, strict=True)]

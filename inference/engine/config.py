@@ -25,6 +25,9 @@ class EngineConfig:
     max_queued: int = 256
     # Unpinned models unused this many seconds are unloaded (0: never).
     idle_ttl: float = 0.0
+    # The file where the compute format measured at a load is kept for later starts
+    # (engine/format_verdicts.py; "" keeps verdicts in memory only).
+    compute_format_verdicts: str = ""
     # The CPU kernels (engine/cpu/) and their threads per operation (0: one per core).
     cpu_kernels: bool = True
     cpu_kernel_threads: int = 0

@@ -16,6 +16,7 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 
 from inference.engine import compute_format, lora
+from inference.engine.format_verdicts import weights_key
 from inference.engine.kv import KVFormat
 from inference.engine.loaders import load_weights, prepares_compute_format
 from inference.engine.sharding import load_sharded
@@ -101,7 +102,7 @@ def read_draft(spec: ModelSpec, tokenizer: Any, room: int, timed: bool) -> Any:
             f"its draft model '{spec.model_id}' has another vocabulary",
         )
     model, _ = compute_format.prepare(
-        spec.compute_format, model, room, key=(spec.location, "draft"), timed=timed
+        spec.compute_format, model, room, key=weights_key(spec.location, "draft"), timed=timed
     )
     mx.eval(model.parameters())
     return model
@@ -147,7 +148,7 @@ class Loading:
             spec.compute_format,
             model,
             self.room,
-            key=(spec.location, self.size),
+            key=weights_key(spec.location),
             timed=self.group is None,
         )
         return model, tokenizer, config, choice

@@ -17,7 +17,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from inference.engine import cpu, fastmath, prefix_disk
+from inference.engine import compute_format, cpu, fastmath, prefix_disk
 from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
 from inference.engine.embedding.runner import EmbeddingRunner
@@ -70,6 +70,7 @@ class Engine:
         self.config = config
         self._disk = prefix_disk.shared(config)
         cpu.configure(config.cpu_kernels, config.cpu_kernel_threads)
+        compute_format.keep_verdicts(config.compute_format_verdicts)
         self.pool = ModelPool(
             config.pool_budget_bytes,
             on_unload=self._drop_runner,

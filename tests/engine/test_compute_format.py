@@ -8,6 +8,7 @@ from inference import blas
 from inference.engine import compute_format, cpu
 from inference.engine.compute_format import MEASURE, FormatChoice, choose, float32_bytes
 from inference.engine.config import EngineConfig
+from inference.engine.format_verdicts import weights_key
 from inference.engine.types import ModelSpec, SamplingParams
 from inference.engine.worker import Engine
 from tests.helpers import quantize_model_dir, run_job
@@ -59,14 +60,33 @@ def test_policy_without_the_kernels(smol, monkeypatch):
         )
 
 
-def test_auto_times_both_formats_and_keeps_the_stored_weights(smollm_dir):
+def test_auto_times_both_formats_and_keeps_the_stored_weights(smollm_dir, tmp_path, monkeypatch):
     """On the demo model the kernels win by several times at batch 1 and 8: no noise flips
-    that, and the reason says what was measured."""
-    model, choice = compute_format.prepare("auto", load(str(smollm_dir))[0], 2**40)
-    assert (choice.format, choice.kernels) == ("stored", True)
-    assert choice.reason.startswith("decode steps at batch 1/8 measured ")
-    assert "layers in float32" in choice.reason
-    assert any(isinstance(m, cpu.QuantizedKernelLayer) for _, m in model.named_modules())
+    that, and the reason says what was measured. A later start (a new engine reading the
+    same file) loads with that verdict at once, without timing again."""
+    verdicts = tmp_path / "compute-formats.json"
+    key = weights_key(str(smollm_dir))
+    compute_format.keep_verdicts(str(verdicts))
+    try:
+        model, choice = compute_format.prepare("auto", load(str(smollm_dir))[0], 2**40, key=key)
+        assert (choice.format, choice.kernels) == ("stored", True)
+        assert choice.reason.startswith("decode steps at batch 1/8 measured ")
+        assert "layers in float32" in choice.reason
+        assert any(isinstance(m, cpu.QuantizedKernelLayer) for _, m in model.named_modules())
+
+        compute_format.keep_verdicts(str(verdicts))  # as the next start's engine does
+
+        def no_timing(model):
+            raise AssertionError("timed again")
+
+        monkeypatch.setattr(compute_format, "measure", no_timing)
+        model, again = compute_format.prepare("auto", load(str(smollm_dir))[0], 2**40, key=key)
+        assert (again.format, again.kernels) == ("stored", True)
+        assert again.reason.startswith("as measured at a load on ")
+        assert again.reason.endswith(choice.reason)
+        assert any(isinstance(m, cpu.QuantizedKernelLayer) for _, m in model.named_modules())
+    finally:
+        compute_format.keep_verdicts("")
 
 
 def test_the_kernels_answer_like_mlx_itself(engine, smollm_dir):

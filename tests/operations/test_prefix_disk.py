@@ -11,6 +11,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.helpers import quantize_model_dir
 from tests.live_server import LiveServer, live_server
 
 pytestmark = pytest.mark.database_independent  # its servers have their own SQLite
@@ -48,6 +49,18 @@ def ask(server: LiveServer) -> dict:
     return response.json()
 
 
+def format_reason(server: LiveServer, model: str) -> str:
+    """Why the preloaded model computes in its format, once it is loaded."""
+    deadline = time.monotonic() + 120
+    while True:
+        pool = httpx.get(f"{server.url}/control/pool", headers=server.admin_headers, timeout=10)
+        loaded = {m["id"]: m for m in pool.json()["models"]}
+        if model in loaded:
+            return loaded[model]["format_reason"]
+        assert time.monotonic() < deadline, server.output()
+        time.sleep(0.2)
+
+
 def wait_for_write(server: LiveServer) -> dict:
     # The writer thread runs niced (the engine's steps win the CPU), so on a loaded machine a
     # write can lag far behind the reply; a dropped or failed write shows in the message.
@@ -58,10 +71,17 @@ def wait_for_write(server: LiveServer) -> dict:
     return tier
 
 
-def test_health_shows_the_disk_tier_and_a_restart_reuses_it(tiny_dir: Path, tmp_path: Path):
+def test_a_restart_reuses_the_disk_tier_and_the_measured_compute_format(
+    tiny_dir: Path, tmp_path: Path
+):
+    # Beside "tiny", a 4-bit copy whose compute format `auto` times at its first load: the
+    # next start reads the verdict from var/ instead of timing again.
+    quantized = quantize_model_dir(tiny_dir, tmp_path / "tiny-4bit")
     database = {"DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}"}
-    setup = ("add_model", "tiny", "--local", str(tiny_dir), "--preload")
-    with live_server(tmp_path, setup, **database, **DISK) as server:
+    setup = [("add_model", name, "--local", str(folder), "--preload")
+             for name, folder in (("tiny", tiny_dir), ("tiny4", quantized))]  # fmt: skip
+    with live_server(tmp_path, *setup, **database, **DISK) as server:
+        assert format_reason(server, "tiny4").startswith("decode steps at batch 1/8 measured ")
         assert disk_tier(server) == {
             "bytes": 0,
             "max_bytes": 256 * 2**20,
@@ -87,6 +107,7 @@ def test_health_shows_the_disk_tier_and_a_restart_reuses_it(tiny_dir: Path, tmp_
 
     with live_server(tmp_path, **database, **DISK) as restarted:
         assert disk_tier(restarted)["entries"] == 1  # the folder, read as the server starts
+        assert format_reason(restarted, "tiny4").startswith("as measured at a load on ")
         again = ask(restarted)
         prompt_tokens = again["usage"]["prompt_tokens"]
         assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == prompt_tokens - 1
