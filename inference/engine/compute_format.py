@@ -3,10 +3,12 @@
 On a GPU the stored format is fastest. On a CPU, MLX's own quantized and float16/bfloat16
 matmuls are scalar loops, so without the CPU kernels (kernels/) `auto` dequantizes a model to
 float32 for OpenBLAS when that fits the pool's budget. With the kernels, the stored 4- and
-8-bit weights are read at memory speed and several times smaller; `auto` then times decode
-steps at load (`measure`) and keeps the faster format (the stored one when float32 does not
-fit), a verdict later loads reuse (format_verdicts: across restarts when the engine keeps a
-file). Either way the kernels' fused norms, RoPE and attention are swapped in.
+8-bit weights are read at memory speed and several times smaller: `auto` keeps them when the
+kernels take every quantized layer; where some are left to MLX's path (other bit widths,
+stacked experts) it times decode steps at load (`measure`) and keeps the faster format (the
+stored one when float32 does not fit), a verdict later loads reuse (format_verdicts: across
+restarts when the engine keeps a file). Either way the kernels' fused norms, RoPE and
+attention are swapped in.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -89,7 +92,7 @@ def choose(requested: str, model: nn.Module, room_bytes: int) -> FormatChoice:
             "stored", f"no optimized BLAS ({blas.status().reason})", kernels and quantized
         )
     if kernels and quantized:
-        return FormatChoice(MEASURE, "both formats are timed at load", True)
+        return FormatChoice(MEASURE, "timed at load unless the kernels take every layer", True)
     return FormatChoice("float32", "CPU backend with an optimized BLAS, and it fits", kernels)
 
 
@@ -114,6 +117,7 @@ def apply(model: nn.Module, choice: FormatChoice) -> nn.Module:
 # a file a restart, reuses the verdict.
 _verdicts = Verdicts()
 TIMING_FAILED = "timing float32 failed (see the log)"
+ALL_IN_KERNELS = "every quantized layer runs in the CPU kernels: the stored weights, untimed"
 
 
 def keep_verdicts(path: str) -> None:
@@ -136,19 +140,26 @@ def prepare(
         choice = FormatChoice("stored", "a distributed group keeps the stored format", True)
     if choice.format != MEASURE:
         return apply(model, choice), choice
-    model, choice = measure(model)
+    model = apply(model, FormatChoice("stored", "timing", True))
+    left = cpu.on_mlx_path(model)
+    if not left:
+        # Each weight read at 4 or 8 bits by the kernels rather than 32 by OpenBLAS: decode
+        # is several times faster stored at any width (measured so on every dense model of
+        # the suite), so there is nothing to time.
+        return model, FormatChoice("stored", ALL_IN_KERNELS, True)
+    model, choice = measure(model, left)
     if key is not None and choice.reason != TIMING_FAILED:
         _verdicts.put(key, Verdict(choice.format, choice.reason, time.time()))
     mx.clear_cache()  # the losing format's buffers
     return model, choice
 
 
-def measure(model: nn.Module) -> tuple[nn.Module, FormatChoice]:
-    """Times decode steps with the stored weights, then with as many decoder layers in float32
-    as PROBE_BYTES holds, and extrapolates the difference to all the weights: the format
-    whose steps are faster is kept, without ever holding the whole float32 model beside the
-    stored one (which would set the process's peak memory)."""
-    model = apply(model, FormatChoice("stored", "timing", True))
+def measure(model: nn.Module, left: Counter) -> tuple[nn.Module, FormatChoice]:
+    """Times decode steps with the stored weights (the kernels' swapped in; `left`: the
+    quantized layers still on MLX's path), then with as many decoder layers in float32 as
+    PROBE_BYTES holds, and extrapolates the difference to all the weights: the format whose
+    steps are faster is kept, without ever holding the whole float32 model beside the stored
+    one (which would set the process's peak memory)."""
     try:
         stored, mixed, blocks = _timings(model)
     except Exception:  # timing is advice: a failure keeps the stored weights
@@ -157,8 +168,11 @@ def measure(model: nn.Module) -> tuple[nn.Module, FormatChoice]:
     share = sum(map(_weights, blocks)) / _weights(model)
     # A noisy difference may extrapolate below zero; no format is ten times faster than that.
     f32 = [max(q + (m - q) / share, q / 10) for q, m in zip(stored, mixed, strict=True)]
+    on_mlx = ", ".join(f"{count} {kind}" for kind, count in sorted(left.items()))
+    batches = "/".join(map(str, PROBE_BATCHES))
     summary = (
-        f"decode steps at batch {'/'.join(map(str, PROBE_BATCHES))} measured {_ms(stored)} ms "
+        f"{on_mlx} on MLX's quantized path; decode steps at batch {batches} measured "
+        f"{_ms(stored)} ms "
         f"quantized; with {len(blocks)} of {len(model.layers)} layers in float32 "
         f"{_ms(mixed)} ms, so about {_ms(f32)} ms in float32"
     )

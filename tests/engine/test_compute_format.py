@@ -39,7 +39,7 @@ def test_policy(smol, monkeypatch):
     assert choose("float16", smol, 2**40) == FormatChoice("float16", "the catalog asks for it")
     assert choose("float32", smol, 2**40).kernels
     assert choose("auto", smol, 2**40) == FormatChoice(
-        MEASURE, "both formats are timed at load", kernels=True
+        MEASURE, "timed at load unless the kernels take every layer", kernels=True
     )
     tight = choose("auto", smol, 100 * 2**20)
     assert (tight.format, tight.kernels) == ("stored", True)
@@ -60,31 +60,44 @@ def test_policy_without_the_kernels(smol, monkeypatch):
         )
 
 
-def test_auto_times_both_formats_and_keeps_the_stored_weights(smollm_dir, tmp_path, monkeypatch):
-    """On the demo model the kernels win by several times at batch 1 and 8: no noise flips
-    that, and the reason says what was measured. A later start (a new engine reading the
-    same file) loads with that verdict at once, without timing again."""
-    verdicts = tmp_path / "compute-formats.json"
-    key = weights_key(str(smollm_dir))
+def _no_timing(*args):
+    raise AssertionError("timed")
+
+
+def test_auto_keeps_the_stored_weights_untimed_when_the_kernels_take_every_layer(
+    smollm_dir, monkeypatch
+):
+    """The demo model's layers are all 4-bit affine, which the kernels read: stored, at once."""
+    monkeypatch.setattr(compute_format, "measure", _no_timing)
+    model, choice = compute_format.prepare("auto", load(str(smollm_dir))[0], 2**40, key="demo")
+    assert choice == FormatChoice("stored", compute_format.ALL_IN_KERNELS, kernels=True)
+    assert any(isinstance(m, cpu.QuantizedKernelLayer) for _, m in model.named_modules())
+    assert not cpu.on_mlx_path(model)
+
+
+def test_auto_times_what_the_kernels_leave_and_a_restart_keeps_the_verdict(
+    tiny_dir, tmp_path, monkeypatch
+):
+    """3-bit layers stay on MLX's quantized path: both formats are timed and the reason says
+    what was measured. A later start (a new engine reading the same file) loads with that
+    verdict at once."""
+    folder = quantize_model_dir(tiny_dir, tmp_path / "tiny-3bit", bits=3)
+    verdicts, key = tmp_path / "compute-formats.json", weights_key(str(folder))
     compute_format.keep_verdicts(str(verdicts))
     try:
-        model, choice = compute_format.prepare("auto", load(str(smollm_dir))[0], 2**40, key=key)
-        assert (choice.format, choice.kernels) == ("stored", True)
-        assert choice.reason.startswith("decode steps at batch 1/8 measured ")
+        _, choice = compute_format.prepare("auto", load(str(folder))[0], 2**40, key=key)
+        assert choice.format in ("stored", "float32") and choice.kernels
+        left, measured = choice.reason.split("; ", 1)
+        assert left.endswith(" QuantizedLinear on MLX's quantized path"), choice.reason
+        assert measured.startswith("decode steps at batch 1/8 measured "), choice.reason
         assert "layers in float32" in choice.reason
-        assert any(isinstance(m, cpu.QuantizedKernelLayer) for _, m in model.named_modules())
 
         compute_format.keep_verdicts(str(verdicts))  # as the next start's engine does
-
-        def no_timing(model):
-            raise AssertionError("timed again")
-
-        monkeypatch.setattr(compute_format, "measure", no_timing)
-        model, again = compute_format.prepare("auto", load(str(smollm_dir))[0], 2**40, key=key)
-        assert (again.format, again.kernels) == ("stored", True)
+        monkeypatch.setattr(compute_format, "measure", _no_timing)
+        _, again = compute_format.prepare("auto", load(str(folder))[0], 2**40, key=key)
+        assert (again.format, again.kernels) == (choice.format, True)
         assert again.reason.startswith("as measured at a load on ")
         assert again.reason.endswith(choice.reason)
-        assert any(isinstance(m, cpu.QuantizedKernelLayer) for _, m in model.named_modules())
     finally:
         compute_format.keep_verdicts("")
 

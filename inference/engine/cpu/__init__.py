@@ -12,6 +12,7 @@ from inference.engine.cpu.layers import (
     QUANTIZED_LAYERS,
     Float32Twins,
     QuantizedKernelLayer,
+    on_mlx_path,
     supports_quantized,
     to_float32,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "accelerate",
     "configure",
     "kernel_status",
+    "on_mlx_path",
     "supports_quantized",
     "to_float32",
     "use_fused",

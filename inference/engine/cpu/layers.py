@@ -131,6 +131,18 @@ def _replacement(module: nn.Module) -> nn.Module | None:
     return None
 
 
+def on_mlx_path(model: nn.Module) -> Counter:
+    """The quantized layers left to MLX's own (scalar, on a CPU) quantized matmuls once the
+    kernels' are swapped in, by kind: those the kernels do not take (other bit widths or
+    groups) and what they have no layer for (mlx-lm's stacked experts)."""
+    left = Counter()
+    for _, module in model.named_modules():
+        own = isinstance(module, QuantizedKernelLayer)
+        if not own and "scales" in module and isinstance(module.get("weight"), mx.array):
+            left[type(module).__name__] += 1
+    return left
+
+
 def _float32_elsewhere(model: nn.Module) -> None:
     """Norm weights, biases, unquantized layers in float32, so activations stay float32."""
     for _, module in model.named_modules():
