@@ -133,14 +133,16 @@ def prepare(
     """The model in the format to compute in, and why (timing both formats where auto asks,
     unless `timed` is off: the ranks of a group would time differently, and must agree)."""
     choice = choose(requested, model, room_bytes)
-    if choice.format == MEASURE and key is not None and (kept := _verdicts.get(key)):
-        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(kept.measured_at))
-        choice = FormatChoice(kept.format, f"as measured at a load on {when}: {kept.reason}", True)
     if choice.format == MEASURE and not timed:
         choice = FormatChoice("stored", "a distributed group keeps the stored format", True)
     if choice.format != MEASURE:
         return apply(model, choice), choice
     model = apply(model, FormatChoice("stored", "timing", True))
+    if key is not None and (kept := _verdicts.get(key)):
+        # as measure() left it: the layers the kernels take, and no others, in float32
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(kept.measured_at))
+        reason = f"as measured at a load on {when}: {kept.reason}"
+        return _dense_if(model, kept.format), FormatChoice(kept.format, reason, True)
     left = cpu.on_mlx_path(model)
     if not left:
         # Each weight read at 4 or 8 bits by the kernels rather than 32 by OpenBLAS: decode
@@ -176,11 +178,21 @@ def measure(model: nn.Module, left: Counter) -> tuple[nn.Module, FormatChoice]:
         f"quantized; with {len(blocks)} of {len(model.layers)} layers in float32 "
         f"{_ms(mixed)} ms, so about {_ms(f32)} ms in float32"
     )
-    if statistics.geometric_mean(stored) <= statistics.geometric_mean(f32):
-        return model, FormatChoice("stored", summary, True)
-    cpu.to_float32([model])
-    mx.eval(model.parameters())
-    return model, FormatChoice("float32", summary, True)
+    faster = (
+        "stored"
+        if statistics.geometric_mean(stored) <= statistics.geometric_mean(f32)
+        else "float32"
+    )
+    return _dense_if(model, faster), FormatChoice(faster, summary, True)
+
+
+def _dense_if(model: nn.Module, target: str) -> nn.Module:
+    """The kernels' model (`apply` stored) as measure() times it in `target`: its quantized
+    linear and embedding layers in float32 for "float32", as it is for "stored"."""
+    if target == "float32":
+        cpu.to_float32([model])
+        mx.eval(model.parameters())
+    return model
 
 
 def _timings(model: nn.Module) -> tuple[list[float], list[float], list[nn.Module]]:
