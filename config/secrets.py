@@ -42,14 +42,26 @@ def read_or_create_secret(path: Path) -> str:
         pass
     key = secrets.token_urlsafe(50)
     staging = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    with os.fdopen(
-        os.open(staging, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE), "w"
-    ) as out:
-        out.write(key)
     try:
+        with os.fdopen(
+            os.open(staging, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE), "w"
+        ) as out:
+            out.write(key)
         os.link(staging, path)
     except FileExistsError:
         return path.read_text().strip()
+    except OSError:  # a file system without hard links: created exclusively, then written
+        return _create_exclusively(path, key)
     finally:
-        staging.unlink()
+        staging.unlink(missing_ok=True)
+    return key
+
+
+def _create_exclusively(path: Path, key: str) -> str:
+    try:
+        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(descriptor, "w") as out:
+        out.write(key)
     return key

@@ -3,14 +3,16 @@
 # (scripts/ensure_postgres.sh) less what is marked database_independent, in two lanes that run
 # at once so both cores stay busy (one pytest alone leaves one idle while a server starts or a
 # subprocess is waited for):
-#   lane 1: the SQLite pass of every room but those below
-#   lane 2: the PostgreSQL pass, then the SQLite pass of the rooms below (about as long)
+#   lane 1: the SQLite pass of everything but the paths below
+#   lane 2: the PostgreSQL pass, then the SQLite pass of the paths below (about as long)
 # Each pytest runs its tests in order in one process. Lane 2's output is printed whole after
 # lane 1's. Exits non-zero if any pass failed.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
-LANE2_ROOMS="tests/engine tests/unit/conversion"
+CONVERSION=tests/unit/conversion
+LANE2_PATHS="tests/engine $CONVERSION/test_gguf_architectures.py $CONVERSION/test_gguf_llama4.py \
+$CONVERSION/test_gguf_types.py"
 cd "$ROOT"
 mkdir -p var/log
 LANE2_LOG=var/log/test-lane2.log
@@ -20,22 +22,22 @@ lane2() {
   echo "=== make test: on PostgreSQL, all but what is marked database_independent ==="
   DATABASE_URL=$url "$PYTHON" -m pytest -m "not database_independent" -p no:cacheprovider
   postgres_rc=$?
-  echo "=== make test: on SQLite, $LANE2_ROOMS ==="
+  echo "=== make test: on SQLite, $LANE2_PATHS ==="
   # shellcheck disable=SC2086
-  "$PYTHON" -m pytest -p no:cacheprovider $LANE2_ROOMS
+  "$PYTHON" -m pytest -p no:cacheprovider $LANE2_PATHS
   sqlite_rc=$?
   echo "=== lane 2: PostgreSQL pass exit $postgres_rc, SQLite pass exit $sqlite_rc ==="
   [ "$postgres_rc" -eq 0 ] && [ "$sqlite_rc" -eq 0 ]
 }
 
-echo "=== make test: lane 2 (PostgreSQL, then SQLite on $LANE2_ROOMS) runs beside, into $LANE2_LOG ==="
+echo "=== make test: lane 2 (PostgreSQL, then SQLite on $LANE2_PATHS) runs beside, into $LANE2_LOG ==="
 lane2 >"$LANE2_LOG" 2>&1 &
 lane2_pid=$!
 # Whatever ends this script ends lane 2 too.
 trap 'kill $lane2_pid 2>/dev/null' EXIT INT TERM
 
-echo "=== make test: lane 1, on SQLite, all but $LANE2_ROOMS ==="
-ignored=$(for room in $LANE2_ROOMS; do printf -- '--ignore=%s ' "$room"; done)
+echo "=== make test: lane 1, on SQLite, all but $LANE2_PATHS ==="
+ignored=$(for path in $LANE2_PATHS; do printf -- '--ignore=%s ' "$path"; done)
 # shellcheck disable=SC2086
 "$PYTHON" -m pytest $ignored
 lane1_rc=$?

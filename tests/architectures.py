@@ -6,8 +6,8 @@ in about a second and loads with `mlx_lm.load`.
 Shapes are chosen for the engine's fast paths: attention head_dim 64 wherever a family has a
 head_dim (so 8-bit KV caches with group 64 apply), MLA latents (kv_lora_rank) and rope heads
 (qk_rope_head_dim) 64 wide, expert and MLP widths multiples of 64 (so mlx-lm's 4-bit group-64
-quantization reaches them), sliding windows and llama4 chunks of 16-32 tokens (so a ~100-token
-prompt crosses them)."""
+quantization reaches them), sliding windows of 16 tokens (so a ~100-token prompt crosses
+them); llama4's attention chunk (CHUNK) is longer than any prompt of the matrix."""
 
 from __future__ import annotations
 

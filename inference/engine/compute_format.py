@@ -18,6 +18,7 @@ import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 QUANTIZED = cpu.QUANTIZED_LAYERS
-MEASURE = "measure"  # choose() leaves auto to prepare(): both formats are timed
+MEASURE = "measure"  # choose() leaves auto to prepare() (untimed, kept, or timed)
 # The load-time measurement: batch sizes, decode steps timed at each (per format), and the
 # float32 bytes of the decoder layers converted for it.
 PROBE_BATCHES = (1, 8)
@@ -122,16 +123,21 @@ ALL_IN_KERNELS = "every quantized layer runs in the CPU kernels: the stored weig
 
 def keep_verdicts(path: str) -> None:
     """Where verdicts are kept across restarts (EngineConfig.compute_format_verdicts; "" keeps
-    them in memory only). The engine sets it as it starts."""
+    them in memory only). The engine sets it as it starts; a restarted engine with the same
+    setting keeps what its predecessor measured."""
     global _verdicts
-    _verdicts = Verdicts(path)
+    wanted = Path(path).expanduser() if path else None
+    if wanted != _verdicts.path:
+        _verdicts = Verdicts(path)
 
 
 def prepare(
     requested: str, model: nn.Module, room_bytes: int, key: str | None = None, timed: bool = True
 ) -> tuple[nn.Module, FormatChoice]:
-    """The model in the format to compute in, and why (timing both formats where auto asks,
-    unless `timed` is off: the ranks of a group would time differently, and must agree)."""
+    """The model in the format to compute in, and why. Where auto leaves it to a measurement:
+    the stored weights untimed when the kernels take every quantized layer, else the verdict
+    kept for `key`, else both formats timed (unless `timed` is off: the ranks of a group would
+    time differently, and must agree)."""
     choice = choose(requested, model, room_bytes)
     if choice.format == MEASURE and not timed:
         choice = FormatChoice("stored", "a distributed group keeps the stored format", True)
@@ -139,7 +145,7 @@ def prepare(
         return apply(model, choice), choice
     model = apply(model, FormatChoice("stored", "timing", True))
     if key is not None and (kept := _verdicts.get(key)):
-        # as measure() left it: the layers the kernels take, and no others, in float32
+        # as measure() left the model in that format
         when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(kept.measured_at))
         reason = f"as measured at a load on {when}: {kept.reason}"
         return _dense_if(model, kept.format), FormatChoice(kept.format, reason, True)
@@ -156,7 +162,7 @@ def prepare(
     return model, choice
 
 
-def measure(model: nn.Module, left: Counter) -> tuple[nn.Module, FormatChoice]:
+def measure(model: nn.Module, left: Counter[str]) -> tuple[nn.Module, FormatChoice]:
     """Times decode steps with the stored weights (the kernels' swapped in; `left`: the
     quantized layers still on MLX's path), then with as many decoder layers in float32 as
     PROBE_BYTES holds, and extrapolates the difference to all the weights: the format whose
@@ -192,6 +198,7 @@ def _dense_if(model: nn.Module, target: str) -> nn.Module:
     if target == "float32":
         cpu.to_float32([model])
         mx.eval(model.parameters())
+        mx.clear_cache()  # the quantized weights' buffers
     return model
 
 

@@ -101,9 +101,8 @@ def read_draft(spec: ModelSpec, tokenizer: Any, room: int, timed: bool) -> Any:
             ErrorKind.INVALID_REQUEST,
             f"its draft model '{spec.model_id}' has another vocabulary",
         )
-    model, _ = compute_format.prepare(
-        spec.compute_format, model, room, key=weights_key(spec.location, "draft"), timed=timed
-    )
+    key = weights_key(spec.location, spec.from_hub, "draft")
+    model, _ = compute_format.prepare(spec.compute_format, model, room, key=key, timed=timed)
     mx.eval(model.parameters())
     return model
 
@@ -148,7 +147,7 @@ class Loading:
             spec.compute_format,
             model,
             self.room,
-            key=weights_key(spec.location),
+            key=weights_key(spec.location, spec.from_hub),
             timed=self.group is None,
         )
         return model, tokenizer, config, choice

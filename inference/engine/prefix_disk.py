@@ -39,6 +39,7 @@ from inference.engine import kv_file
 from inference.engine.config import EngineConfig
 from inference.engine.state import PrefixDiskState
 from inference.engine.types import ModelSpec
+from inference.engine.weight_files import weight_files
 
 log = logging.getLogger(__name__)
 SUFFIX = ".kv"
@@ -62,27 +63,6 @@ class Found:
     length: int
 
 
-def _weight_files(location: str, from_hub: bool) -> list[tuple[str, int, int]]:
-    """(name, size, mtime) of the files beside the model's config: a changed file changes
-    the model's key."""
-    folder = Path(location)
-    if from_hub:
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            found = try_to_load_from_cache(location, "config.json")
-        except Exception:
-            found = None
-        if not isinstance(found, str):
-            return []
-        folder = Path(found).parent
-    try:
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        return [(e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in entries if e.is_file()]
-    except OSError:
-        return []
-
-
 def model_key(spec: ModelSpec, compute_format: str, kernels: bool) -> str:
     """The identity of what a model's KV is computed by (its weights, the format it computes
     in, as asked and as chosen, the CPU kernels or not) and kept as (`kv_cache`)."""
@@ -90,12 +70,12 @@ def model_key(spec: ModelSpec, compute_format: str, kernels: bool) -> str:
         "format": kv_file.MAGIC.hex(),
         "model": spec.model_id,
         "location": spec.location,
-        "files": _weight_files(spec.location, spec.from_hub),
+        "files": weight_files(spec.location, spec.from_hub),
         "kv_cache": spec.kv_cache,
         "compute_format": [spec.compute_format, compute_format, kernels],
         "parallel": spec.parallel,
         # An adapter's KV is computed by its base's weights and its own.
-        "base": [spec.base.location, _weight_files(spec.base.location, spec.base.from_hub)]
+        "base": [spec.base.location, weight_files(spec.base.location, spec.base.from_hub)]
         if spec.base
         else None,
         "libraries": [mx.__version__, mlx_lm.__version__],

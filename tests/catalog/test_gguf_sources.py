@@ -360,18 +360,15 @@ def test_moe_and_hybrid_models_import_from_ollama(case_id, name, db, settings, d
     from tests.unit.conversion.test_gguf_architectures import (
         CASES,
         COMMON,
-        VOCAB,
         _parameters,
         build_model,
-        small_vocabulary,
     )
 
     case = next(case for case in CASES if case.id == case_id)
     config = {**COMMON, **case.config}
     weights = {key: np.array(value) for key, value in _parameters(build_model(config, 0)).items()}
     tokenizer = {k: v for k, v in read_metadata(demo_gguf).items() if k.startswith("tokenizer.")}
-    if case.vocabulary < VOCAB:
-        tokenizer = small_vocabulary(tokenizer, case.vocabulary)
+    tokenizer = case.tokenizer(tokenizer)
     source = write_gguf(tmp_path / "model.gguf", case.arch, config, weights, tokenizer)
     models = tmp_path / "ollama"
     write_manifest(models, name, ollama_layers(models, source, template=SMOLLM_TEMPLATE), "F32")

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.database_independent
 
 NAMES = sorted(ARCHITECTURES)
 NO_CACHE = EngineConfig(prompt_cache_bytes=0)
-# About 100 tokens: past every sliding window (16) and llama4 attention chunk (32).
+# About 100 tokens: past every sliding window (16); within llama4's first attention chunk.
 PROMPT = (
     "Alice went to the market on Monday to buy apples, bread, cheese and a small bottle of "
     "olive oil. On the way home she met her neighbour Bob, who told her about the storm "

@@ -60,7 +60,7 @@ def test_policy_without_the_kernels(smol, monkeypatch):
         )
 
 
-def _no_timing(*args):
+def _no_timing(*args: object) -> None:
     raise AssertionError("timed")
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
 import pytest
@@ -59,7 +61,7 @@ def test_sixteen_concurrent_writers_never_find_the_database_locked(tmp_path: Pat
     assert done.stdout.splitlines() == ["stored 240"], done.stdout[-3000:]
 
 
-def _secret_after(barrier, path: Path, keys) -> None:  # a process of the test below
+def _secret_after(barrier: Barrier, path: Path, keys: Queue) -> None:  # the test's processes
     from config.secrets import read_or_create_secret
 
     barrier.wait()
@@ -80,9 +82,12 @@ def test_processes_starting_at_once_agree_on_one_whole_secret(tmp_path: Path) ->
         ]
         for worker in workers:
             worker.start()
-        found = {keys.get(timeout=30) for _ in workers}
-        for worker in workers:
-            worker.join(timeout=30)
+        try:
+            found = {keys.get(timeout=30) for _ in workers}
+        finally:
+            for worker in workers:
+                worker.join(timeout=30)
+                worker.kill()  # one that hung is not left behind
         assert found == {path.read_text()} and len(path.read_text()) > 40, found
         assert mode(path) == 0o600
     # No process's staging file is left behind.

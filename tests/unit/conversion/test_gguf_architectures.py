@@ -318,6 +318,10 @@ class Case:
     def prompt(self) -> list[int]:
         return [token % self.vocabulary for token in PROMPT]
 
+    def tokenizer(self, metadata: dict) -> dict:
+        """The demo's tokenizer metadata, cut to the case's vocabulary."""
+        return metadata if self.vocabulary == VOCAB else small_vocabulary(metadata, self.vocabulary)
+
 
 CASES = [
     # SmolLM2 / Llama 2 style: tied embeddings, GQA, rope base 10000.
@@ -513,9 +517,8 @@ def outcome(request, tokenizer_metadata, llama_tools, tmp_path_factory) -> Itera
     folder = tmp_path_factory.mktemp(case.id)
     original = build_model(config, case.seed)
     weights = {name: np.array(value) for name, value in _parameters(original).items()}
-    if case.vocabulary < VOCAB:
-        tokenizer_metadata = small_vocabulary(tokenizer_metadata, case.vocabulary)
-    source = write_gguf(folder / "model.gguf", case.arch, config, weights, tokenizer_metadata)
+    tokenizer = case.tokenizer(tokenizer_metadata)
+    source = write_gguf(folder / "model.gguf", case.arch, config, weights, tokenizer)
     converted = convert_gguf(source, folder / "imported", weights=case.weights).path
     imported, _ = load_model(converted)
     greedy, margins = greedy_decode(imported, case.prompt, GREEDY)
@@ -760,9 +763,8 @@ def test_quantized_experts_match_llama_cpp(
     config = {**COMMON, **case.config}
     model = build_model(config, seed)
     weights = {name: np.array(value) for name, value in _parameters(model).items()}
-    if case.vocabulary < VOCAB:
-        tokenizer_metadata = small_vocabulary(tokenizer_metadata, case.vocabulary)
-    source = write_gguf(tmp_path / "f32.gguf", case.arch, config, weights, tokenizer_metadata)
+    tokenizer = case.tokenizer(tokenizer_metadata)
+    source = write_gguf(tmp_path / "f32.gguf", case.arch, config, weights, tokenizer)
     quantized = tmp_path / f"{kind}.gguf"
     command = [str(llama_tools / "llama-quantize"), str(source), str(quantized), kind, "2"]
     subprocess.run(command, check=True, capture_output=True)
