@@ -60,7 +60,7 @@ class EngineState:
 
     device: str
     budget_bytes: int
-    kernels: str = ""  # the CPU kernels in use ("avx512, 2 threads") or why not
+    kernels: str = ""  # the CPU kernels in use ("avx2, 2 threads, int8 decode ...") or why not
     models: tuple[ModelState, ...] = ()
     evictions: int = 0  # models unloaded to make room or for being idle
     prefix_disk: PrefixDiskState | None = None  # None: no disk tier

@@ -41,15 +41,18 @@ void bind_layer(nb::module_& m) {
       "project_kv",
       [](const ck::mx::array& x, const ck::mx::array& norm_weight, float eps, const PyLinear& proj,
          const ck::mx::array& cache, int start, const ck::mx::array& offset, int rope_dims,
-         bool traditional, float base, float rope_scale, ck::mx::StreamOrDevice s) {
+         bool traditional, float base, float rope_scale,
+         std::optional<ck::mx::array> head_norm, float head_eps, ck::mx::StreamOrDevice s) {
         return ck::project_kv(x, norm_weight, eps, linear(proj), cache, start, offset,
-                              rope_spec(rope_dims, traditional, base, rope_scale), s);
+                              rope_spec(rope_dims, traditional, base, rope_scale),
+                              ck::HeadNorm{head_norm, head_eps}, s);
       },
       "x"_a, "norm_weight"_a, "eps"_a, "proj"_a, "cache"_a, "start"_a, "offset"_a, nb::kw_only(),
       "rope_dims"_a = 0, "traditional"_a = false, "base"_a = 10000.0f, "rope_scale"_a = 1.0f,
-      "stream"_a = nb::none(),
-      "rope(rms_norm(x) @ dequantize(proj).T) per head written at rows [start, start + L) of a "
-      "KV cache buffer [B, H, S, D]; returns the buffer (donated when nothing else holds it).");
+      "head_norm"_a = nb::none(), "head_eps"_a = 1e-6f, "stream"_a = nb::none(),
+      "rope(head_norm(rms_norm(x) @ dequantize(proj).T)) per head written at rows "
+      "[start, start + L) of a KV cache buffer [B, H, S, D]; returns the buffer (donated when "
+      "nothing else holds it). head_norm: Qwen3's k_norm weight [D], or None.");
 
   m.def(
       "decoder_layer",
@@ -58,19 +61,21 @@ void bind_layer(nb::module_& m) {
          const ck::mx::array& norm_mlp, const PyLinear& q, const PyLinear& o, const PyLinear& gate,
          const PyLinear& up, const PyLinear& down, int q_heads, float eps_attn, float eps_mlp,
          float scale, int rope_dims, bool traditional, float base, float rope_scale,
-         ck::mx::StreamOrDevice s) {
+         std::optional<ck::mx::array> q_norm, float q_eps, ck::mx::StreamOrDevice s) {
         ck::LayerSpec spec{eps_attn, eps_mlp, scale, q_heads,
                            rope_spec(rope_dims, traditional, base, rope_scale)};
         return ck::decoder_layer(x, keys, values, n_keys, offset, mask_of(mask), norm_attn,
                                  norm_mlp, linear(q), linear(o), linear(gate), linear(up),
-                                 linear(down), spec, s);
+                                 linear(down), spec, ck::HeadNorm{q_norm, q_eps}, s);
       },
       "x"_a, "keys"_a, "values"_a, "n_keys"_a, "offset"_a, "mask"_a.none(), "norm_attn"_a,
       "norm_mlp"_a, "q"_a, "o"_a, "gate"_a, "up"_a, "down"_a, nb::kw_only(), "q_heads"_a,
       "eps_attn"_a, "eps_mlp"_a, "scale"_a, "rope_dims"_a = 0, "traditional"_a = false,
-      "base"_a = 10000.0f, "rope_scale"_a = 1.0f, "stream"_a = nb::none(),
-      "The rest of a llama decoder layer after project_kv: query, attention over "
-      "keys/values[:, :, :n_keys], output projection, SwiGLU MLP, both residuals.");
+      "base"_a = 10000.0f, "rope_scale"_a = 1.0f, "q_norm"_a = nb::none(), "q_eps"_a = 1e-6f,
+      "stream"_a = nb::none(),
+      "The rest of a llama (or Qwen3: q_norm, its query head norm) decoder layer after "
+      "project_kv: query, attention over keys/values[:, :, :n_keys], output projection, "
+      "SwiGLU MLP, both residuals.");
 }
 
 }  // namespace
@@ -162,6 +167,15 @@ NB_MODULE(_ext, m) {
         return std::string(k ? k->isa : "none");
       },
       "The integer path's instruction set under the active one: avx512vnni, avx2 or none.");
+
+  m.def(
+      "direct_isa",
+      [] {
+        const ck::DirectInt8* k = ck::direct_kernels_for(ck::active_kernels());
+        return std::string(k ? k->isa : "none");
+      },
+      "The direct integer path's (few rows) instruction set under the active one: "
+      "avx512vnni, avx2 or none.");
 
   m.def("set_threads", [](int threads) { ck::Pool::configure(threads); }, "threads"_a,
         "Threads per operation, the caller included (0: one per core).");

@@ -37,8 +37,12 @@ struct DirectInt8 {
   void (*columns)(const Problem& p, const uint8_t* staged, int n0, int n1);
 };
 
-// nullptr where this CPU lacks AVX-512 VNNI.
+// nullptr where this CPU lacks AVX-512 VNNI (vnni) or AVX2 (avx2: int8_direct_avx2.cpp).
 const DirectInt8* vnni_direct_int8();
+const DirectInt8* avx2_direct_int8();
+
+// The direct path that goes with a float instruction set (nullptr: none, e.g. generic).
+const DirectInt8* direct_kernels_for(const Kernels& kernels);
 
 // auto: the direct path up to its row bound, the tiled one from its threshold, else floats;
 // always (tiles) / direct / never (floats): tests and benchmarks.

@@ -158,6 +158,24 @@ void heads_first(const RopeSpec& spec, const mx::array& offset, const float* y, 
   }
 }
 
+// A head norm's weight checked against the head size, as decoder_layer and project_kv take it.
+void check_head_norm(const char* op, const HeadNorm& n, int D) {
+  if (n.weight && (n.weight->ndim() != 1 || n.weight->shape(0) != D)) {
+    refuse(op, "a head norm's weight must be [head size]");
+  }
+}
+
+// y [M, H * D] with each head's D values RMS-normalized (the weight at in[at]) when the layer
+// has a head norm, as mlx-lm's q_norm / k_norm on the reshaped projection; else y itself.
+const float* head_normed(const std::vector<mx::array>& in, int at, float eps, const float* y,
+                         size_t rows, int D, std::vector<float>& out) {
+  if (at < 0) return y;
+  thread_local std::vector<float> gw;
+  out.resize(rows * D);
+  rms_norm_f32(y, dense(in[at], gw), out.data(), rows, D, eps);
+  return out.data();
+}
+
 // Every value of a 4-D array into `out`, row-major.
 void copy_dense(const mx::array& in, uint8_t* out) {
   const size_t item = in.itemsize();
@@ -208,6 +226,7 @@ mx::array project_kv(
     int start,
     const mx::array& offset,
     const RopeSpec& rope,
+    const HeadNorm& head_norm,
     mx::StreamOrDevice s) {
   const char* op = "project_kv";
   if (x.ndim() != 3 || cache.ndim() != 4) refuse(op, "x must be [B, L, D], cache [B, H, S, D]");
@@ -226,18 +245,22 @@ mx::array project_kv(
   if (offset.size() != 1 && offset.size() != size_t(B)) {
     refuse(op, "offset must be one value or one per batch row");
   }
+  check_head_norm(op, head_norm, D);
   auto stream = cpu_stream(op, s);
   const int group = proj.group_size, bits = proj.bits;
-  auto run = [eps, start, rope, group, bits, B, L](
+  const int norm_at = head_norm.weight ? 7 : -1;
+  const float head_eps = head_norm.eps;
+  auto run = [eps, start, rope, group, bits, B, L, norm_at, head_eps](
                  const std::vector<mx::array>& in, mx::array& out, bool donated) {
-    thread_local std::vector<float> gx, gw, xn, y, rows;
+    thread_local std::vector<float> gx, gw, xn, y, yn, rows;
     const int Din = in[0].shape(2), H = out.shape(1), D = out.shape(3), M = B * L;
     xn.resize(size_t(M) * Din);
     rms_norm_f32(dense(in[0], gx), dense(in[1], gw), xn.data(), M, Din, eps);
     y.resize(size_t(M) * H * D);
     product(in, 2, group, bits, xn.data(), M, y.data());
     rows.resize(y.size());
-    heads_first(rope, in[6], y.data(), B, H, L, D, rows.data());
+    const float* normed = head_normed(in, norm_at, head_eps, y.data(), size_t(M) * H, D, yn);
+    heads_first(rope, in[6], normed, B, H, L, D, rows.data());
     if (!donated) copy_dense(in[5], out.data<uint8_t>());
     write_rows(rows.data(), out, L, start);
   };
@@ -245,8 +268,10 @@ mx::array project_kv(
   push_linear(inputs, proj);
   inputs.push_back(cache);
   inputs.push_back(mx::astype(offset, mx::int32, stream));
+  if (head_norm.weight) inputs.push_back(f32(*head_norm.weight, stream));
   std::vector<float> params{eps, float(start), float(rope.dims), float(rope.traditional),
-                            rope.base, rope.scale, float(group), float(bits)};
+                            rope.base, rope.scale, float(group), float(bits), float(norm_at),
+                            head_eps};
   return mx::array(
       cache.shape(), cache.dtype(),
       std::make_shared<FusedPrimitive>(stream, "CpuProjectKV", std::move(params), run, 5),
@@ -284,14 +309,17 @@ void mask_strides(const mx::array& m, int64_t* strides) {
 }
 
 // Input positions of decoder_layer's arrays.
+// Then the query's head norm and the mask, where the layer has them (q_norm_at, mask_at).
 enum : size_t { X, KEYS, VALUES, OFFSET, NORM_ATTN, NORM_MLP, Q, O = Q + 3, GATE = O + 3,
-                UP = GATE + 3, DOWN = UP + 3, MASK = DOWN + 3 };
+                UP = GATE + 3, DOWN = UP + 3 };
 
 struct LayerRun {
   LayerSpec spec;
   int n_keys;
   MaskKind kind;
   int groups[5], bits[5];  // q, o, gate, up, down
+  int q_norm_at = -1, mask_at = -1;
+  float q_eps = 0.0f;
 
   void operator()(const std::vector<mx::array>& in, mx::array& out, bool) const;
   void attention(const std::vector<mx::array>& in, const float* q, float* att) const;
@@ -314,15 +342,15 @@ void LayerRun::attention(const std::vector<mx::array>& in, const float* q, float
   a.k = plain_side(in[KEYS], kb);
   a.v = plain_side(in[VALUES], vb);
   a.mask_kind = kind;
-  if (in.size() > MASK) {
-    a.mask = in[MASK].data<void>();
-    mask_strides(in[MASK], a.mask_strides);
+  if (mask_at >= 0) {
+    a.mask = in[mask_at].data<void>();
+    mask_strides(in[mask_at], a.mask_strides);
   }
   attend(a, att);
 }
 
 void LayerRun::operator()(const std::vector<mx::array>& in, mx::array& out, bool) const {
-  thread_local std::vector<float> gx, gw1, gw2, xn, qy, qr, att, at, oy, h, g, u, sw, d;
+  thread_local std::vector<float> gx, gw1, gw2, xn, qy, qn, qr, att, at, oy, h, g, u, sw, d;
   const int B = in[X].shape(0), L = in[X].shape(1), Dm = in[X].shape(2), M = B * L;
   const int Hq = spec.q_heads, D = in[KEYS].shape(3), Dv = in[VALUES].shape(3);
   const float* x = dense(in[X], gx);
@@ -331,7 +359,8 @@ void LayerRun::operator()(const std::vector<mx::array>& in, mx::array& out, bool
   qy.resize(size_t(M) * Hq * D);
   product(in, Q, groups[0], bits[0], xn.data(), M, qy.data());
   qr.resize(qy.size());
-  heads_first(spec.rope, in[OFFSET], qy.data(), B, Hq, L, D, qr.data());
+  const float* normed = head_normed(in, q_norm_at, q_eps, qy.data(), size_t(M) * Hq, D, qn);
+  heads_first(spec.rope, in[OFFSET], normed, B, Hq, L, D, qr.data());
   att.resize(size_t(M) * Hq * Dv);
   attention(in, qr.data(), att.data());
   const float* merged = att.data();  // [B, Hq, L, Dv] as [B, L, Hq * Dv]: the same for L = 1
@@ -411,6 +440,7 @@ mx::array decoder_layer(
     const Linear& up,
     const Linear& down,
     const LayerSpec& spec,
+    const HeadNorm& q_norm,
     mx::StreamOrDevice s) {
   const char* op = "decoder_layer";
   check_layer(op, x, keys, values, n_keys, norm_attn, norm_mlp, q, o, gate, up, down,
@@ -422,16 +452,25 @@ mx::array decoder_layer(
   if (offset.size() != 1 && offset.size() != size_t(x.shape(0))) {
     refuse(op, "offset must be one value or one per batch row");
   }
+  check_head_norm(op, q_norm, D);
   auto stream = cpu_stream(op, s);
   std::vector<mx::array> inputs{f32(x, stream), keys, values, mx::astype(offset, mx::int32, stream),
                                 f32(norm_attn, stream), f32(norm_mlp, stream)};
   for (const Linear* l : {&q, &o, &gate, &up, &down}) push_linear(inputs, *l);
   mx::Shape target{x.shape(0), spec.q_heads, x.shape(1), n_keys};
-  LayerRun run{spec, n_keys, layer_mask(op, mask, target, stream, inputs), {}, {}};
+  LayerRun run{spec, n_keys, MaskKind::None, {}, {}};
+  if (q_norm.weight) {
+    run.q_norm_at = int(inputs.size());
+    run.q_eps = q_norm.eps;
+    inputs.push_back(f32(*q_norm.weight, stream));
+  }
+  run.kind = layer_mask(op, mask, target, stream, inputs);
+  if (run.kind == MaskKind::Bool || run.kind == MaskKind::Additive) run.mask_at = int(inputs.size()) - 1;
   const Linear* linears[5] = {&q, &o, &gate, &up, &down};
   std::vector<float> params{spec.eps_attn, spec.eps_mlp, spec.scale, float(spec.q_heads),
                             float(n_keys), float(run.kind), float(spec.rope.dims),
-                            float(spec.rope.traditional), spec.rope.base, spec.rope.scale};
+                            float(spec.rope.traditional), spec.rope.base, spec.rope.scale,
+                            float(run.q_norm_at), run.q_eps};
   for (int i = 0; i < 5; i++) {
     run.groups[i] = linears[i]->group_size;
     run.bits[i] = linears[i]->bits;

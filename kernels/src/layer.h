@@ -28,7 +28,13 @@ struct RopeSpec {
   float base = 10000.0f, scale = 1.0f;
 };
 
-// rope(rms_norm(x) @ proj.T) per head, x [B, L, Din], written as rows [start, start + L) of
+// Qwen3's RMSNorm of each head's projection before RoPE (q_norm, k_norm): weight [D] or none.
+struct HeadNorm {
+  std::optional<mx::array> weight;
+  float eps = 1e-6f;
+};
+
+// rope(head_norm(rms_norm(x) @ proj.T)) per head, x [B, L, Din], written as rows [start, start + L) of
 // `cache` [B, H, S, D] (float16 or float32, cast as astype casts); the other rows as they
 // were. Returns the updated cache: `cache`'s own buffer when MLX may donate it (nothing else
 // holds it), else a contiguous copy, as MLX's slice update does. `offset` (int32, one value or
@@ -42,6 +48,7 @@ mx::array project_kv(
     int start,
     const mx::array& offset,
     const RopeSpec& rope,
+    const HeadNorm& head_norm = {},
     mx::StreamOrDevice s = {});
 
 struct LayerSpec {
@@ -50,7 +57,7 @@ struct LayerSpec {
   RopeSpec rope;
 };
 
-// h = x + o(attention(rope(q(norm(x))), keys[:, :, :n_keys], values[:, :, :n_keys], mask));
+// h = x + o(attention(rope(q_norm(q(norm(x)))), keys[:, :, :n_keys], values[:, :, :n_keys], mask));
 // out = h + down(silu(gate(norm'(h))) * up(norm'(h))). Keys and values float16 or float32
 // [B, Hkv, S >= n_keys, D], the last axis contiguous; mask None, "causal", or a boolean or
 // additive array broadcastable to [B, Hq, L, n_keys].
@@ -69,6 +76,7 @@ mx::array decoder_layer(
     const Linear& up,
     const Linear& down,
     const LayerSpec& spec,
+    const HeadNorm& q_norm = {},
     mx::StreamOrDevice s = {});
 
 }  // namespace cpu_kernels

@@ -133,20 +133,26 @@ const Int8Kernels* int8_choice(const Problem& p, const Kernels& kernels) {
   return deciding_rows(p) >= (p.bits == 4 ? k->min_rows_4bit : k->min_rows_8bit) ? k : nullptr;
 }
 
+const DirectInt8* direct_kernels_for(const Kernels& kernels) {
+#ifndef CPU_KERNELS_GENERIC_ONLY
+  const std::string isa(kernels.isa);
+  if (isa == "avx512") {
+    const DirectInt8* vnni = vnni_direct_int8();
+    return vnni != nullptr ? vnni : avx2_direct_int8();
+  }
+  if (isa == "avx2") return avx2_direct_int8();
+#else
+  (void)kernels;
+#endif
+  return nullptr;
+}
+
 const DirectInt8* direct_choice(const Problem& p, const Kernels& kernels) {
   const Int8Mode mode = int8_mode();
   if (mode != Int8Mode::Auto && mode != Int8Mode::Direct) return nullptr;
-#ifndef CPU_KERNELS_GENERIC_ONLY
-  // Only beside the AVX-512 float kernels: a forced AVX2 or generic set means no VNNI.
-  if (std::strcmp(kernels.isa, "avx512") != 0) return nullptr;
-  const DirectInt8* k = vnni_direct_int8();
+  const DirectInt8* k = direct_kernels_for(kernels);
   if (k == nullptr) return nullptr;
   return mode == Int8Mode::Direct || deciding_rows(p) <= k->max_rows ? k : nullptr;
-#else
-  (void)p;
-  (void)kernels;
-  return nullptr;
-#endif
 }
 
 namespace {

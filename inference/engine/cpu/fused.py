@@ -1,4 +1,4 @@
-"""A llama decoder layer as three kernel primitives instead of about 28 MLX ops.
+"""A llama (or Qwen3) decoder layer as three kernel primitives instead of about 28 MLX ops.
 
 mlx-lm's llama layer, with the kernels' layers swapped in, still makes a graph node of every
 reshape, transpose, cast, cache slice and residual add: about 850 per decode step of a 30-layer
@@ -6,8 +6,10 @@ model, each paying MLX's dispatch, and as many Python calls building them. A blo
 are all the kernels' (quantized linears without bias, RMSNorm, plain RoPE) becomes a
 `FusedLlamaBlock`: the key and the value projections each write their rows straight into the
 KV cache's buffer (`project_kv`, donating it as MLX's slice update would), and one
-`decoder_layer` primitive computes the rest. The same kernels run in the same order on the
-same values, so the result is bit-for-bit the per-op path's (tests compare them).
+`decoder_layer` primitive computes the rest. Qwen3's blocks are llama's plus an RMSNorm of
+each query and key head before RoPE (q_norm, k_norm), which the primitives take as head norms
+(`FusedQwen3Block`). The same kernels run in the same order on the same values, so the result
+is bit-for-bit the per-op path's (tests compare them).
 
 Anything else (another cache class, a cache that must grow this step, kernels turned off, a
 float16 input, layers swapped back to float32 for timing) runs mlx-lm's own code unchanged.
@@ -20,7 +22,7 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models import llama
+from mlx_lm.models import llama, qwen3
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from inference.engine.cpu import layers
@@ -79,6 +81,51 @@ def _fits(x: mx.array, mask: Any, cache: Any) -> bool:
     return keys.shape[0] == x.shape[0] and start + x.shape[1] <= keys.shape[2]
 
 
+def _head_norms(block: nn.Module) -> dict | None:
+    """Qwen3's query and key head norms as the primitives take them (None: not the kernels')."""
+    attn = block["self_attn"]
+    q_norm, k_norm = attn["q_norm"], attn["k_norm"]
+    if type(q_norm) is not KernelRMSNorm or type(k_norm) is not KernelRMSNorm:
+        return None
+    return {
+        "q": {"q_norm": q_norm["weight"], "q_eps": q_norm.eps},
+        "k": {"head_norm": k_norm["weight"], "head_eps": k_norm.eps},
+    }
+
+
+_NO_HEAD_NORMS: dict = {"q": {}, "k": {}}
+
+
+def _fused_call(block: nn.Module, x: mx.array, mask: Any, cache: Any, parts: tuple, heads: dict):
+    """The block's output through project_kv (keys, then values) and decoder_layer."""
+    (q, k, v, o, gate, up, down), (norm, norm_mlp), rope = parts
+    attn, length = block["self_attn"], x.shape[1]
+    batched = type(cache) in _BATCHED
+    start = cache._idx if batched else cache.offset
+    # RoPE positions of x's first row: one per batch row for a batched cache.
+    offset = cache.offset if batched else mx.array(start, dtype=mx.int32)
+    turn = {
+        "rope_dims": rope.dims,
+        "traditional": rope.traditional,
+        "base": rope.base,
+        "rope_scale": rope.scale,
+    }
+    weight = norm["weight"]
+    keys = ext.project_kv(x, weight, norm.eps, k, cache.keys, start, offset, **turn, **heads["k"])
+    values = ext.project_kv(x, weight, norm.eps, v, cache.values, start, offset)
+    # Rebinding drops the cache's own reference, so the old buffers can be donated.
+    cache.keys, cache.values = keys, values
+    cache.offset = cache.offset + length
+    if batched:
+        cache._idx += length
+    return ext.decoder_layer(
+        x, keys, values, start + length, offset, mask, weight, norm_mlp["weight"],
+        q, o, gate, up, down,
+        q_heads=attn.n_heads, eps_attn=norm.eps, eps_mlp=norm_mlp.eps, scale=attn.scale,
+        **turn, **heads["q"],
+    )  # fmt: skip
+
+
 class FusedLlamaBlock(llama.TransformerBlock):
     """mlx-lm's llama TransformerBlock (same parameters), decoding through the fused kernels."""
 
@@ -86,43 +133,44 @@ class FusedLlamaBlock(llama.TransformerBlock):
         parts = _parts(self) if _fits(x, mask, cache) else None
         if parts is None:
             return super().__call__(x, mask, cache)
-        (q, k, v, o, gate, up, down), (norm, norm_mlp), rope = parts
-        attn, length = self["self_attn"], x.shape[1]
-        batched = type(cache) in _BATCHED
-        start = cache._idx if batched else cache.offset
-        # RoPE positions of x's first row: one per batch row for a batched cache.
-        offset = cache.offset if batched else mx.array(start, dtype=mx.int32)
-        turn = {
-            "rope_dims": rope.dims,
-            "traditional": rope.traditional,
-            "base": rope.base,
-            "rope_scale": rope.scale,
-        }
-        weight = norm["weight"]
-        keys = ext.project_kv(x, weight, norm.eps, k, cache.keys, start, offset, **turn)
-        values = ext.project_kv(x, weight, norm.eps, v, cache.values, start, offset)
-        # Rebinding drops the cache's own reference, so the old buffers can be donated.
-        cache.keys, cache.values = keys, values
-        cache.offset = cache.offset + length
-        if batched:
-            cache._idx += length
-        return ext.decoder_layer(
-            x, keys, values, start + length, offset, mask, weight, norm_mlp["weight"],
-            q, o, gate, up, down,
-            q_heads=attn.n_heads, eps_attn=norm.eps, eps_mlp=norm_mlp.eps, scale=attn.scale,
-            **turn,
-        )  # fmt: skip
+        return _fused_call(self, x, mask, cache, parts, _NO_HEAD_NORMS)
+
+
+class FusedQwen3Block(qwen3.TransformerBlock):
+    """mlx-lm's Qwen3 TransformerBlock (same parameters), decoding through the fused kernels
+    with its query and key head norms."""
+
+    def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
+        parts = _parts(self) if _fits(x, mask, cache) else None
+        heads = _head_norms(self) if parts is not None else None
+        if heads is None:
+            return super().__call__(x, mask, cache)
+        return _fused_call(self, x, mask, cache, parts, heads)
+
+
+# mlx-lm's block class -> its fused class.
+_FUSABLE = {
+    llama.TransformerBlock: FusedLlamaBlock,
+    FusedLlamaBlock: FusedLlamaBlock,
+    qwen3.TransformerBlock: FusedQwen3Block,
+    FusedQwen3Block: FusedQwen3Block,
+}
 
 
 def install(model: nn.Module) -> Counter:
-    """Makes every llama block whose parts are the kernels' a FusedLlamaBlock; idempotent."""
+    """Makes every llama or Qwen3 block whose parts are the kernels' its fused class;
+    idempotent."""
     fused = Counter()
     if ext is None or not hasattr(ext, "decoder_layer"):  # a build from before the fused layer
         return fused
     for _, module in model.named_modules():
-        if type(module) in (llama.TransformerBlock, FusedLlamaBlock) and _parts(module):
-            module.__class__ = FusedLlamaBlock
-            fused["FusedLlamaBlock"] += 1
+        target = _FUSABLE.get(type(module))
+        if target is None or not _parts(module):
+            continue
+        if target is FusedQwen3Block and _head_norms(module) is None:
+            continue
+        module.__class__ = target
+        fused[target.__name__] += 1
     return fused
 
 

@@ -19,10 +19,18 @@ class KernelStatus:
     isa: str | None  # avx512, avx2 or generic
     threads: int
     reason: str
+    # The matmul's integer paths under that set: decode (direct) and prompts (tiles), each
+    # avx512vnni, avx2 or none (floats).
+    direct: str = "none"
+    tiles: str = "none"
 
     def describe(self) -> str:
         if self.available:
-            return f"{self.isa}, {self.threads} thread{'s' if self.threads != 1 else ''}"
+            plural = "s" if self.threads != 1 else ""
+            return (
+                f"{self.isa}, {self.threads} thread{plural}, int8 decode {self.direct}, "
+                f"int8 prompts {self.tiles}"
+            )
         return f"off: {self.reason}"
 
 
@@ -84,7 +92,7 @@ def _decide(enabled: bool, threads: int) -> KernelStatus:
     problem = _self_test(ext)
     if problem:
         return _off(f"failed their self-test ({problem})")
-    return KernelStatus(True, ext.isa(), ext.threads(), "ready")
+    return KernelStatus(True, ext.isa(), ext.threads(), "ready", ext.direct_isa(), ext.int8_isa())
 
 
 def _self_test(ck) -> str | None:

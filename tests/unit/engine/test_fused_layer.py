@@ -1,7 +1,8 @@
-"""The fused llama layer (cpu/fused.py: the kernels' project_kv and decoder_layer) gives the
-per-op path's logits bit for bit: one sequence and a left-padded batch, float16 and float32
-K/V, prompts read in chunks (causal masks), decode across a cache buffer's growth (which takes
-mlx-lm's path), and two caches sharing one buffer (no write may reach the other)."""
+"""The fused llama and Qwen3 layers (cpu/fused.py: the kernels' project_kv and decoder_layer,
+Qwen3's with its query and key head norms) give the per-op path's logits bit for bit: one
+sequence and a left-padded batch, float16 and float32 K/V, prompts read in chunks (causal
+masks), decode across a cache buffer's growth (which takes mlx-lm's path), and two caches
+sharing one buffer (no write may reach the other)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import cpu_kernels as ck
 import mlx.core as mx
 import mlx.nn as nn
 import pytest
-from mlx_lm.models import llama
+from mlx_lm.models import llama, qwen3
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from inference.engine import cpu
-from inference.engine.cpu.fused import FusedLlamaBlock
+from inference.engine.cpu.fused import FusedLlamaBlock, FusedQwen3Block
 from inference.engine.kv import Float16BatchKVCache, Float16KVCache
 
 ISAS = [isa for isa in ("avx512", "avx2", "generic") if ck.use_isa(isa)]
@@ -34,19 +35,35 @@ ARGS = {
 }
 
 
-def build(bits: int) -> nn.Module:
+# Qwen3: llama's shape with explicit head size, and a query and key RMSNorm per head.
+QWEN3_ARGS = {**ARGS, "model_type": "qwen3", "head_dim": 64, "rope_theta": 1e6,
+              "max_position_embeddings": 4096}  # fmt: skip
+FAMILIES = {"llama": (llama, ARGS, FusedLlamaBlock), "qwen3": (qwen3, QWEN3_ARGS, FusedQwen3Block)}
+
+
+def build(bits: int, family: str = "llama") -> nn.Module:
     mx.random.seed(bits)
-    model = llama.Model(llama.ModelArgs.from_dict(ARGS))
+    module, args, fused_class = FAMILIES[family]
+    model = module.Model(module.ModelArgs.from_dict(args))
+    for block in model.model.layers:  # head norms that are not all ones: a mix-up shows
+        for name in ("q_norm", "k_norm"):
+            if name in block.self_attn:
+                norm = block.self_attn[name]
+                norm.weight = mx.random.uniform(0.5, 1.5, norm.weight.shape)
     nn.quantize(model, group_size=64, bits=bits)
     assert cpu.kernel_status().available, cpu.kernel_status().reason
     swapped = cpu.accelerate(model)
-    assert swapped["FusedLlamaBlock"] == ARGS["num_hidden_layers"]
+    assert swapped[fused_class.__name__] == args["num_hidden_layers"]
     return model
 
 
-@pytest.fixture(scope="module", params=[4, 8], ids=["4bit", "8bit"])
+@pytest.fixture(
+    scope="module",
+    params=[(f, b) for f in FAMILIES for b in (4, 8)],
+    ids=[f"{f}-{b}bit" for f in FAMILIES for b in (4, 8)],
+)
 def model(request) -> nn.Module:
-    return build(request.param)
+    return build(request.param[1], request.param[0])
 
 
 def run(model, cache, chunks: list[mx.array], steps: int, fused: bool) -> list[mx.array]:
@@ -146,10 +163,11 @@ def test_caches_sharing_a_buffer_do_not_see_each_others_rows(model):
         assert_identical(together[name], alone[name])
 
 
-def test_blocks_with_float32_layers_take_mlx_lm_path():
-    twin = build(4)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_blocks_with_float32_layers_take_mlx_lm_path(family):
+    twin = build(4, family)
     cpu.to_float32([twin.model.layers[0]])
-    assert all(type(block) is FusedLlamaBlock for block in twin.model.layers)
+    assert all(type(block) is FAMILIES[family][2] for block in twin.model.layers)
     tokens = prompt(1, 12, seed=3)
     fused = run(twin, [Float16KVCache() for _ in twin.model.layers], [tokens], 4, fused=True)
     plain = run(twin, [Float16KVCache() for _ in twin.model.layers], [tokens], 4, fused=False)

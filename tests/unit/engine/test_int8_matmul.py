@@ -22,9 +22,9 @@ ck.use_isa(ISAS[0])
 INT8_ISAS = [isa for isa in ISAS if ck.use_isa(isa) and ck.int8_isa() != "none"]
 ck.use_isa(ISAS[0])
 # (instruction set, mode) pairs with an integer path: the tiles everywhere there is one, the
-# direct path where the AVX-512 kernels have VNNI (int8_isa names it).
+# direct path too (AVX-512 VNNI or AVX2: direct_isa names it).
 INT8_PATHS = [(isa, "always") for isa in INT8_ISAS]
-DIRECT = [isa for isa in INT8_ISAS if ck.use_isa(isa) and ck.int8_isa() == "avx512vnni"]
+DIRECT = [isa for isa in INT8_ISAS if ck.use_isa(isa) and ck.direct_isa() != "none"]
 INT8_PATHS += [(isa, "direct") for isa in DIRECT]
 ck.use_isa(ISAS[0])
 
@@ -130,7 +130,7 @@ def test_auto_takes_few_rows_direct_and_many_in_tiles(isa):
             }
             if ck.int8_isa() == "none":
                 expected = "never"
-            elif m <= 4:  # a decode step: direct with VNNI, else the float path
+            elif m <= 4:  # a decode step: direct where there is one, else the float path
                 expected = "direct" if isa in DIRECT else "never"
             else:
                 expected = "always"
@@ -139,7 +139,7 @@ def test_auto_takes_few_rows_direct_and_many_in_tiles(isa):
         ck.use_isa(ISAS[0])
 
 
-@pytest.mark.skipif(not DIRECT, reason="no AVX-512 VNNI on this CPU")
+@pytest.mark.skipif(not DIRECT, reason="no direct integer path on this CPU")
 @pytest.mark.parametrize("bits", [4, 8])
 def test_direct_path_computes_a_row_alike_in_any_batch(bits):
     """What speculative verification relies on (engine/speculative.plain_numerics): a row's
@@ -165,7 +165,7 @@ def test_direct_path_computes_a_row_alike_in_any_batch(bits):
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("bits", [4, 8])
 def test_every_path_computes_a_row_alike_in_any_batch(isa, bits):
-    """Floats, tiles and (with VNNI) direct: a row's result is the same in 6 rows or 40."""
+    """Floats, tiles and direct (where there is one): a row's result is the same in 6 rows or 40."""
     assert ck.use_isa(isa)
     try:
         w, s, b = quantized(96, 576, bits, 32, mx.float16, seed=5)
@@ -285,3 +285,14 @@ def test_greedy_decode_keeps_the_float_paths_tokens(demo):
     float_tokens, float_logits = greedy(model, prompt, 24, "never")
     assert auto_tokens == float_tokens
     assert relative(auto_logits, float_logits) < 2e-3
+
+
+def test_the_status_names_the_integer_paths_in_use():
+    """What /health and the dashboard show (engine state's `kernels`): the matmul's integer
+    path for decode and for prompts under the instruction set in use."""
+    status = cpu.kernel_status()
+    assert status.available, status.reason
+    assert (status.direct, status.tiles) == (ck.direct_isa(), ck.int8_isa())
+    assert f"int8 decode {ck.direct_isa()}, int8 prompts {ck.int8_isa()}" in status.describe()
+    if ck.int8_isa() != "none":  # every CPU with an integer path has a direct one too
+        assert ck.direct_isa() != "none"
