@@ -30,6 +30,9 @@ const Int8Kernels* avx2_int8_kernels();
 struct DirectInt8 {
   const char* isa;
   int max_rows;
+  // Fewest input features for which auto takes it (short rows: the float path measured
+  // faster on AVX2, each column's fixed costs spread over fewer chunks).
+  int min_features;
   // x's rows, rounded and laid out for columns(), in the calling thread's buffer: valid
   // until its next product (as qmm.cpp's staged() for the float path).
   const uint8_t* (*stage)(const Problem& p);

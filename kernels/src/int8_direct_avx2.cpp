@@ -309,7 +309,11 @@ void columns(const Problem& p, const uint8_t* xs, int n0, int n1) {
 }  // namespace
 
 const DirectInt8* avx2_direct_int8() {
-  static const DirectInt8 k{"avx2", 4, stage, columns};
+  // Whole decode steps (bench/int8_decode.py, bench/real_width.py; 2-core Zen 3, shared):
+  // the demo model (576 features in, 1536 for its down projection) took 1.02-1.06 of the float
+  // path's time at 1-4 rows (4-bit), 1.07-1.14 (8-bit); the Qwen3-1.7B shape (2048 and 6144)
+  // 0.83-0.86 at one row. Auto takes it from 1024 features.
+  static const DirectInt8 k{"avx2", 4, 1024, stage, columns};
   return avx2_int8_kernels() != nullptr ? &k : nullptr;  // the same instructions
 }
 

@@ -152,7 +152,8 @@ const DirectInt8* direct_choice(const Problem& p, const Kernels& kernels) {
   if (mode != Int8Mode::Auto && mode != Int8Mode::Direct) return nullptr;
   const DirectInt8* k = direct_kernels_for(kernels);
   if (k == nullptr) return nullptr;
-  return mode == Int8Mode::Direct || deciding_rows(p) <= k->max_rows ? k : nullptr;
+  if (mode == Int8Mode::Direct) return k;
+  return deciding_rows(p) <= k->max_rows && p.K >= k->min_features ? k : nullptr;
 }
 
 namespace {
