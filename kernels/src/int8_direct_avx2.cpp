@@ -122,22 +122,6 @@ void stage_row(const float* x, int group, const Layout& L, uint8_t* row) {
   }
 }
 
-const uint8_t* stage(const Problem& p) {
-  thread_local std::vector<uint8_t> buffer;
-  const Layout L(p);
-  buffer.resize(L.stride * p.M);
-  for (int m = 0; m < p.M; m++) {
-    const float* x = p.x + size_t(m) * p.K;
-    uint8_t* row = buffer.data() + L.stride * m;
-    if (p.bits == 4) {
-      stage_row<4>(x, p.group, L, row);
-    } else {
-      stage_row<8>(x, p.group, L, row);
-    }
-  }
-  return buffer.data();
-}
-
 // 8 of a column's scales or biases from group `at` on as floats, zeros past its last group.
 inline __m256 params8(const Problem& p, const void* base, size_t at, int left) {
   if (p.scale_type == ScaleType::F32) {
@@ -280,31 +264,7 @@ void rows_block(const Problem& p, const Layout& L, const uint8_t* xs, int m0, in
   for (; n < n1; n++) block<BITS, GROUP, R, 1>(p, L, xs, m0, n, 0);
 }
 
-constexpr int MAX_R = 4;
-
-template <int BITS, int GROUP>
-void columns_for(const Problem& p, const uint8_t* xs, int n0, int n1) {
-  const Layout L(p);
-  int m = 0;
-  for (; m + MAX_R <= p.M; m += MAX_R) rows_block<BITS, GROUP, MAX_R>(p, L, xs, m, n0, n1);
-  switch (p.M - m) {
-    case 1:
-      return rows_block<BITS, GROUP, 1>(p, L, xs, m, n0, n1);
-    case 2:
-      return rows_block<BITS, GROUP, 2>(p, L, xs, m, n0, n1);
-    case 3:
-      return rows_block<BITS, GROUP, 3>(p, L, xs, m, n0, n1);
-  }
-}
-
-void columns(const Problem& p, const uint8_t* xs, int n0, int n1) {
-  if (p.bits == 4 && p.group == 32) return columns_for<4, 32>(p, xs, n0, n1);
-  if (p.bits == 4 && p.group == 64) return columns_for<4, 64>(p, xs, n0, n1);
-  if (p.bits == 4 && p.group == 128) return columns_for<4, 128>(p, xs, n0, n1);
-  if (p.bits == 8 && p.group == 32) return columns_for<8, 32>(p, xs, n0, n1);
-  if (p.bits == 8 && p.group == 64) return columns_for<8, 64>(p, xs, n0, n1);
-  if (p.bits == 8 && p.group == 128) return columns_for<8, 128>(p, xs, n0, n1);
-}
+#include "int8_direct_loops.h"  // stage() and columns(): rows, blocks, formats
 
 }  // namespace
 

@@ -1,0 +1,50 @@
+// The direct integer paths' loops over rows, row blocks and weight formats, shared by
+// int8_direct.cpp (AVX-512 VNNI) and int8_direct_avx2.cpp. Each of those defines, in its own
+// anonymous namespace, its `Layout`, `stage_row<BITS>(x, group, L, row)` (one row's
+// activations rounded and laid out) and `rows_block<BITS, GROUP, R>(p, L, xs, m0, n0, n1)` (R
+// staged rows over columns [n0, n1)), then includes this file there: the loops compile with
+// that file's instruction set and call its kernels.
+
+// x's rows staged for columns(), in the calling thread's buffer: valid until its next product.
+const uint8_t* stage(const Problem& p) {
+  thread_local std::vector<uint8_t> buffer;
+  const Layout L(p);
+  buffer.resize(L.stride * p.M);
+  for (int m = 0; m < p.M; m++) {
+    const float* x = p.x + size_t(m) * p.K;
+    uint8_t* row = buffer.data() + L.stride * m;
+    if (p.bits == 4) {
+      stage_row<4>(x, p.group, L, row);
+    } else {
+      stage_row<8>(x, p.group, L, row);
+    }
+  }
+  return buffer.data();
+}
+
+constexpr int MAX_R = 4;  // rows a block takes at once
+
+template <int BITS, int GROUP>
+void columns_for(const Problem& p, const uint8_t* xs, int n0, int n1) {
+  const Layout L(p);
+  int m = 0;
+  for (; m + MAX_R <= p.M; m += MAX_R) rows_block<BITS, GROUP, MAX_R>(p, L, xs, m, n0, n1);
+  switch (p.M - m) {
+    case 1:
+      return rows_block<BITS, GROUP, 1>(p, L, xs, m, n0, n1);
+    case 2:
+      return rows_block<BITS, GROUP, 2>(p, L, xs, m, n0, n1);
+    case 3:
+      return rows_block<BITS, GROUP, 3>(p, L, xs, m, n0, n1);
+  }
+}
+
+// Output columns [n0, n1) of every row, from what the file's stage() left.
+void columns(const Problem& p, const uint8_t* xs, int n0, int n1) {
+  if (p.bits == 4 && p.group == 32) return columns_for<4, 32>(p, xs, n0, n1);
+  if (p.bits == 4 && p.group == 64) return columns_for<4, 64>(p, xs, n0, n1);
+  if (p.bits == 4 && p.group == 128) return columns_for<4, 128>(p, xs, n0, n1);
+  if (p.bits == 8 && p.group == 32) return columns_for<8, 32>(p, xs, n0, n1);
+  if (p.bits == 8 && p.group == 64) return columns_for<8, 64>(p, xs, n0, n1);
+  if (p.bits == 8 && p.group == 128) return columns_for<8, 128>(p, xs, n0, n1);
+}
