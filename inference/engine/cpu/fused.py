@@ -126,26 +126,32 @@ def _fused_call(block: nn.Module, x: mx.array, mask: Any, cache: Any, parts: tup
     )  # fmt: skip
 
 
-class FusedLlamaBlock(llama.TransformerBlock):
-    """mlx-lm's llama TransformerBlock (same parameters), decoding through the fused kernels."""
+class _FusedBlock:
+    """Both fused blocks' call: the kernels' primitives when the call fits and the block's
+    parts (head norms included) are the kernels', else mlx-lm's own block (the next class in
+    the method order)."""
+
+    @staticmethod
+    def head_norms(block: nn.Module) -> dict | None:
+        return _NO_HEAD_NORMS
 
     def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
         parts = _parts(self) if _fits(x, mask, cache) else None
-        if parts is None:
-            return super().__call__(x, mask, cache)
-        return _fused_call(self, x, mask, cache, parts, _NO_HEAD_NORMS)
-
-
-class FusedQwen3Block(qwen3.TransformerBlock):
-    """mlx-lm's Qwen3 TransformerBlock (same parameters), decoding through the fused kernels
-    with its query and key head norms."""
-
-    def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
-        parts = _parts(self) if _fits(x, mask, cache) else None
-        heads = _head_norms(self) if parts is not None else None
+        heads = self.head_norms(self) if parts is not None else None
         if heads is None:
             return super().__call__(x, mask, cache)
         return _fused_call(self, x, mask, cache, parts, heads)
+
+
+class FusedLlamaBlock(_FusedBlock, llama.TransformerBlock):
+    """mlx-lm's llama TransformerBlock (same parameters), decoding through the fused kernels."""
+
+
+class FusedQwen3Block(_FusedBlock, qwen3.TransformerBlock):
+    """mlx-lm's Qwen3 TransformerBlock (same parameters), decoding through the fused kernels
+    with its query and key head norms."""
+
+    head_norms = staticmethod(_head_norms)
 
 
 # mlx-lm's block class -> its fused class.
@@ -165,9 +171,7 @@ def install(model: nn.Module) -> Counter:
         return fused
     for _, module in model.named_modules():
         target = _FUSABLE.get(type(module))
-        if target is None or not _parts(module):
-            continue
-        if target is FusedQwen3Block and _head_norms(module) is None:
+        if target is None or not _parts(module) or target.head_norms(module) is None:
             continue
         module.__class__ = target
         fused[target.__name__] += 1
