@@ -5,6 +5,7 @@
 #include <nanobind/stl/variant.h>
 
 #include "int8.h"
+#include "panels.h"
 #include "layer.h"
 #include "primitives.h"
 #include "qmm.h"
@@ -149,12 +150,14 @@ NB_MODULE(_ext, m) {
         if (mode == "auto") return ck::set_int8_mode(ck::Int8Mode::Auto);
         if (mode == "always") return ck::set_int8_mode(ck::Int8Mode::Always);
         if (mode == "direct") return ck::set_int8_mode(ck::Int8Mode::Direct);
+        if (mode == "panels") return ck::set_int8_mode(ck::Int8Mode::Panels);
         if (mode == "never") return ck::set_int8_mode(ck::Int8Mode::Never);
-        throw nb::value_error("mode must be auto, always, direct or never");
+        throw nb::value_error("mode must be auto, always, direct, panels or never");
       },
       "mode"_a,
-      "Integer paths of the matmul: auto (direct for few rows, tiles from their threshold), "
-      "always (tiles), direct (weights read as packed) or never (tests, benchmarks).");
+      "Paths of the matmul: auto (direct for few rows, panels or tiles from their threshold), "
+      "always (integer tiles), direct (weights read as packed), panels (dequantized float "
+      "panels) or never (the float rows path): tests, benchmarks.");
 
   m.def("use_int8_rows", [](int rows) { ck::set_int8_rows(rows < 0 ? 0 : rows); }, "rows"_a,
         "auto chooses a product's path as for this many rows (0: its own): speculative "
@@ -176,6 +179,15 @@ NB_MODULE(_ext, m) {
       },
       "The direct integer path's (few rows) instruction set under the active one: "
       "avx512vnni, avx2 or none.");
+
+  m.def(
+      "panels_isa",
+      [] {
+        const ck::Panels* k = ck::panels_for(ck::active_kernels());
+        return std::string(k ? k->isa : "none");
+      },
+      "The float panels path's (many rows, where the integer tiles are slow) instruction set "
+      "under the active one: avx2 or none.");
 
   m.def("set_threads", [](int threads) { ck::Pool::configure(threads); }, "threads"_a,
         "Threads per operation, the caller included (0: one per core).");

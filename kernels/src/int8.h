@@ -47,9 +47,10 @@ const DirectInt8* avx2_direct_int8();
 // The direct path that goes with a float instruction set (nullptr: none, e.g. generic).
 const DirectInt8* direct_kernels_for(const Kernels& kernels);
 
-// auto: the direct path up to its row bound, the tiled one from its threshold, else floats;
-// always (tiles) / direct / never (floats): tests and benchmarks.
-enum class Int8Mode { Auto, Always, Direct, Never };
+// auto: the direct path up to its row bound, the float panels (panels.h) or the tiled one
+// from their threshold, else floats; always (tiles) / direct / panels / never (floats): tests
+// and benchmarks.
+enum class Int8Mode { Auto, Always, Direct, Panels, Never };
 void set_int8_mode(Int8Mode mode);
 Int8Mode int8_mode();
 // auto chooses as for a product of `rows` rows whatever its own count (0: its own count). A

@@ -13,7 +13,7 @@ struct Avx2Int8 {
   using I = __m256i;
   using F = __m256;
   static constexpr int cols = 8;
-  static constexpr int R = 3;  // rows per register block (16 registers)
+  static constexpr int R = 2;  // rows per register block (16 registers)
   static constexpr int V = 1;
   static constexpr bool offset8 = true;
 
@@ -25,16 +25,18 @@ struct Avx2Int8 {
     std::memcpy(&v, p, 4);
     return _mm256_set1_epi32(v);
   }
+  // Partial sums are int16 pairs: a 4-bit step's are at most 2 * 15 * 127, so eight of them
+  // add up in int16 before one vpmaddwd widens them (half the multiplies of widening each);
+  // an 8-bit step's (up to 2 * 128 * 127) widen at once.
   template <int BITS>
-  static I dot(I acc, I w, I x) {
-    I pairs;
-    if constexpr (BITS == 4) {
-      pairs = _mm256_maddubs_epi16(w, x);  // 2 * 15 * 127 fits int16
-    } else {
-      pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
-    }
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  static constexpr int run() { return BITS == 4 ? 8 : 1; }
+  template <int BITS>
+  static I dot(I part, I w, I x) {
+    if constexpr (BITS == 4) return _mm256_add_epi16(part, _mm256_maddubs_epi16(w, x));
+    return _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));  // part is zero
   }
+  template <int BITS>
+  static I widen(I acc, I part) { return _mm256_add_epi32(acc, _mm256_madd_epi16(part, _mm256_set1_epi16(1))); }
   static I shift7(I v) { return _mm256_slli_epi32(v, 7); }
   static F to_float(I v) { return _mm256_cvtepi32_ps(v); }
   static F loadf(const float* p) { return _mm256_loadu_ps(p); }

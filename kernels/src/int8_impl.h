@@ -140,6 +140,8 @@ void block(const Problem& p, const Packed& P, int m0, int t0) {
   constexpr int PT = TN / T::cols;  // vectors per tile
   constexpr int NV = V * PT;
   constexpr int STEPS = GROUP / 4;
+  // Steps whose dot() sums one widen() takes (T::run: how many its partial sums hold).
+  constexpr int RUN = std::min(STEPS, T::template run<BITS>());
   const int K = P.K, G = P.G;
   const uint8_t* w = P.wq + size_t(t0) * K * TN;
   const int8_t* x = P.xq + size_t(m0) * K;
@@ -159,16 +161,23 @@ void block(const Problem& p, const Packed& P, int m0, int t0) {
         for (int r = 0; r < R; r++)
           for (int j = 0; j < NV; j++) dots[r][j] = T::shift7(dots[r][j]);
       }
-      for (int s = 0; s < STEPS; s++) {
-        const int kq = g * STEPS + s;
-        I wv[NV];
-        for (int j = 0; j < NV; j++) {
-          wv[j] = T::load(w + (size_t(j / PT) * K / 4 + kq) * TN * 4 + (j % PT) * T::cols * 4);
+      for (int s0 = 0; s0 < STEPS; s0 += RUN) {
+        I part[R][NV];
+        for (int r = 0; r < R; r++)
+          for (int j = 0; j < NV; j++) part[r][j] = T::zero();
+        for (int s = s0; s < s0 + RUN; s++) {
+          const int kq = g * STEPS + s;
+          I wv[NV];
+          for (int j = 0; j < NV; j++) {
+            wv[j] = T::load(w + (size_t(j / PT) * K / 4 + kq) * TN * 4 + (j % PT) * T::cols * 4);
+          }
+          for (int r = 0; r < R; r++) {
+            I xb = T::broadcast4(bytes + size_t(r) * K + 4 * kq);
+            for (int j = 0; j < NV; j++) part[r][j] = T::template dot<BITS>(part[r][j], wv[j], xb);
+          }
         }
-        for (int r = 0; r < R; r++) {
-          I xb = T::broadcast4(bytes + size_t(r) * K + 4 * kq);
-          for (int j = 0; j < NV; j++) dots[r][j] = T::template dot<BITS>(dots[r][j], wv[j], xb);
-        }
+        for (int r = 0; r < R; r++)
+          for (int j = 0; j < NV; j++) dots[r][j] = T::template widen<BITS>(dots[r][j], part[r][j]);
       }
     }
     for (int j = 0; j < NV; j++) {

@@ -25,8 +25,13 @@ struct Vnni {
     std::memcpy(&v, p, 4);
     return _mm512_set1_epi32(v);
   }
+  // vpdpbusd sums into int32 lanes: a group's steps all go into one partial sum.
   template <int BITS>
-  static I dot(I acc, I w, I x) { return _mm512_dpbusd_epi32(acc, w, x); }
+  static constexpr int run() { return 1 << 30; }
+  template <int BITS>
+  static I dot(I part, I w, I x) { return _mm512_dpbusd_epi32(part, w, x); }
+  template <int BITS>
+  static I widen(I acc, I part) { return _mm512_add_epi32(acc, part); }
   static I shift7(I v) { return _mm512_slli_epi32(v, 7); }
   static F to_float(I v) { return _mm512_cvtepi32_ps(v); }
   static F loadf(const float* p) { return _mm512_loadu_ps(p); }

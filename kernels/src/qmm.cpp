@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "int8.h"
+#include "panels.h"
 #include "threads.h"
 
 namespace cpu_kernels {
@@ -127,7 +128,8 @@ const Int8Kernels* int8_kernels_for(const Kernels& kernels) {
 
 const Int8Kernels* int8_choice(const Problem& p, const Kernels& kernels) {
   const Int8Mode mode = int8_mode();
-  if (mode == Int8Mode::Never || mode == Int8Mode::Direct || p.K % 4 != 0) return nullptr;
+  if (mode != Int8Mode::Auto && mode != Int8Mode::Always) return nullptr;
+  if (p.K % 4 != 0) return nullptr;
   const Int8Kernels* k = int8_kernels_for(kernels);
   if (k == nullptr || mode == Int8Mode::Always) return k;
   return deciding_rows(p) >= (p.bits == 4 ? k->min_rows_4bit : k->min_rows_8bit) ? k : nullptr;
@@ -154,6 +156,24 @@ const DirectInt8* direct_choice(const Problem& p, const Kernels& kernels) {
   if (k == nullptr) return nullptr;
   if (mode == Int8Mode::Direct) return k;
   return deciding_rows(p) <= k->max_rows && p.K >= k->min_features ? k : nullptr;
+}
+
+const Panels* panels_for(const Kernels& kernels) {
+#ifndef CPU_KERNELS_GENERIC_ONLY
+  const std::string isa(kernels.isa);
+  if (isa == "avx2" || (isa == "avx512" && vnni_int8_kernels() == nullptr)) return avx2_panels();
+#else
+  (void)kernels;
+#endif
+  return nullptr;
+}
+
+const Panels* panels_choice(const Problem& p, const Kernels& kernels) {
+  const Int8Mode mode = int8_mode();
+  if (mode != Int8Mode::Auto && mode != Int8Mode::Panels) return nullptr;
+  const Panels* k = panels_for(kernels);
+  if (k == nullptr || mode == Int8Mode::Panels) return k;
+  return deciding_rows(p) >= (p.bits == 4 ? k->min_rows_4bit : k->min_rows_8bit) ? k : nullptr;
 }
 
 namespace {
@@ -186,13 +206,17 @@ void run_product(const Problem& p, const Kernels& kernels) {
 
 void run_products(const Problem* ps, int count, const Kernels& kernels) {
   if (count < 1) return;
-  // Few rows: the direct integer path where there is one; many: the tiles; else floats.
+  // Few rows: the direct integer path where there is one; many: the float panels (AVX2) or
+  // the integer tiles (VNNI); else floats.
   const DirectInt8* direct = direct_choice(ps[0], kernels);
-  const Int8Kernels* int8 = direct != nullptr ? nullptr : int8_choice(ps[0], kernels);
-  if (count > 1 && (int8 != nullptr || !same_activations(ps, count, direct != nullptr))) {
+  const Panels* panels = direct != nullptr ? nullptr : panels_choice(ps[0], kernels);
+  const Int8Kernels* int8 = direct || panels ? nullptr : int8_choice(ps[0], kernels);
+  const bool whole = int8 != nullptr || panels != nullptr;  // each splits its own product
+  if (count > 1 && (whole || !same_activations(ps, count, direct != nullptr))) {
     for (int i = 0; i < count; i++) run_products(&ps[i], 1, kernels);
     return;
   }
+  if (panels != nullptr) return panels->product(ps[0]);
   if (int8 != nullptr) return int8->product(ps[0]);
   // Pointers taken here, in the calling thread: the workers would see their own buffers.
   const uint8_t* direct_x = direct != nullptr ? direct->stage(ps[0]) : nullptr;

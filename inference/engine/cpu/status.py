@@ -19,17 +19,18 @@ class KernelStatus:
     isa: str | None  # avx512, avx2 or generic
     threads: int
     reason: str
-    # The matmul's integer paths under that set: decode (direct) and prompts (tiles), each
-    # avx512vnni, avx2 or none (floats).
+    # The matmul's paths under that set: decode's integer one (direct: avx512vnni, avx2 or
+    # none, floats) and the one for many rows (prompts: "int8 avx512vnni" tiles, "float
+    # panels avx2" where AVX2's integer tiles are slower, or "float").
     direct: str = "none"
-    tiles: str = "none"
+    prompts: str = "float"
 
     def describe(self) -> str:
         if self.available:
             plural = "s" if self.threads != 1 else ""
             return (
                 f"{self.isa}, {self.threads} thread{plural}, int8 decode {self.direct}, "
-                f"int8 prompts {self.tiles}"
+                f"prompts {self.prompts}"
             )
         return f"off: {self.reason}"
 
@@ -92,7 +93,15 @@ def _decide(enabled: bool, threads: int) -> KernelStatus:
     problem = _self_test(ext)
     if problem:
         return _off(f"failed their self-test ({problem})")
-    return KernelStatus(True, ext.isa(), ext.threads(), "ready", ext.direct_isa(), ext.int8_isa())
+    return KernelStatus(True, ext.isa(), ext.threads(), "ready", ext.direct_isa(), prompt_path(ext))
+
+
+def prompt_path(ck) -> str:
+    """What auto runs many rows with under the active instruction set (the panels win over
+    the integer tiles where both exist)."""
+    if ck.panels_isa() != "none":
+        return f"float panels {ck.panels_isa()}"
+    return f"int8 {ck.int8_isa()}" if ck.int8_isa() != "none" else "float"
 
 
 def _self_test(ck) -> str | None:

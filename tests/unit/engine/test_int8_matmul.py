@@ -119,9 +119,10 @@ def evaluated(mode: str, make) -> mx.array:
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("k", [576, 2048])
-def test_auto_takes_few_rows_direct_and_many_in_tiles(isa, k):
+def test_auto_takes_few_rows_direct_and_many_in_tiles_or_panels(isa, k):
     """Few rows direct (on AVX2 from 1,024 input features: shorter rows run faster as floats),
-    many in tiles."""
+    many in the integer tiles, or in float panels where those are faster (AVX2 without
+    VNNI: tests/unit/engine/test_panels_matmul.py)."""
     assert ck.use_isa(isa)
     try:
         w, s, b = quantized(300, k, 4, 32, mx.float16, seed=7)
@@ -129,7 +130,7 @@ def test_auto_takes_few_rows_direct_and_many_in_tiles(isa, k):
             x = mx.random.normal((m, k), key=mx.random.key(m))
             paths = {
                 mode: evaluated(mode, lambda x=x: ck.quantized_matmul(x, w, s, b, 32, 4))
-                for mode in ("auto", "never", "always", "direct")
+                for mode in ("auto", "never", "always", "direct", "panels")
             }
             direct = isa in DIRECT and (k >= 1024 or ck.direct_isa() == "avx512vnni")
             if ck.int8_isa() == "none":
@@ -137,7 +138,7 @@ def test_auto_takes_few_rows_direct_and_many_in_tiles(isa, k):
             elif m <= 4:  # a decode step: direct where it is taken, else the float path
                 expected = "direct" if direct else "never"
             else:
-                expected = "always"
+                expected = "panels" if ck.panels_isa() != "none" else "always"
             assert mx.array_equal(paths["auto"], paths[expected]).item(), (isa, m)
             if expected != "never":  # the paths differ, so the comparison above tells
                 assert not mx.array_equal(paths[expected], paths["never"]).item()
@@ -210,7 +211,7 @@ def test_use_int8_rows_computes_wide_products_as_their_plain_step(isa, bits):
 
 
 def test_use_int8_refuses_other_modes():
-    with pytest.raises(ValueError, match="auto, always, direct or never"):
+    with pytest.raises(ValueError, match="auto, always, direct, panels or never"):
         ck.use_int8("sometimes")
 
 
@@ -298,7 +299,10 @@ def test_the_status_names_the_integer_paths_in_use():
     path for decode and for prompts under the instruction set in use."""
     status = cpu.kernel_status()
     assert status.available, status.reason
-    assert (status.direct, status.tiles) == (ck.direct_isa(), ck.int8_isa())
-    assert f"int8 decode {ck.direct_isa()}, int8 prompts {ck.int8_isa()}" in status.describe()
+    prompts = f"int8 {ck.int8_isa()}" if ck.int8_isa() != "none" else "float"
+    if ck.panels_isa() != "none":  # AVX2 without VNNI: its integer tiles are slower
+        prompts = f"float panels {ck.panels_isa()}"
+    assert (status.direct, status.prompts) == (ck.direct_isa(), prompts)
+    assert f"int8 decode {ck.direct_isa()}, prompts {prompts}" in status.describe()
     if ck.int8_isa() != "none":  # every CPU with an integer path has a direct one too
         assert ck.direct_isa() != "none"
