@@ -103,22 +103,29 @@ def bench_env(workdir: Path, env: dict) -> dict:
     }
 
 
-def start_ours(
-    gguf: Path, workdir: Path, env: dict, context_length: int | None = None
-) -> tuple[subprocess.Popen, str, Path]:
-    """Ours on the demo GGUF imported into `workdir`; `context_length` stretches its catalog
-    context (the model loads on the first request, with the catalog's context then)."""
+def import_ours(gguf: Path, workdir: Path, env: dict, model_id: str = DEMO_ID) -> dict:
+    """A catalog in `workdir` holding `gguf` imported as `model_id`; our server's env for it."""
     workdir.mkdir(parents=True, exist_ok=True)
     env = bench_env(workdir, env)
     manage = [sys.executable, str(ROOT / "manage.py")]
     subprocess.run([*manage, "migrate", "-v0"], env=env, check=True)
     subprocess.run(
-        [*manage, "import_gguf", str(gguf), "--id", DEMO_ID],
+        [*manage, "import_gguf", str(gguf), "--id", model_id],
         env=env,
         check=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    return env
+
+
+def start_ours(
+    gguf: Path, workdir: Path, env: dict, context_length: int | None = None
+) -> tuple[subprocess.Popen, str, Path]:
+    """Ours on the demo GGUF imported into `workdir`; `context_length` stretches its catalog
+    context (the model loads on the first request, with the catalog's context then)."""
+    env = import_ours(gguf, workdir, env)
+    manage = [sys.executable, str(ROOT / "manage.py")]
     if context_length is not None:
         stretch = "from catalog.models import CatalogModel as M; "
         stretch += f"M.objects.update(context_length={context_length})"

@@ -13,7 +13,7 @@ struct Avx2Int8 {
   using I = __m256i;
   using F = __m256;
   static constexpr int cols = 8;
-  static constexpr int R = 2;  // rows per register block (16 registers)
+  static constexpr int R = 2;  // rows per register block: 4 int32 sums, 4 int16 partials, 2 weight vectors, 1 broadcast
   static constexpr int V = 1;
   static constexpr bool offset8 = true;
 
