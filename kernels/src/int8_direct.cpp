@@ -202,14 +202,14 @@ inline void prefetch_columns(const Problem& p, size_t row_bytes, int n, int coun
 
 // Columns [n0, n1) of rows [m0, m0 + R), C at a time (a lone row needs independent chains).
 template <int BITS, int GROUP, int R>
-void rows_block(const Problem& p, const Layout& L, const uint8_t* xs, int m0, int n0, int n1) {
+void rows_block(const Problem& p, const Layout& L, const uint8_t* xs, int m0, int n0, int n1, int ahead_to) {
   constexpr int C = R == 1 ? 4 : 2;
   const size_t row_bytes = size_t(p.K) * BITS / 8;
   int n = n0;
   for (; n + C <= n1; n += C) {
     // The block after next: its loads overlap this block's arithmetic (as rows_impl.h does;
     // further ahead measured no better on the demo model's weights, streamed from memory).
-    if (n + 3 * C <= n1) prefetch_columns(p, row_bytes, n + 2 * C, C);
+    if (n + 3 * C <= ahead_to) prefetch_columns(p, row_bytes, n + 2 * C, C);
     block<BITS, GROUP, R, C>(p, L, xs, m0, n);
   }
   for (; n < n1; n++) block<BITS, GROUP, R, 1>(p, L, xs, m0, n);

@@ -1,8 +1,8 @@
 // The direct integer paths' loops over rows, row blocks and weight formats, shared by
 // int8_direct.cpp (AVX-512 VNNI) and int8_direct_avx2.cpp. Each of those defines, in its own
 // anonymous namespace, its `Layout`, `stage_row<BITS>(x, group, L, row)` (one row's
-// activations rounded and laid out) and `rows_block<BITS, GROUP, R>(p, L, xs, m0, n0, n1)` (R
-// staged rows over columns [n0, n1)), then includes this file there: the loops compile with
+// activations rounded and laid out) and `rows_block<BITS, GROUP, R>(p, L, xs, m0, n0, n1,
+// ahead_to)` (R staged rows over columns [n0, n1), prefetching no further than ahead_to), then includes this file there: the loops compile with
 // that file's instruction set and call its kernels.
 
 // x's rows staged for columns(), in the calling thread's buffer: valid until its next product.
@@ -23,19 +23,29 @@ const uint8_t* stage(const Problem& p) {
 }
 
 constexpr int MAX_R = 4;  // rows a block takes at once
+// Columns a run holds: every block of rows goes over a run before the next run, so that its
+// weights (16 KiB at 2,048 4-bit features) come from memory for the first block of rows and
+// from cache for the others.
+constexpr int SPAN = 16;
 
 template <int BITS, int GROUP>
 void columns_for(const Problem& p, const uint8_t* xs, int n0, int n1) {
   const Layout L(p);
-  int m = 0;
-  for (; m + MAX_R <= p.M; m += MAX_R) rows_block<BITS, GROUP, MAX_R>(p, L, xs, m, n0, n1);
-  switch (p.M - m) {
-    case 1:
-      return rows_block<BITS, GROUP, 1>(p, L, xs, m, n0, n1);
-    case 2:
-      return rows_block<BITS, GROUP, 2>(p, L, xs, m, n0, n1);
-    case 3:
-      return rows_block<BITS, GROUP, 3>(p, L, xs, m, n0, n1);
+  for (int a = n0; a < n1; a += SPAN) {
+    const int b = std::min(n1, a + SPAN);  // prefetches look as far as n1
+    int m = 0;
+    for (; m + MAX_R <= p.M; m += MAX_R) rows_block<BITS, GROUP, MAX_R>(p, L, xs, m, a, b, n1);
+    switch (p.M - m) {
+      case 1:
+        rows_block<BITS, GROUP, 1>(p, L, xs, m, a, b, n1);
+        break;
+      case 2:
+        rows_block<BITS, GROUP, 2>(p, L, xs, m, a, b, n1);
+        break;
+      case 3:
+        rows_block<BITS, GROUP, 3>(p, L, xs, m, a, b, n1);
+        break;
+    }
   }
 }
 
