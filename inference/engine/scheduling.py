@@ -12,7 +12,8 @@ slots come back as they end.
 Prefill budget: prompt reading is paced by time, not tokens, so it adapts to the machine. While
 streams decode, a step reads about as many prompt tokens as fit in `prefill_share` of the step
 (running streams keep their cadence: with the default 0.5 a step at most doubles); with
-nothing decoding it reads for up to IDLE_STEP_SECONDS (cancellations land between steps).
+nothing decoding it reads for up to IDLE_STEP_SECONDS (cancellations land between steps),
+but at least IDLE_MIN_CHUNK tokens.
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ from inference.engine.sequence import Sequence
 IDLE_STEP_SECONDS = 0.5
 SMOOTHING = 0.3  # weight of the newest measurement in the running averages
 MIN_CHUNK = 16  # tokens: below this a forward pass is mostly fixed cost
+# An idle step's fewest tokens. Each step pays per product costs that its rows share (the
+# weights dequantized or unpacked once, the graph built): paced by time alone, a 1-2B model
+# reading 30-60 tokens a second took 16-30 tokens a step, measured its own speed at that size
+# and stayed there, at half the speed of one pass over the prompt (bench/real_width_peers.py).
+# A cancellation then waits up to this many tokens' reading.
+IDLE_MIN_CHUNK = 256
 UNIT = 512  # prompt tokens per batch slot (see weight)
 
 
@@ -133,9 +140,8 @@ class PrefillPacer:
         if decoding:
             share = min(self.prefill_share, 0.95)
             seconds = self.step_seconds * share / (1 - share)
-        else:
-            seconds = IDLE_STEP_SECONDS
-        return max(MIN_CHUNK, min(ceiling, int(seconds * self.tokens_per_second)))
+            return max(MIN_CHUNK, min(ceiling, int(seconds * self.tokens_per_second)))
+        return min(ceiling, max(IDLE_MIN_CHUNK, int(IDLE_STEP_SECONDS * self.tokens_per_second)))
 
     def read(self, tokens: int, seconds: float) -> None:
         if tokens >= MIN_CHUNK and seconds > 0:

@@ -65,8 +65,20 @@ def test_prefill_is_paced_to_a_share_of_the_decode_step():
     pacer.read(tokens=1000, seconds=2.0)  # 500 tokens/s
     pacer.decoded(0.2)
     assert pacer.budget(decoding=True, ceiling=4096) == 100  # 0.2 s of reading
-    assert pacer.budget(decoding=False, ceiling=4096) == 250  # an idle step: 0.5 s
+    assert pacer.budget(decoding=False, ceiling=4096) == 256  # an idle step: 0.5 s, 256 at least
     assert pacer.budget(decoding=False, ceiling=64) == 64
+    pacer.read(tokens=10_000, seconds=2.0)  # a fast model: 0.5 s is more than 256 tokens
+    assert pacer.budget(decoding=False, ceiling=4096) == int(0.5 * pacer.tokens_per_second)
+
+
+def test_an_idle_step_of_a_slow_model_still_reads_a_chunk_worth_its_fixed_costs():
+    """A 1-2B model on two cores reads 30-60 tokens a second: paced by 0.5 s alone its steps
+    took 16-30 tokens and measured their own (slower) speed at that size."""
+    pacer = PrefillPacer(prefill_share=0.5)
+    pacer.read(tokens=16, seconds=0.8)  # 20 tokens/s, measured on a small chunk
+    assert pacer.budget(decoding=False, ceiling=2048) == 256
+    pacer.decoded(0.1)
+    assert pacer.budget(decoding=True, ceiling=2048) == 16  # beside streams: their cadence first
 
 
 @pytest.fixture
