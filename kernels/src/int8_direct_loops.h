@@ -2,8 +2,9 @@
 // int8_direct.cpp (AVX-512 VNNI) and int8_direct_avx2.cpp. Each of those defines, in its own
 // anonymous namespace, its `Layout`, `stage_row<BITS>(x, group, L, row)` (one row's
 // activations rounded and laid out) and `rows_block<BITS, GROUP, R>(p, L, xs, m0, n0, n1,
-// ahead_to)` (R staged rows over columns [n0, n1), prefetching no further than ahead_to), then includes this file there: the loops compile with
-// that file's instruction set and call its kernels.
+// ahead_to)` (R staged rows over columns [n0, n1), prefetching no further than ahead_to),
+// then includes this file there: the loops compile with that file's instruction set and call
+// its kernels.
 
 // x's rows staged for columns(), in the calling thread's buffer: valid until its next product.
 const uint8_t* stage(const Problem& p) {

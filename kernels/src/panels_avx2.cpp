@@ -96,8 +96,12 @@ void pack_rows(const Problem& p, float* packed, int b0, int b1) {
     float* block = packed + size_t(b) * p.K * RM;
     for (int r = 0; r < RM; r++) {
       const int m = b * RM + r;
+      if (m >= p.M) {
+        for (int k = 0; k < p.K; k++) block[size_t(k) * RM + r] = 0.0f;
+        continue;
+      }
       const float* x = p.x + size_t(m) * p.K;
-      for (int k = 0; k < p.K; k++) block[size_t(k) * RM + r] = m < p.M ? x[k] : 0.0f;
+      for (int k = 0; k < p.K; k++) block[size_t(k) * RM + r] = x[k];
     }
   }
 }

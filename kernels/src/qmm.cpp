@@ -44,6 +44,11 @@ int deciding_rows(const Problem& p) {
   return rows > 0 ? rows : p.M;
 }
 
+// Whether auto takes a many-rows path whose thresholds are these, by bits.
+bool enough_rows(const Problem& p, int min_rows_4bit, int min_rows_8bit) {
+  return deciding_rows(p) >= (p.bits == 4 ? min_rows_4bit : min_rows_8bit);
+}
+
 }  // namespace
 
 bool supported(int bits, int group) {
@@ -132,7 +137,7 @@ const Int8Kernels* int8_choice(const Problem& p, const Kernels& kernels) {
   if (p.K % 4 != 0) return nullptr;
   const Int8Kernels* k = int8_kernels_for(kernels);
   if (k == nullptr || mode == Int8Mode::Always) return k;
-  return deciding_rows(p) >= (p.bits == 4 ? k->min_rows_4bit : k->min_rows_8bit) ? k : nullptr;
+  return enough_rows(p, k->min_rows_4bit, k->min_rows_8bit) ? k : nullptr;
 }
 
 const DirectInt8* direct_kernels_for(const Kernels& kernels) {
@@ -160,8 +165,9 @@ const DirectInt8* direct_choice(const Problem& p, const Kernels& kernels) {
 
 const Panels* panels_for(const Kernels& kernels) {
 #ifndef CPU_KERNELS_GENERIC_ONLY
-  const std::string isa(kernels.isa);
-  if (isa == "avx2" || (isa == "avx512" && vnni_int8_kernels() == nullptr)) return avx2_panels();
+  // Wherever the integer tiles would be AVX2's (AVX2, AVX-512 without VNNI).
+  const Int8Kernels* tiles = int8_kernels_for(kernels);
+  if (tiles != nullptr && tiles == avx2_int8_kernels()) return avx2_panels();
 #else
   (void)kernels;
 #endif
@@ -173,7 +179,7 @@ const Panels* panels_choice(const Problem& p, const Kernels& kernels) {
   if (mode != Int8Mode::Auto && mode != Int8Mode::Panels) return nullptr;
   const Panels* k = panels_for(kernels);
   if (k == nullptr || mode == Int8Mode::Panels) return k;
-  return deciding_rows(p) >= (p.bits == 4 ? k->min_rows_4bit : k->min_rows_8bit) ? k : nullptr;
+  return enough_rows(p, k->min_rows_4bit, k->min_rows_8bit) ? k : nullptr;
 }
 
 namespace {
