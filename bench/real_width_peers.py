@@ -15,11 +15,11 @@ prompt reading (a fresh prompt of N tokens, one token out); an agent's next turn
 second turn after a first one on an N-token system prompt). End tokens are banned so every
 server decodes the same lengths.
 
-GGUFs are made once into var/bench/real-width/<shape>.Q4_K_M.gguf (the float32 intermediate,
+GGUFs are made once into var/bench/real-width/<shape>.Q4_K_M.gguf (the float intermediate,
 6 GB for the 1.7B shape, is removed): a few minutes each. Needs llama.cpp's tools
 (scripts/build_llama_tools.sh and build_llama_server.sh build them, ~6 minutes the first time).
-Left out: the MoE and hybrid shapes (a 30B-A3B layer is 0.6B weights: its float32 checkpoint
-does not fit the writer's memory at useful depth).
+The MoE shape (Qwen3-30B-A3B's width, 8 of its 48 layers) is written tensor by tensor in
+float16 (10 GB before quantizing). Left out: a hybrid shape.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
@@ -62,28 +63,61 @@ SHAPES = {  # Hugging Face configs (the real models' but for the vocabulary) and
                                    num_key_value_heads=8, head_dim=64, rms_norm_eps=1e-5,
                                    max_position_embeddings=131072, rope_theta=500000.0,
                                    tie_word_embeddings=True)),
+    # Qwen3-30B-A3B at full width (128 experts of 768, 8 a token), 8 of its 48 layers: the
+    # float checkpoint is streamed to the writer (a layer is 0.6B weights)
+    "qwen3-30b-a3b-8l": ("qwen3moe", dict(model_type="qwen3_moe", hidden_size=2048,
+                                          num_hidden_layers=8, intermediate_size=6144,
+                                          num_attention_heads=32, num_key_value_heads=4,
+                                          head_dim=128, num_experts=128, num_experts_per_tok=8,
+                                          moe_intermediate_size=768, decoder_sparse_step=1,
+                                          mlp_only_layers=[], norm_topk_prob=True,
+                                          rms_norm_eps=1e-6, max_position_embeddings=40960,
+                                          rope_theta=1e6, tie_word_embeddings=False)),
 }  # fmt: skip
+STREAMED = {"qwen3-30b-a3b-8l"}  # written tensor by tensor, in float16
 SLOTS, SLOT_CONTEXT = 8, 2560
 GREEDY_NO_EOS = {"temperature": 0, "logit_bias": NO_EOS}
 
 
-def random_weights(config: dict) -> dict[str, np.ndarray]:
-    """Every tensor mlx-lm's model of the config holds (by its Hugging Face name), random:
-    N(0, 0.02) matrices, norms near one. The model is built lazily: only shapes are read."""
-    import importlib
+class RandomWeights(Mapping):
+    """Every tensor mlx-lm's model of the config holds (by its Hugging Face name), made when
+    asked: N(0, 0.02) matrices, norms near one, each from its own seed (a checkpoint larger
+    than memory is written one tensor at a time). The model is built lazily: only shapes
+    are read."""
 
-    from mlx.utils import tree_flatten
+    def __init__(self, config: dict) -> None:
+        import importlib
 
-    module = importlib.import_module(f"mlx_lm.models.{config['model_type']}")
-    model = module.Model(module.ModelArgs.from_dict(config))
-    rng = np.random.default_rng(0)
-    weights = {}
-    for name, param in tree_flatten(model.parameters()):
+        from mlx.utils import tree_flatten
+
+        module = importlib.import_module(f"mlx_lm.models.{config['model_type']}")
+        model = module.Model(module.ModelArgs.from_dict(config))
+        self.shapes = {name: tuple(p.shape) for name, p in tree_flatten(model.parameters())}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        rng = np.random.default_rng(list(self.shapes).index(name))
+        values = rng.standard_normal(self.shapes[name], dtype=np.float32)
         if name.endswith("norm.weight"):
-            weights[name] = 1 + 0.1 * rng.standard_normal(param.shape, dtype=np.float32)
-        else:
-            weights[name] = 0.02 * rng.standard_normal(param.shape, dtype=np.float32)
-    return weights
+            return 1 + 0.1 * values
+        values *= 0.02
+        return values
+
+    def __iter__(self):
+        return iter(self.shapes)
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+    def active_share(self, config: dict) -> float:
+        """The share of the weights one token reads: a mixture's token reads only the
+        experts its router picks."""
+        picked = config["num_experts_per_tok"] / config["num_experts"]
+        total = active = 0
+        for name, shape in self.shapes.items():
+            size = int(np.prod(shape))
+            total += size
+            active += size * picked if ".switch_mlp." in name else size
+        return active / total
 
 
 def llama_tool(name: str) -> Path:
@@ -111,7 +145,7 @@ def gguf_for(shape: str) -> Path:
     print(f"writing {shape} (random float32, SmolLM2's vocabulary)...", flush=True)
     tokenizer = {k: v for k, v in read_metadata(DEMO_GGUF).items() if k.startswith("tokenizer.")}
     f32 = FOLDER / f"{shape}.f32.gguf"
-    write_gguf(f32, arch, config, random_weights(config), tokenizer)
+    write_gguf(f32, arch, config, RandomWeights(config), tokenizer, streamed=shape in STREAMED)
     print(f"quantizing {shape} to Q4_K_M...", flush=True)
     partial = target.with_suffix(".partial")
     quantize = [str(llama_tool("llama-quantize")), str(f32), str(partial), "Q4_K_M"]
@@ -237,11 +271,19 @@ def start(server: str, gguf: Path, workdir: Path) -> tuple[subprocess.Popen, str
     return start_llama_server(gguf, SLOTS, dict(os.environ), SLOT_CONTEXT)
 
 
-def weight_bytes(server: str, gguf: Path, workdir: Path) -> int:
-    """What one decoded token reads (every weight; the tied embedding is the output head)."""
+def weight_bytes(server: str, shape: str, gguf: Path, workdir: Path) -> int:
+    """What one decoded token reads: every weight (the tied embedding is the output head), a
+    mixture's experts at the share its router picks (by weight count, as if every tensor took
+    as many bytes a weight)."""
     if server == "ours":
-        return sum(f.stat().st_size for f in (workdir / "models" / MODEL_ID).glob("*.safetensors"))
-    return gguf.stat().st_size
+        files = (workdir / "models" / MODEL_ID).glob("*.safetensors")
+        stored = sum(f.stat().st_size for f in files)
+    else:
+        stored = gguf.stat().st_size
+    config = {**SHAPES[shape][1], "vocab_size": SMOLLM_VOCAB}
+    if "num_experts" not in config:
+        return stored
+    return int(stored * RandomWeights(config).active_share(config))
 
 
 def run_shape(shape: str, args: argparse.Namespace, copy_gbs: float) -> None:
@@ -260,7 +302,8 @@ def run_shape(shape: str, args: argparse.Namespace, copy_gbs: float) -> None:
             finally:
                 stop(process)
             print(f"  round {round_ + 1} {server}: {rows[server][-1]}", flush=True)
-    report(shape, rows, {s: weight_bytes(s, gguf, workdir) for s in args.servers}, copy_gbs)
+    nbytes = {s: weight_bytes(s, shape, gguf, workdir) for s in args.servers}
+    report(shape, rows, nbytes, copy_gbs)
 
 
 def report(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import gguf
@@ -26,27 +26,36 @@ Tensors = Iterator[tuple[str, np.ndarray]]
 
 
 def write_gguf(
-    path: Path, arch: str, config: dict, weights: dict[str, np.ndarray], tokenizer: dict
+    path: Path,
+    arch: str,
+    config: dict,
+    weights: Mapping[str, np.ndarray],
+    tokenizer: dict,
+    streamed: bool = False,
 ) -> Path:
     """arch: the GGUF architecture; config: the checkpoint's config.json; weights: its tensors
-    by Hugging Face name; tokenizer: `tokenizer.ggml.*` metadata to copy."""
+    by Hugging Face name; tokenizer: `tokenizer.ggml.*` metadata to copy. `streamed` (a
+    checkpoint larger than memory, `weights` a mapping that makes each tensor when asked):
+    each tensor goes to a spooled file as it is converted, matrices in float16."""
     if "text_config" in config:  # ModelBase.load_hparams: the text model's values win
         config = config | config["text_config"]
     if arch == "gemma3n":
         config = config["text_config"]  # mlx-lm's gemma3n nests its text model's config
-    writer = GGUFWriter(str(path), arch)
+    writer = GGUFWriter(str(path), arch, use_temp_file=streamed)
     # Not the architecture's name: llama.cpp gives Phi-3's special tokens (</s>...) attributes
     # when the name says "phi3", and SmolLM2's vocabulary has none of them.
     writer.add_name("synthetic checkpoint")
     HYPERPARAMETERS[arch](writer, config)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if streamed else gguf.LlamaFileType.ALL_F32)
     for key, value in tokenizer.items():
         _add_tokenizer_value(writer, key, value)
     for name, array in _converted_tensors(arch, config, weights):
         if array.dtype == np.uint8:  # MXFP4 blocks, as the converter copies gpt-oss's
             writer.add_tensor(name, array, raw_dtype=gguf.GGMLQuantizationType.MXFP4)
         else:
-            writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
+            half = streamed and array.ndim > 1  # the converter keeps vectors float32
+            dtype = np.float16 if half else np.float32
+            writer.add_tensor(name, np.ascontiguousarray(array, dtype=dtype))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

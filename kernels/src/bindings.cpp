@@ -88,6 +88,11 @@ NB_MODULE(_ext, m) {
         "group_size"_a, "bits"_a, nb::kw_only(), "stream"_a = nb::none(),
         "x @ dequantize(w, scales, biases).T in float32, as mx.quantized_matmul(transpose=True).");
 
+  m.def("gather_quantized_matmul", &ck::gather_quantized_matmul, "x"_a, "experts"_a, "w"_a,
+        "scales"_a, "biases"_a, "group_size"_a, "bits"_a, nb::kw_only(), "stream"_a = nb::none(),
+        "Each row of x [rows, K] times its expert's weights of w [E, N, K * bits / 32], as "
+        "mx.gather_qmm(transpose=True) over rows, in float32.");
+
   m.def("rms_norm", &ck::rms_norm, "x"_a, "weight"_a, "eps"_a, nb::kw_only(),
         "stream"_a = nb::none(), "mx.fast.rms_norm in float32, one pass per row.");
 

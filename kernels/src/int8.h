@@ -36,6 +36,8 @@ struct DirectInt8 {
   // x's rows, rounded and laid out for columns(), in the calling thread's buffer: valid
   // until its next product (as qmm.cpp's staged() for the float path).
   const uint8_t* (*stage)(const Problem& p);
+  // Bytes between two of stage()'s rows.
+  size_t (*row_bytes)(const Problem& p);
   // Output columns [n0, n1) of every row, from what stage() left.
   void (*columns)(const Problem& p, const uint8_t* staged, int n0, int n1);
 };

@@ -23,6 +23,11 @@ const uint8_t* stage(const Problem& p) {
   return buffer.data();
 }
 
+// Bytes between two staged rows (a product's staged rows take M of them).
+size_t row_bytes(const Problem& p) {
+  return Layout(p).stride;
+}
+
 constexpr int MAX_R = 4;  // rows a block takes at once
 // Columns a run holds: every block of rows goes over a run before the next run, so that its
 // weights (16 KiB at 2,048 4-bit features) come from memory for the first block of rows and

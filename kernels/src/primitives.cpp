@@ -181,6 +181,100 @@ mx::array quantized_matmul(
       {f32(x, stream), w, scales, biases});
 }
 
+namespace {
+
+size_t scale_bytes(ScaleType t) {
+  return t == ScaleType::F32 ? 4 : 2;
+}
+
+// The rows of x [R, K] through each row's expert of w [E, N, K * bits / 32] (scales, biases
+// [E, N, K / group]) into out [R, N]: rows grouped by expert (a counting sort), each group one
+// product, all of them run_gathered's. A row whose expert is out of range is left zero.
+void gathered_products(const std::vector<mx::array>& in, mx::array& out, int group, int bits) {
+  thread_local std::vector<float> gathered, xs, outs;
+  const int K = in[0].shape(-1), R = in[0].shape(0);
+  const int E = in[2].shape(0), N = in[2].shape(1);
+  const float* x = dense(in[0], gathered);
+  const int32_t* expert = in[1].data<int32_t>();
+  std::vector<int> first(E + 1, 0), order(R);
+  for (int r = 0; r < R; r++) {
+    if (expert[r] >= 0 && expert[r] < E) first[expert[r] + 1]++;
+  }
+  for (int e = 0; e < E; e++) first[e + 1] += first[e];
+  std::vector<int> next(first.begin(), first.end() - 1);
+  for (int r = 0; r < R; r++) {
+    if (expert[r] >= 0 && expert[r] < E) order[next[expert[r]]++] = r;
+  }
+  const int kept = first[E];
+  xs.resize(size_t(kept) * K);
+  outs.resize(size_t(kept) * N);
+  for (int i = 0; i < kept; i++) {
+    std::memcpy(xs.data() + size_t(i) * K, x + size_t(order[i]) * K, sizeof(float) * K);
+  }
+  const ScaleType type = scale_type(in[3].dtype());
+  const size_t w_bytes = size_t(N) * K * bits / 8, s_bytes = size_t(N) * (K / group) * scale_bytes(type);
+  std::vector<Problem> ps;
+  for (int e = 0; e < E; e++) {
+    const int m = first[e + 1] - first[e];
+    if (m == 0) continue;
+    ps.push_back({xs.data() + size_t(first[e]) * K, in[2].data<uint8_t>() + e * w_bytes,
+                  in[3].data<uint8_t>() + e * s_bytes, in[4].data<uint8_t>() + e * s_bytes, type,
+                  outs.data() + size_t(first[e]) * N, m, N, K, group, bits});
+  }
+  run_gathered(ps.data(), int(ps.size()), active_kernels());
+  float* y = out.data<float>();
+  std::memset(y, 0, out.nbytes());
+  for (int i = 0; i < kept; i++) {
+    std::memcpy(y + size_t(order[i]) * N, outs.data() + size_t(i) * N, sizeof(float) * N);
+  }
+}
+
+}  // namespace
+
+mx::array gather_quantized_matmul(
+    const mx::array& x,
+    const mx::array& experts,
+    const mx::array& w,
+    const mx::array& scales,
+    const mx::array& biases,
+    int group_size,
+    int bits,
+    mx::StreamOrDevice s) {
+  const char* op = "gather_quantized_matmul";
+  if (!supported(bits, group_size)) refuse(op, "bits 4 or 8 with groups 32, 64 or 128 only");
+  if (w.dtype() != mx::uint32 || w.ndim() != 3) refuse(op, "w must be a 3-D uint32 array");
+  const int E = w.shape(0), N = w.shape(1), K = w.shape(2) * 32 / bits;
+  if (x.ndim() != 2 || x.shape(1) != K) refuse(op, "x must be [rows, in_features of w]");
+  if (experts.ndim() != 1 || experts.shape(0) != x.shape(0)) {
+    refuse(op, "experts must be 1-D, one per row of x");
+  }
+  if (!mx::issubdtype(experts.dtype(), mx::integer)) refuse(op, "experts must be integers");
+  mx::Shape params_shape{E, N, K / group_size};
+  if (scales.shape() != params_shape || biases.shape() != params_shape) {
+    refuse(op, "scales and biases must be [experts, out_features, in_features / group_size]");
+  }
+  if (scales.dtype() != biases.dtype()) refuse(op, "scales and biases must share a dtype");
+  scale_type(scales.dtype());
+  auto stream = cpu_stream(op, s);
+  auto run = [group_size, bits](const std::vector<mx::array>& in, mx::array& out) {
+    for (size_t i = 2; i < in.size(); i++) {
+      if (!in[i].flags().row_contiguous) {
+        throw std::runtime_error("[cpu_kernels.gather_quantized_matmul] weights must be contiguous");
+      }
+    }
+    if (in[0].size() > 0 && out.shape(-1) > 0) gathered_products(in, out, group_size, bits);
+  };
+  // The experts contiguous int32 (a 1-D copy at most: one index per row).
+  auto index = mx::contiguous(mx::astype(experts, mx::int32, stream), false, stream);
+  return make(
+      {x.shape(0), N},
+      stream,
+      "CpuGatherQuantizedMatmul",
+      {float(group_size), float(bits)},
+      run,
+      {f32(x, stream), index, w, scales, biases});
+}
+
 mx::array rms_norm(const mx::array& x, const mx::array& weight, float eps, mx::StreamOrDevice s) {
   const char* op = "rms_norm";
   if (x.ndim() < 1 || weight.ndim() != 1 || weight.shape(0) != x.shape(-1)) {

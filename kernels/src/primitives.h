@@ -25,6 +25,19 @@ mx::array quantized_matmul(
     int bits,
     mx::StreamOrDevice s = {});
 
+// x [rows, K] times each row's expert of stacked quantized weights w [E, N, K * bits / 32]
+// (scales, biases [E, N, K / group_size]): out[r] = x[r] @ dequantize(w[experts[r]]).T, as
+// mx.gather_qmm(transpose=True) over rows, float32 [rows, N].
+mx::array gather_quantized_matmul(
+    const mx::array& x,
+    const mx::array& experts,
+    const mx::array& w,
+    const mx::array& scales,
+    const mx::array& biases,
+    int group_size,
+    int bits,
+    mx::StreamOrDevice s = {});
+
 // As mx.fast.rms_norm(x, weight, eps).
 mx::array rms_norm(const mx::array& x, const mx::array& weight, float eps, mx::StreamOrDevice s = {});
 

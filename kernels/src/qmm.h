@@ -60,5 +60,9 @@ void run_product(const Problem& p, const Kernels& kernels);
 // in one split over all their columns: one hand-off to the pool instead of one each, and the
 // threads share out the columns of all of them. Each column's arithmetic is run_product's.
 void run_products(const Problem* ps, int count, const Kernels& kernels);
+// Products over different weights of one shape (a mixture's experts: K, N, bits and group
+// alike), each with its own rows (gathered.cpp). Those with few rows share one split over all
+// their columns; each column's arithmetic is run_product's.
+void run_gathered(const Problem* ps, int count, const Kernels& kernels);
 
 }  // namespace cpu_kernels

@@ -15,7 +15,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm import load, stream_generate
 
-from inference.engine import compute_format
+from inference.engine import compute_format, cpu
 from inference.engine.batching import ModelRunner
 from inference.engine.chunked import OneChunkModel
 from inference.engine.config import EngineConfig
@@ -69,6 +69,17 @@ def alone(loaded: LoadedModel, text: str, max_tokens: int) -> list[int]:
         make_sequence(loaded, ids_of(loaded, text), greedy(max_tokens)),
     )
     return outcome.tokens
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_architecture_computes_its_stored_weights_in_the_kernels(models, name):
+    """None in float32 or on MLX's scalar quantized path: the kernels take a mixture's
+    experts (gathered products) and MLA's per-head matrices too, so auto keeps the stored
+    4-bit weights, untimed."""
+    loaded = models(name)
+    assert (loaded.compute_format, loaded.kernels) == ("stored", True)
+    assert loaded.format_reason == compute_format.ALL_IN_KERNELS
+    assert not cpu.on_mlx_path(loaded.model)
 
 
 @pytest.mark.parametrize("name", NAMES)

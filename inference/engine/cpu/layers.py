@@ -13,6 +13,8 @@ from collections import Counter
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_unflatten
+from mlx_lm.models.mla import MultiLinear, QuantizedMultiLinear
+from mlx_lm.models.switch_layers import QuantizedSwitchLinear, SwitchLinear
 
 from inference.engine.cpu import hooks
 from inference.engine.cpu.ext import ext
@@ -20,15 +22,18 @@ from inference.engine.cpu.ext import ext
 log = logging.getLogger(__name__)
 
 BITS = (4, 8)
+# mlx-lm's quantized layers of stacked matrices: a mixture's experts, MLA's per-head matrices.
+STACKED = (QuantizedSwitchLinear, QuantizedMultiLinear)
 GROUPS = (32, 64, 128)
 
 
 def supports_quantized(module: nn.Module) -> bool:
     """Whether the kernels take this quantized layer (affine 4 or 8 bits, groups 32-128)."""
     return (
-        isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding))
+        isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding, *STACKED))
         and getattr(module, "mode", "affine") == "affine"
         and module.get("biases") is not None
+        and module.get("global_scale") is None
         and module.bits in BITS
         and module.group_size in GROUPS
     )
@@ -51,7 +56,7 @@ class QuantizedKernelLayer(nn.Module):
 
 
 # Every quantized layer a model may hold: MLX's own and the kernels'.
-QUANTIZED_LAYERS = (nn.QuantizedLinear, nn.QuantizedEmbedding, QuantizedKernelLayer)
+QUANTIZED_LAYERS = (nn.QuantizedLinear, nn.QuantizedEmbedding, *STACKED, QuantizedKernelLayer)
 
 
 class KernelLinear(QuantizedKernelLayer):
@@ -78,6 +83,58 @@ class KernelEmbedding(QuantizedKernelLayer):
 
     def as_linear(self, x: mx.array) -> mx.array:
         return _matmul(self, x)
+
+
+def _gathered(module: nn.Module, x: mx.array, indices: mx.array) -> mx.array:
+    """As mx.gather_qmm(x, w, rhs_indices=indices, transpose=True) over stacked matrices
+    w [E, N, K]: x [..., M, K] and indices broadcast over the leading axes; out [*batch, M, N]."""
+    batch = mx.broadcast_shapes(x.shape[:-2], indices.shape)
+    rows, features = x.shape[-2:]
+    x = mx.broadcast_to(x, (*batch, rows, features)).reshape(-1, features)
+    experts = mx.broadcast_to(indices[..., None], (*batch, rows)).reshape(-1)
+    y = ext.gather_quantized_matmul(
+        x,
+        experts,
+        module["weight"],
+        module["scales"],
+        module["biases"],
+        module.group_size,
+        module.bits,
+    )
+    return y.reshape(*batch, rows, -1)
+
+
+class KernelSwitchLinear(QuantizedKernelLayer):
+    """mlx-lm's QuantizedSwitchLinear (a mixture's stacked experts) in the kernels: each row
+    of x through the expert `indices` picks for it, the rows of a step grouped by expert."""
+
+    def __init__(self, source: QuantizedSwitchLinear) -> None:
+        super().__init__(source)
+        if "bias" in source:
+            self.bias = source.bias.astype(mx.float32)
+
+    def __call__(self, x: mx.array, indices: mx.array, sorted_indices: bool = False) -> mx.array:
+        # `sorted_indices` is a hint for MLX's kernel; the kernels group rows by expert.
+        del sorted_indices
+        y = _gathered(self, x, indices)
+        if "bias" in self:
+            y = y + mx.expand_dims(self["bias"][indices], -2)
+        return y
+
+
+class KernelMultiLinear(QuantizedKernelLayer):
+    """mlx-lm's QuantizedMultiLinear (MLA's per-head matrices w [H, N, K]) in the kernels:
+    x [..., H, L, K] times each head's matrix is the gathered product with one expert per
+    head. Transposed the other way (x [..., L, N] @ w[h], a prompt's keys from the latent)
+    it dequantizes once per call and multiplies in float32 (BLAS), not MLX's scalar loop."""
+
+    def __call__(self, x: mx.array, transpose: bool = True) -> mx.array:
+        if transpose:
+            return _gathered(self, x, mx.arange(self["weight"].shape[0]))
+        w = mx.dequantize(
+            self["weight"], self["scales"], self["biases"], self.group_size, self.bits
+        )
+        return x.astype(mx.float32) @ w.astype(mx.float32)
 
 
 class KernelRMSNorm(nn.Module):
@@ -123,6 +180,10 @@ def _replacement(module: nn.Module) -> nn.Module | None:
         return KernelLinear(module)
     if isinstance(module, nn.QuantizedEmbedding) and supports_quantized(module):
         return KernelEmbedding(module)
+    if isinstance(module, QuantizedSwitchLinear) and supports_quantized(module):
+        return KernelSwitchLinear(module)
+    if isinstance(module, QuantizedMultiLinear) and supports_quantized(module):
+        return KernelMultiLinear(module)
     # Exact classes only: subclasses (Gemma's 1 + weight norm, scaled RoPEs) compute otherwise.
     if type(module) is nn.RMSNorm:
         return KernelRMSNorm(module)
@@ -171,14 +232,28 @@ def accelerate(model: nn.Module) -> Counter:
 
 
 def _dense(module: nn.Module) -> nn.Module | None:
-    """A float32 nn.Linear or nn.Embedding with the quantized layer's weights."""
+    """A float32 nn.Linear, nn.Embedding, SwitchLinear or MultiLinear with the quantized
+    layer's weights."""
     if not isinstance(module, QUANTIZED_LAYERS):
         return None
     weight = mx.dequantize(
-        module["weight"], module["scales"], module["biases"], module.group_size, module.bits
+        module["weight"],
+        module["scales"],
+        module.get("biases"),
+        module.group_size,
+        module.bits,
+        mode=getattr(module, "mode", "affine"),
     ).astype(mx.float32)
     if isinstance(module, (KernelEmbedding, nn.QuantizedEmbedding)):
         dense = nn.Embedding(*weight.shape)
+    elif isinstance(module, (KernelSwitchLinear, QuantizedSwitchLinear)):
+        experts, outputs, inputs = weight.shape
+        dense = SwitchLinear(inputs, outputs, experts, bias="bias" in module)
+        if "bias" in module:
+            dense.bias = module["bias"].astype(mx.float32)
+    elif isinstance(module, (KernelMultiLinear, QuantizedMultiLinear)):
+        heads, outputs, inputs = weight.shape
+        dense = MultiLinear(inputs, outputs, heads)
     else:
         dense = nn.Linear(weight.shape[1], weight.shape[0], bias="bias" in module)
         if "bias" in module:
