@@ -5,7 +5,7 @@ matmuls are scalar loops, so without the CPU kernels (kernels/) `auto` dequantiz
 float32 for OpenBLAS when that fits the pool's budget. With the kernels, the stored 4- and
 8-bit weights are read at memory speed and several times smaller: `auto` keeps them when the
 kernels take every quantized layer; where some are left to MLX's path (other bit widths,
-stacked experts) it times decode steps at load (`measure`) and keeps the faster format (the
+MX/NV float modes) it times decode steps at load (`measure`) and keeps the faster format (the
 stored one when float32 does not fit), a verdict later loads reuse (format_verdicts: across
 restarts when the engine keeps a file). Either way the kernels' fused norms, RoPE and
 attention are swapped in.

@@ -51,17 +51,6 @@ size_t stage_into(const Part& part, const Kernels& kernels, std::vector<uint8_t>
   return part.at + aligned(bytes);
 }
 
-// The direct path as auto takes it for an expert: up to its row bound at any width. (A dense
-// layer's short rows take the float path on AVX2, whose steps measured faster there; an
-// expert's 768 features read 1.5x faster direct: 0.49 against 0.74 ms for eight experts'
-// 2048x768 down projections, 4-bit.)
-const DirectInt8* expert_direct(const Problem& p, const Kernels& kernels) {
-  const DirectInt8* chosen = direct_choice(p, kernels);
-  if (chosen != nullptr || int8_mode() != Int8Mode::Auto) return chosen;
-  const DirectInt8* k = direct_kernels_for(kernels);
-  return k != nullptr && p.M <= k->max_rows ? k : nullptr;
-}
-
 }  // namespace
 
 void run_gathered(const Problem* ps, int count, const Kernels& kernels) {
@@ -69,7 +58,13 @@ void run_gathered(const Problem* ps, int count, const Kernels& kernels) {
   for (int i = 0; i < count; i++) {
     const Problem& p = ps[i];
     if (p.M <= 0 || p.N <= 0) continue;
-    const DirectInt8* direct = expert_direct(p, kernels);
+    // The direct path up to its row bound at any width. (A dense layer's short rows take the
+    // float path on AVX2, whose steps measured faster there; an expert's 768 features read
+    // 1.5x faster direct: 0.49 against 0.74 ms for eight experts' 2048x768 down projections,
+    // 4-bit.) The bound is on the rows auto decides by: under use_int8_rows(n) (a speculative
+    // verification of n rows) every expert takes the path of a plain step of n rows, whose
+    // experts hold at most n rows each.
+    const DirectInt8* direct = direct_choice(p, kernels, true);
     if (direct == nullptr && (panels_choice(p, kernels) || int8_choice(p, kernels))) {
       run_product(p, kernels);  // many rows: a split of its own pays for itself
       continue;

@@ -65,7 +65,8 @@ const Int8Kernels* int8_kernels_for(const Kernels& kernels);
 
 // Whether this product takes the tiled integer path, and with which kernels (nullptr: not).
 const Int8Kernels* int8_choice(const Problem& p, const Kernels& kernels);
-// Whether it takes the direct integer path (nullptr: not).
-const DirectInt8* direct_choice(const Problem& p, const Kernels& kernels);
+// Whether it takes the direct integer path (nullptr: not); `any_width`: whatever its input
+// features (a mixture's experts: gathered.cpp says why).
+const DirectInt8* direct_choice(const Problem& p, const Kernels& kernels, bool any_width = false);
 
 }  // namespace cpu_kernels

@@ -154,13 +154,14 @@ const DirectInt8* direct_kernels_for(const Kernels& kernels) {
   return nullptr;
 }
 
-const DirectInt8* direct_choice(const Problem& p, const Kernels& kernels) {
+const DirectInt8* direct_choice(const Problem& p, const Kernels& kernels, bool any_width) {
   const Int8Mode mode = int8_mode();
   if (mode != Int8Mode::Auto && mode != Int8Mode::Direct) return nullptr;
   const DirectInt8* k = direct_kernels_for(kernels);
   if (k == nullptr) return nullptr;
   if (mode == Int8Mode::Direct) return k;
-  return deciding_rows(p) <= k->max_rows && p.K >= k->min_features ? k : nullptr;
+  const bool wide = any_width || p.K >= k->min_features;
+  return deciding_rows(p) <= k->max_rows && wide ? k : nullptr;
 }
 
 const Panels* panels_for(const Kernels& kernels) {

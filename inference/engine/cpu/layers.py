@@ -194,8 +194,8 @@ def _replacement(module: nn.Module) -> nn.Module | None:
 
 def on_mlx_path(model: nn.Module) -> Counter[str]:
     """The quantized layers left to MLX's own (scalar, on a CPU) quantized matmuls once the
-    kernels' are swapped in, by kind: those the kernels do not take (other bit widths or
-    groups) and what they have no layer for (mlx-lm's stacked experts)."""
+    kernels' are swapped in, by kind: those the kernels do not take (other bit widths,
+    groups or modes) and what they have no layer for."""
     left = Counter()
     for _, module in model.named_modules():
         own = isinstance(module, QuantizedKernelLayer)

@@ -77,6 +77,23 @@ def test_a_row_gets_the_same_result_whatever_the_other_rows_and_their_experts():
         assert mx.array_equal(part, whole[rows])
 
 
+def test_a_verification_computes_each_row_as_the_plain_step_would():
+    """Speculative verification feeds n rows with their drafts under use_int8_rows(n): an
+    expert that now holds more rows than the direct path's bound must still compute them as
+    the plain step of n rows (at most n rows an expert) did."""
+    w, s, b = stacked(4, 64, 768, 4, 64, mx.float16, seed=7)  # an expert's down projection
+    x = mx.random.normal((40, 768), key=mx.random.key(8))
+    experts = mx.zeros((40,), dtype=mx.int32)  # every row through expert 0
+    plain = [ck.gather_quantized_matmul(x[i : i + 2], experts[:2], w, s, b, 64, 4) for i in (0, 38)]
+    ck.use_int8_rows(2)
+    try:
+        verified = ck.gather_quantized_matmul(x, experts, w, s, b, 64, 4)
+        mx.eval(verified)  # the setting applies where the product runs
+    finally:
+        ck.use_int8_rows(0)
+    assert mx.array_equal(verified[:2], plain[0]) and mx.array_equal(verified[38:], plain[1])
+
+
 def test_a_row_whose_expert_is_out_of_range_is_left_zero():
     w, s, b = stacked(4, 32, 128, 4, 64, mx.float16, seed=3)
     x = mx.random.normal((3, 128), key=mx.random.key(4))
