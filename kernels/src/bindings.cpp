@@ -24,6 +24,11 @@ ck::Linear linear(const PyLinear& l) {
   return ck::Linear{std::get<0>(l), std::get<1>(l), std::get<2>(l), std::get<3>(l), std::get<4>(l)};
 }
 
+std::optional<ck::Linear> maybe_linear(const std::optional<PyLinear>& l) {
+  if (!l) return std::nullopt;
+  return linear(*l);
+}
+
 ck::RopeSpec rope_spec(int dims, bool traditional, float base, float scale) {
   return ck::RopeSpec{dims, traditional, base, scale};
 }
@@ -59,24 +64,28 @@ void bind_layer(nb::module_& m) {
       "decoder_layer",
       [](const ck::mx::array& x, const ck::mx::array& keys, const ck::mx::array& values,
          int n_keys, const ck::mx::array& offset, PyMask mask, const ck::mx::array& norm_attn,
-         const ck::mx::array& norm_mlp, const PyLinear& q, const PyLinear& o, const PyLinear& gate,
-         const PyLinear& up, const PyLinear& down, int q_heads, float eps_attn, float eps_mlp,
+         const ck::mx::array& norm_mlp, const PyLinear& q, const PyLinear& o,
+         const std::optional<PyLinear>& gate, const std::optional<PyLinear>& up,
+         const std::optional<PyLinear>& down, int q_heads, float eps_attn, float eps_mlp,
          float scale, int rope_dims, bool traditional, float base, float rope_scale,
          std::optional<ck::mx::array> q_norm, float q_eps, ck::mx::StreamOrDevice s) {
         ck::LayerSpec spec{eps_attn, eps_mlp, scale, q_heads,
                            rope_spec(rope_dims, traditional, base, rope_scale)};
         return ck::decoder_layer(x, keys, values, n_keys, offset, mask_of(mask), norm_attn,
-                                 norm_mlp, linear(q), linear(o), linear(gate), linear(up),
-                                 linear(down), spec, ck::HeadNorm{q_norm, q_eps}, s);
+                                 norm_mlp, linear(q), linear(o), maybe_linear(gate),
+                                 maybe_linear(up), maybe_linear(down), spec,
+                                 ck::HeadNorm{q_norm, q_eps}, s);
       },
       "x"_a, "keys"_a, "values"_a, "n_keys"_a, "offset"_a, "mask"_a.none(), "norm_attn"_a,
-      "norm_mlp"_a, "q"_a, "o"_a, "gate"_a, "up"_a, "down"_a, nb::kw_only(), "q_heads"_a,
+      "norm_mlp"_a, "q"_a, "o"_a, "gate"_a.none(), "up"_a.none(), "down"_a.none(), nb::kw_only(),
+      "q_heads"_a,
       "eps_attn"_a, "eps_mlp"_a, "scale"_a, "rope_dims"_a = 0, "traditional"_a = false,
       "base"_a = 10000.0f, "rope_scale"_a = 1.0f, "q_norm"_a = nb::none(), "q_eps"_a = 1e-6f,
       "stream"_a = nb::none(),
       "The rest of a llama (or Qwen3: q_norm, its query head norm) decoder layer after "
       "project_kv: query, attention over keys/values[:, :, :n_keys], output projection, "
-      "SwiGLU MLP, both residuals.");
+      "SwiGLU MLP, both residuals; gate, up and down None: the attention's residual sum only "
+      "(norm_mlp unused).");
 }
 
 }  // namespace

@@ -320,6 +320,7 @@ struct LayerRun {
   int groups[5], bits[5];  // q, o, gate, up, down
   int q_norm_at = -1, mask_at = -1;
   float q_eps = 0.0f;
+  bool mlp = true;  // else the output is h, the attention's residual sum
 
   void operator()(const std::vector<mx::array>& in, mx::array& out, bool) const;
   void attention(const std::vector<mx::array>& in, const float* q, float* att) const;
@@ -377,6 +378,10 @@ void LayerRun::operator()(const std::vector<mx::array>& in, mx::array& out, bool
   product(in, O, groups[1], bits[1], merged, M, oy.data());
   h.resize(oy.size());
   for (size_t i = 0; i < h.size(); i++) h[i] = x[i] + oy[i];
+  if (!mlp) {
+    std::memcpy(out.data<float>(), h.data(), sizeof(float) * h.size());
+    return;
+  }
   rms_norm_f32(h.data(), dense(in[NORM_MLP], gw2), xn.data(), M, Dm, spec.eps_mlp);
   const int F = in[GATE].shape(0);
   g.resize(size_t(M) * F);
@@ -393,10 +398,17 @@ void LayerRun::operator()(const std::vector<mx::array>& in, mx::array& out, bool
   for (size_t i = 0; i < d.size(); i++) result[i] = h[i] + d[i];
 }
 
+void check_mlp(const char* op, int Dm, const Linear& gate, const Linear& up, const Linear& down) {
+  check_linear(op, gate, Dm, "gate");
+  check_linear(op, up, Dm, "up");
+  if (gate.w.shape(0) != up.w.shape(0)) refuse(op, "gate and up must give as many features");
+  check_linear(op, down, gate.w.shape(0), "down");
+  if (down.w.shape(0) != Dm) refuse(op, "down must give D features");
+}
+
 void check_layer(const char* op, const mx::array& x, const mx::array& keys,
                  const mx::array& values, int n_keys, const mx::array& norm_attn,
-                 const mx::array& norm_mlp, const Linear& q, const Linear& o,
-                 const Linear& gate, const Linear& up, const Linear& down, int q_heads) {
+                 const mx::array& norm_mlp, const Linear& q, const Linear& o, int q_heads) {
   if (x.ndim() != 3 || keys.ndim() != 4 || values.ndim() != 4) {
     refuse(op, "x must be [B, L, D], keys and values [B, Hkv, S, D]");
   }
@@ -416,11 +428,7 @@ void check_layer(const char* op, const mx::array& x, const mx::array& keys,
   check_linear(op, q, Dm, "q");
   if (q.w.shape(0) != q_heads * keys.shape(3)) refuse(op, "q must give q_heads x head size");
   check_linear(op, o, q_heads * values.shape(3), "o");
-  check_linear(op, gate, Dm, "gate");
-  check_linear(op, up, Dm, "up");
-  if (o.w.shape(0) != Dm || gate.w.shape(0) != up.w.shape(0)) refuse(op, "o, gate, up shapes");
-  check_linear(op, down, gate.w.shape(0), "down");
-  if (down.w.shape(0) != Dm) refuse(op, "down must give D features");
+  if (o.w.shape(0) != Dm) refuse(op, "o must give D features");
 }
 
 }  // namespace
@@ -436,15 +444,19 @@ mx::array decoder_layer(
     const mx::array& norm_mlp,
     const Linear& q,
     const Linear& o,
-    const Linear& gate,
-    const Linear& up,
-    const Linear& down,
+    const std::optional<Linear>& gate,
+    const std::optional<Linear>& up,
+    const std::optional<Linear>& down,
     const LayerSpec& spec,
     const HeadNorm& q_norm,
     mx::StreamOrDevice s) {
   const char* op = "decoder_layer";
-  check_layer(op, x, keys, values, n_keys, norm_attn, norm_mlp, q, o, gate, up, down,
-              spec.q_heads);
+  check_layer(op, x, keys, values, n_keys, norm_attn, norm_mlp, q, o, spec.q_heads);
+  const bool mlp = gate.has_value();
+  if (up.has_value() != mlp || down.has_value() != mlp) {
+    refuse(op, "gate, up and down must be given together (or none: no MLP)");
+  }
+  if (mlp) check_mlp(op, x.shape(2), *gate, *up, *down);
   const int D = keys.shape(3);
   if (spec.rope.dims < 0 || spec.rope.dims % 2 || spec.rope.dims > D) {
     refuse(op, "rope dims must be even and <= head size");
@@ -456,9 +468,12 @@ mx::array decoder_layer(
   auto stream = cpu_stream(op, s);
   std::vector<mx::array> inputs{f32(x, stream), keys, values, mx::astype(offset, mx::int32, stream),
                                 f32(norm_attn, stream), f32(norm_mlp, stream)};
-  for (const Linear* l : {&q, &o, &gate, &up, &down}) push_linear(inputs, *l);
+  std::vector<const Linear*> linears{&q, &o};
+  if (mlp) linears.insert(linears.end(), {&*gate, &*up, &*down});
+  for (const Linear* l : linears) push_linear(inputs, *l);
   mx::Shape target{x.shape(0), spec.q_heads, x.shape(1), n_keys};
   LayerRun run{spec, n_keys, MaskKind::None, {}, {}};
+  run.mlp = mlp;
   if (q_norm.weight) {
     run.q_norm_at = int(inputs.size());
     run.q_eps = q_norm.eps;
@@ -466,12 +481,11 @@ mx::array decoder_layer(
   }
   run.kind = layer_mask(op, mask, target, stream, inputs);
   if (run.kind == MaskKind::Bool || run.kind == MaskKind::Additive) run.mask_at = int(inputs.size()) - 1;
-  const Linear* linears[5] = {&q, &o, &gate, &up, &down};
   std::vector<float> params{spec.eps_attn, spec.eps_mlp, spec.scale, float(spec.q_heads),
                             float(n_keys), float(run.kind), float(spec.rope.dims),
                             float(spec.rope.traditional), spec.rope.base, spec.rope.scale,
-                            float(run.q_norm_at), run.q_eps};
-  for (int i = 0; i < 5; i++) {
+                            float(run.q_norm_at), run.q_eps, float(mlp)};
+  for (size_t i = 0; i < linears.size(); i++) {
     run.groups[i] = linears[i]->group_size;
     run.bits[i] = linears[i]->bits;
     params.insert(params.end(), {float(run.groups[i]), float(run.bits[i])});

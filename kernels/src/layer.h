@@ -58,7 +58,8 @@ struct LayerSpec {
 };
 
 // h = x + o(attention(rope(q_norm(q(norm(x)))), keys[:, :, :n_keys], values[:, :, :n_keys], mask));
-// out = h + down(silu(gate(norm'(h))) * up(norm'(h))). Keys and values float16 or float32
+// out = h + down(silu(gate(norm'(h))) * up(norm'(h))), or h itself without gate, up and down
+// (a block whose MLP is not a dense SwiGLU: a mixture of experts). Keys and values float16 or float32
 // [B, Hkv, S >= n_keys, D], the last axis contiguous; mask None, "causal", or a boolean or
 // additive array broadcastable to [B, Hq, L, n_keys].
 mx::array decoder_layer(
@@ -72,9 +73,9 @@ mx::array decoder_layer(
     const mx::array& norm_mlp,
     const Linear& q,
     const Linear& o,
-    const Linear& gate,
-    const Linear& up,
-    const Linear& down,
+    const std::optional<Linear>& gate,
+    const std::optional<Linear>& up,
+    const std::optional<Linear>& down,
     const LayerSpec& spec,
     const HeadNorm& q_norm = {},
     mx::StreamOrDevice s = {});

@@ -8,8 +8,10 @@ are all the kernels' (quantized linears without bias, RMSNorm, plain RoPE) becom
 KV cache's buffer (`project_kv`, donating it as MLX's slice update would), and one
 `decoder_layer` primitive computes the rest. Qwen3's blocks are llama's plus an RMSNorm of
 each query and key head before RoPE (q_norm, k_norm), which the primitives take as head norms
-(`FusedQwen3Block`). The same kernels run in the same order on the same values, so the result
-is bit-for-bit the per-op path's (tests compare them).
+(`FusedQwen3Block`). A block whose MLP is something else (Qwen3-MoE's mixture of experts,
+`FusedQwen3MoeBlock`) has its attention fused the same way, the primitive stopping at the
+attention's residual sum, and its own MLP after. The same kernels run in the same order on the
+same values, so the result is bit-for-bit the per-op path's (tests compare them).
 
 Anything else (another cache class, a cache that must grow this step, kernels turned off, a
 float16 input, layers swapped back to float32 for timing) runs mlx-lm's own code unchanged.
@@ -22,7 +24,7 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models import llama, qwen3
+from mlx_lm.models import llama, qwen3, qwen3_moe
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from inference.engine.cpu import layers
@@ -44,10 +46,11 @@ def use_fused(on: bool) -> None:
     _switch["on"] = on
 
 
-def _parts(block: nn.Module) -> tuple | None:
+def _parts(block: nn.Module, dense_mlp: bool = True) -> tuple | None:
     """The block's linears as the kernels take them (weight, scales, biases, group size,
-    bits), norms and RoPE, when all are the kernels' (else None). One loop, no helpers: it
-    runs for every layer of every step."""
+    bits), norms and RoPE, when all are the kernels' (else None); without `dense_mlp`, the
+    MLP's three are None (the block's own MLP runs after the attention). One loop, no
+    helpers: it runs for every layer of every step."""
     attn, mlp = block["self_attn"], block["mlp"]
     norm, norm_mlp = block["input_layernorm"], block["post_attention_layernorm"]
     rope = attn.get("rope")
@@ -55,13 +58,15 @@ def _parts(block: nn.Module) -> tuple | None:
         return None
     if type(rope) is not KernelRoPE:
         return None
+    modules = [attn["q_proj"], attn["k_proj"], attn["v_proj"], attn["o_proj"]]
+    if dense_mlp:
+        modules += [mlp.get("gate_proj"), mlp.get("up_proj"), mlp.get("down_proj")]
     linears = []
-    for m in (attn["q_proj"], attn["k_proj"], attn["v_proj"], attn["o_proj"], mlp["gate_proj"],
-              mlp["up_proj"], mlp["down_proj"]):  # fmt: skip
+    for m in modules:
         if type(m) is not KernelLinear or "bias" in m:
             return None
         linears.append((m["weight"], m["scales"], m["biases"], m.group_size, m.bits))
-    return linears, (norm, norm_mlp), rope
+    return linears + [None] * (7 - len(linears)), (norm, norm_mlp), rope
 
 
 def _fits(x: mx.array, mask: Any, cache: Any) -> bool:
@@ -118,12 +123,14 @@ def _fused_call(block: nn.Module, x: mx.array, mask: Any, cache: Any, parts: tup
     cache.offset = cache.offset + length
     if batched:
         cache._idx += length
-    return ext.decoder_layer(
+    h = ext.decoder_layer(
         x, keys, values, start + length, offset, mask, weight, norm_mlp["weight"],
         q, o, gate, up, down,
         q_heads=attn.n_heads, eps_attn=norm.eps, eps_mlp=norm_mlp.eps, scale=attn.scale,
         **turn, **heads["q"],
     )  # fmt: skip
+    # Without the MLP's linears the primitive stopped at the attention's residual sum.
+    return h if gate is not None else h + block["mlp"](norm_mlp(h))
 
 
 class _FusedBlock:
@@ -136,7 +143,7 @@ class _FusedBlock:
         return _NO_HEAD_NORMS
 
     def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
-        parts = _parts(self) if _fits(x, mask, cache) else None
+        parts = _parts(self) or _parts(self, dense_mlp=False) if _fits(x, mask, cache) else None
         heads = self.head_norms(self) if parts is not None else None
         if heads is None:
             return super().__call__(x, mask, cache)
@@ -154,12 +161,22 @@ class FusedQwen3Block(_FusedBlock, qwen3.TransformerBlock):
     head_norms = staticmethod(_head_norms)
 
 
+class FusedQwen3MoeBlock(_FusedBlock, qwen3_moe.Qwen3MoeDecoderLayer):
+    """mlx-lm's Qwen3-MoE decoder layer (Qwen3-30B-A3B, Qwen3-Coder): Qwen3's attention through
+    the fused kernels, then its mixture of experts as mlx-lm computes it (the experts are the
+    kernels' gathered products); its dense layers (mlp_only_layers) wholly fused."""
+
+    head_norms = staticmethod(_head_norms)
+
+
 # mlx-lm's block class -> its fused class.
 _FUSABLE = {
     llama.TransformerBlock: FusedLlamaBlock,
     FusedLlamaBlock: FusedLlamaBlock,
     qwen3.TransformerBlock: FusedQwen3Block,
     FusedQwen3Block: FusedQwen3Block,
+    qwen3_moe.Qwen3MoeDecoderLayer: FusedQwen3MoeBlock,
+    FusedQwen3MoeBlock: FusedQwen3MoeBlock,
 }
 
 
@@ -171,7 +188,9 @@ def install(model: nn.Module) -> Counter:
         return fused
     for _, module in model.named_modules():
         target = _FUSABLE.get(type(module))
-        if target is None or not _parts(module) or target.head_norms(module) is None:
+        if target is None or target.head_norms(module) is None:
+            continue
+        if not (_parts(module) or _parts(module, dense_mlp=False)):
             continue
         module.__class__ = target
         fused[target.__name__] += 1

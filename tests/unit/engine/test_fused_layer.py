@@ -1,8 +1,9 @@
-"""The fused llama and Qwen3 layers (cpu/fused.py: the kernels' project_kv and decoder_layer,
-Qwen3's with its query and key head norms) give the per-op path's logits bit for bit: one
-sequence and a left-padded batch, float16 and float32 K/V, prompts read in chunks (causal
-masks), decode across a cache buffer's growth (which takes mlx-lm's path), and two caches
-sharing one buffer (no write may reach the other)."""
+"""The fused llama, Qwen3 and Qwen3-MoE layers (cpu/fused.py: the kernels' project_kv and
+decoder_layer, Qwen3's with its query and key head norms, Qwen3-MoE's attention before its
+experts) give the per-op path's logits bit for bit: one sequence and a left-padded batch,
+float16 and float32 K/V, prompts read in chunks (causal masks), decode across a cache buffer's
+growth (which takes mlx-lm's path), and two caches sharing one buffer (no write may reach the
+other)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ import cpu_kernels as ck
 import mlx.core as mx
 import mlx.nn as nn
 import pytest
-from mlx_lm.models import llama, qwen3
+from mlx_lm.models import llama, qwen3, qwen3_moe
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from inference.engine import cpu
-from inference.engine.cpu.fused import FusedLlamaBlock, FusedQwen3Block
+from inference.engine.cpu.fused import FusedLlamaBlock, FusedQwen3Block, FusedQwen3MoeBlock
 from inference.engine.kv import Float16BatchKVCache, Float16KVCache
 
 ISAS = [isa for isa in ("avx512", "avx2", "generic") if ck.use_isa(isa)]
@@ -38,7 +39,17 @@ ARGS = {
 # Qwen3: llama's shape with explicit head size, and a query and key RMSNorm per head.
 QWEN3_ARGS = {**ARGS, "model_type": "qwen3", "head_dim": 64, "rope_theta": 1e6,
               "max_position_embeddings": 4096}  # fmt: skip
-FAMILIES = {"llama": (llama, ARGS, FusedLlamaBlock), "qwen3": (qwen3, QWEN3_ARGS, FusedQwen3Block)}
+# Qwen3-MoE: Qwen3's attention, a mixture of experts after it (its own code, the experts the
+# kernels' gathered products); layer 1 dense (mlp_only_layers), wholly fused.
+QWEN3_MOE_ARGS = {**QWEN3_ARGS, "model_type": "qwen3_moe", "num_experts": 8,
+                  "num_experts_per_tok": 2, "moe_intermediate_size": 128,
+                  "decoder_sparse_step": 1, "mlp_only_layers": [1],
+                  "norm_topk_prob": True}  # fmt: skip
+FAMILIES = {
+    "llama": (llama, ARGS, FusedLlamaBlock),
+    "qwen3": (qwen3, QWEN3_ARGS, FusedQwen3Block),
+    "qwen3_moe": (qwen3_moe, QWEN3_MOE_ARGS, FusedQwen3MoeBlock),
+}
 
 
 def build(bits: int, family: str = "llama") -> nn.Module:
