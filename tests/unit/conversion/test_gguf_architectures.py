@@ -11,7 +11,7 @@ import contextlib
 import json
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -861,3 +861,50 @@ def test_gemma3n_refuses_what_llama_cpp_fixes(
     with pytest.raises(UnsupportedGGUF, match=message):
         convert_gguf(source, tmp_path / "imported")
     assert not (tmp_path / "imported").exists()
+
+
+class _MadeWhenAsked(Mapping):
+    """A checkpoint whose tensors are made when the writer asks (bench/real_width_peers.py's
+    random weights, larger than memory); counts how many it made."""
+
+    def __init__(self, weights: dict[str, np.ndarray]) -> None:
+        self.weights, self.made = weights, 0
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        self.made += 1
+        return self.weights[name].copy()
+
+    def __iter__(self):
+        return iter(self.weights)
+
+    def __len__(self) -> int:
+        return len(self.weights)
+
+
+def test_a_streamed_write_holds_the_same_tensors_with_matrices_in_float16(
+    tokenizer_metadata, tmp_path
+):
+    """The benchmark writes a 30B-A3B-width checkpoint tensor by tensor (`streamed`): each
+    tensor made once when the writer reaches it, under the plain write's names and shapes,
+    matrices in float16 (llama-quantize reads them as the converter's f16 output), vectors in
+    float32."""
+    from gguf import GGMLQuantizationType, GGUFReader
+
+    case = next(c for c in CASES if c.id == "qwen3moe")
+    config = {**COMMON, **case.config}
+    weights = {name: np.array(value) for name, value in _parameters(build_model(config, 0)).items()}
+    tokenizer = small_vocabulary(tokenizer_metadata, 512)
+    plain = write_gguf(tmp_path / "plain.gguf", case.arch, config, weights, tokenizer)
+    lazy = _MadeWhenAsked(weights)
+    streamed = write_gguf(tmp_path / "streamed.gguf", case.arch, config, lazy, tokenizer, True)
+    assert lazy.made == len(weights)
+    expected = {t.name: t for t in GGUFReader(plain).tensors}
+    written = {t.name: t for t in GGUFReader(streamed).tensors}
+    assert written.keys() == expected.keys()
+    for name, tensor in expected.items():
+        ours = written[name]
+        assert list(ours.shape) == list(tensor.shape), name
+        matrix = len(tensor.shape) > 1
+        assert ours.tensor_type == (GGMLQuantizationType.F16 if matrix else tensor.tensor_type)
+        values = np.asarray(tensor.data).astype(np.float16 if matrix else np.float32)
+        assert np.array_equal(np.asarray(ours.data), values), name
