@@ -115,6 +115,15 @@ mx::array f32(const mx::array& a, mx::Stream s) {
   return mx::astype(a, mx::float32, s);
 }
 
+// The weights' arrays (inputs from `first` on) as the products index them: dense rows.
+void require_dense_weights(const std::vector<mx::array>& in, size_t first, const char* op) {
+  for (size_t i = first; i < in.size(); i++) {
+    if (!in[i].flags().row_contiguous) {
+      throw std::runtime_error(std::string("[cpu_kernels.") + op + "] weights must be contiguous");
+    }
+  }
+}
+
 }  // namespace
 
 mx::array quantized_matmul(
@@ -151,11 +160,7 @@ mx::array quantized_matmul(
   mx::Shape out_shape = x.shape();
   out_shape.back() = N;
   auto run = [group_size, bits](const std::vector<mx::array>& in, mx::array& out) {
-    for (size_t i = 1; i < in.size(); i++) {
-      if (!in[i].flags().row_contiguous) {
-        throw std::runtime_error("[cpu_kernels.quantized_matmul] weights must be contiguous");
-      }
-    }
+    require_dense_weights(in, 1, "quantized_matmul");
     thread_local std::vector<float> gathered;
     int K = in[0].shape(-1);
     Problem p{
@@ -257,11 +262,7 @@ mx::array gather_quantized_matmul(
   scale_type(scales.dtype());
   auto stream = cpu_stream(op, s);
   auto run = [group_size, bits](const std::vector<mx::array>& in, mx::array& out) {
-    for (size_t i = 2; i < in.size(); i++) {
-      if (!in[i].flags().row_contiguous) {
-        throw std::runtime_error("[cpu_kernels.gather_quantized_matmul] weights must be contiguous");
-      }
-    }
+    require_dense_weights(in, 2, "gather_quantized_matmul");
     if (in[0].size() > 0 && out.shape(-1) > 0) gathered_products(in, out, group_size, bits);
   };
   // The experts contiguous int32 (a 1-D copy at most: one index per row).
