@@ -4,14 +4,11 @@
 // projections, forty-eight layers: over a thousand a token); here the experts that take the
 // direct or float-rows path share one split over all their columns, each column computed as
 // run_product computes it.
-#include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "int8.h"
 #include "panels.h"
 #include "qmm.h"
-#include "threads.h"
 
 namespace cpu_kernels {
 namespace {
@@ -22,39 +19,15 @@ size_t aligned(size_t bytes) {
   return (bytes + ALIGN - 1) / ALIGN * ALIGN;
 }
 
-// One product of the shared split: its path and where its staged rows lie in the arena.
-struct Part {
-  const Problem* p;
-  const DirectInt8* direct;  // nullptr: the float rows
-  size_t at;  // the staged rows' offset in the arena
-};
-
-// The part's rows as its path reads them, copied into the arena at `at` (the paths' own
-// staging buffers are the calling thread's, overwritten by the next product's).
-size_t stage_into(const Part& part, const Kernels& kernels, std::vector<uint8_t>& arena) {
-  const Problem& p = *part.p;
-  const uint8_t* from = nullptr;
-  size_t bytes = 0;
-  if (part.direct != nullptr) {
-    from = part.direct->stage(p);
-    bytes = part.direct->row_bytes(p) * p.M;
-  } else {
-    bytes = sizeof(float) * size_t(p.M) * p.K;
-  }
-  arena.resize(part.at + aligned(bytes));
-  uint8_t* to = arena.data() + part.at;
-  if (from != nullptr) {
-    std::memcpy(to, from, bytes);
-  } else {
-    prepare(p, kernels.lanes, reinterpret_cast<float*>(to));
-  }
-  return part.at + aligned(bytes);
+// Bytes the part's rows take staged for its path (the direct path's layout, else floats).
+size_t staged_bytes(const Problem& p, const DirectInt8* direct) {
+  return direct != nullptr ? direct->row_bytes(p) * p.M : sizeof(float) * size_t(p.M) * p.K;
 }
 
 }  // namespace
 
 void run_gathered(const Problem* ps, int count, const Kernels& kernels) {
-  std::vector<Part> parts;
+  std::vector<StagedProduct> parts;
   for (int i = 0; i < count; i++) {
     const Problem& p = ps[i];
     if (p.M <= 0 || p.N <= 0) continue;
@@ -69,40 +42,27 @@ void run_gathered(const Problem* ps, int count, const Kernels& kernels) {
       run_product(p, kernels);  // many rows: a split of its own pays for itself
       continue;
     }
-    parts.push_back({&p, direct, 0});
+    parts.push_back({&p, direct, nullptr});
   }
   if (parts.empty()) return;
+  // Every part's rows staged one after another in one buffer (the calling thread's: the
+  // workers would see their own).
   thread_local std::vector<uint8_t> arena;
-  arena.clear();
-  size_t end = 0;
-  int rows = 0;
-  for (Part& part : parts) {
-    part.at = end;
-    end = stage_into(part, kernels, arena);
-    rows = std::max(rows, part.p->M);
-  }
-  // Pointers taken after the arena stopped growing.
-  const uint8_t* base = arena.data();
-  std::vector<size_t> starts(parts.size() + 1, 0);
+  std::vector<size_t> at(parts.size() + 1, 0);
   for (size_t i = 0; i < parts.size(); i++) {
-    starts[i + 1] = starts[i] + (size_t(parts[i].p->N) + 15) / 16 * 16;
+    at[i + 1] = at[i] + aligned(staged_bytes(*parts[i].p, parts[i].direct));
   }
-  split(starts.back(), size_t(ps[0].K) * rows, 16, [&](size_t c0, size_t c1) {
-    // The parts whose columns meet [c0, c1): from the last start at or before c0.
-    size_t i = std::upper_bound(starts.begin(), starts.end(), c0) - starts.begin() - 1;
-    for (; i < parts.size() && starts[i] < c1; i++) {
-      const Problem& p = *parts[i].p;
-      const size_t lo = starts[i], hi = lo + size_t(p.N);
-      if (c0 >= hi) continue;
-      const int n0 = int(std::max(c0, lo) - lo), n1 = int(std::min(c1, hi) - lo);
-      const uint8_t* staged = base + parts[i].at;
-      if (parts[i].direct != nullptr) {
-        parts[i].direct->columns(p, staged, n0, n1);
-      } else {
-        kernels.rows(p, reinterpret_cast<const float*>(staged), n0, n1);
-      }
+  arena.resize(at.back());
+  for (size_t i = 0; i < parts.size(); i++) {
+    uint8_t* to = arena.data() + at[i];
+    if (parts[i].direct != nullptr) {
+      parts[i].direct->stage(*parts[i].p, to);
+    } else {
+      prepare(*parts[i].p, kernels.lanes, reinterpret_cast<float*>(to));
     }
-  });
+    parts[i].staged = to;
+  }
+  split_columns(parts.data(), parts.size(), kernels);
 }
 
 }  // namespace cpu_kernels

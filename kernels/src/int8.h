@@ -33,11 +33,10 @@ struct DirectInt8 {
   // Fewest input features for which auto takes it (short rows: the float path measured
   // faster on AVX2, each column's fixed costs spread over fewer chunks).
   int min_features;
-  // x's rows, rounded and laid out for columns(), in the calling thread's buffer: valid
-  // until its next product (as qmm.cpp's staged() for the float path).
-  const uint8_t* (*stage)(const Problem& p);
   // Bytes between two of stage()'s rows.
   size_t (*row_bytes)(const Problem& p);
+  // x's rows, rounded and laid out for columns(), written at `out` (row_bytes(p) * M bytes).
+  void (*stage)(const Problem& p, uint8_t* out);
   // Output columns [n0, n1) of every row, from what stage() left.
   void (*columns)(const Problem& p, const uint8_t* staged, int n0, int n1);
 };

@@ -226,7 +226,7 @@ const DirectInt8* vnni_direct_int8() {
   // 0.88-1.07 at 4 (steps are memory-bound: from cache its products run 1.6-2x the float
   // path's). Speculative verification takes the path of its plain step's row count
   // (set_int8_rows), whatever the bound.
-  static const DirectInt8 k{"avx512vnni", 4, 0, stage, row_bytes, columns};
+  static const DirectInt8 k{"avx512vnni", 4, 0, row_bytes, stage, columns};
   return vnni_int8_kernels() != nullptr ? &k : nullptr;  // the same instructions
 }
 

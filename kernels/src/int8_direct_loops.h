@@ -6,26 +6,23 @@
 // then includes this file there: the loops compile with that file's instruction set and call
 // its kernels.
 
-// x's rows staged for columns(), in the calling thread's buffer: valid until its next product.
-const uint8_t* stage(const Problem& p) {
-  thread_local std::vector<uint8_t> buffer;
+// Bytes between two staged rows (a product's staged rows take M of them).
+size_t row_bytes(const Problem& p) {
+  return Layout(p).stride;
+}
+
+// x's rows rounded and laid out for columns(), at `out` (row_bytes(p) * M bytes).
+void stage(const Problem& p, uint8_t* out) {
   const Layout L(p);
-  buffer.resize(L.stride * p.M);
   for (int m = 0; m < p.M; m++) {
     const float* x = p.x + size_t(m) * p.K;
-    uint8_t* row = buffer.data() + L.stride * m;
+    uint8_t* row = out + L.stride * m;
     if (p.bits == 4) {
       stage_row<4>(x, p.group, L, row);
     } else {
       stage_row<8>(x, p.group, L, row);
     }
   }
-  return buffer.data();
-}
-
-// Bytes between two staged rows (a product's staged rows take M of them).
-size_t row_bytes(const Problem& p) {
-  return Layout(p).stride;
 }
 
 constexpr int MAX_R = 4;  // rows a block takes at once

@@ -377,11 +377,9 @@ void LayerRun::operator()(const std::vector<mx::array>& in, mx::array& out, bool
   oy.resize(size_t(M) * Dm);
   product(in, O, groups[1], bits[1], merged, M, oy.data());
   h.resize(oy.size());
-  for (size_t i = 0; i < h.size(); i++) h[i] = x[i] + oy[i];
-  if (!mlp) {
-    std::memcpy(out.data<float>(), h.data(), sizeof(float) * h.size());
-    return;
-  }
+  float* sum = mlp ? h.data() : out.data<float>();  // without the MLP, h is the output
+  for (size_t i = 0; i < h.size(); i++) sum[i] = x[i] + oy[i];
+  if (!mlp) return;
   rms_norm_f32(h.data(), dense(in[NORM_MLP], gw2), xn.data(), M, Dm, spec.eps_mlp);
   const int F = in[GATE].shape(0);
   g.resize(size_t(M) * F);

@@ -124,6 +124,33 @@ void require_dense_weights(const std::vector<mx::array>& in, size_t first, const
   }
 }
 
+// What both quantized products check of their weights: a format the kernels take, w uint32
+// with `ndim` axes (2: one matrix, 3: stacked), scales and biases shaped as w with
+// in_features / group_size last (`layout` says so in the refusal), in one float dtype.
+// Returns in_features.
+int check_weights(const char* op, const mx::array& w, const mx::array& scales,
+                  const mx::array& biases, int group_size, int bits, int ndim,
+                  const char* layout) {
+  if (!supported(bits, group_size)) {
+    std::ostringstream msg;
+    msg << "bits " << bits << " with group size " << group_size
+        << " is not supported (bits 4 or 8; groups 32, 64 or 128)";
+    refuse(op, msg.str());
+  }
+  if (w.dtype() != mx::uint32 || w.ndim() != ndim) {
+    refuse(op, "w must be a " + std::to_string(ndim) + "-D uint32 array");
+  }
+  const int K = w.shape(-1) * 32 / bits;
+  mx::Shape params_shape = w.shape();
+  params_shape.back() = K / group_size;
+  if (scales.shape() != params_shape || biases.shape() != params_shape) {
+    refuse(op, std::string("scales and biases must be ") + layout);
+  }
+  if (scales.dtype() != biases.dtype()) refuse(op, "scales and biases must share a dtype");
+  scale_type(scales.dtype());
+  return K;
+}
+
 }  // namespace
 
 mx::array quantized_matmul(
@@ -135,27 +162,15 @@ mx::array quantized_matmul(
     int bits,
     mx::StreamOrDevice s) {
   const char* op = "quantized_matmul";
-  if (!supported(bits, group_size)) {
-    std::ostringstream msg;
-    msg << "bits " << bits << " with group size " << group_size
-        << " is not supported (bits 4 or 8; groups 32, 64 or 128)";
-    refuse(op, msg.str());
-  }
-  if (w.dtype() != mx::uint32 || w.ndim() != 2) refuse(op, "w must be a 2-D uint32 array");
+  const int K = check_weights(op, w, scales, biases, group_size, bits, 2,
+                              "[out_features, in_features / group_size]");
   if (x.ndim() < 1) refuse(op, "x must have at least one dimension");
-  int N = w.shape(0);
-  int K = w.shape(1) * 32 / bits;
+  const int N = w.shape(0);
   if (x.shape(-1) != K) {
     std::ostringstream msg;
     msg << "x has " << x.shape(-1) << " features but the weights take " << K;
     refuse(op, msg.str());
   }
-  mx::Shape params_shape{N, K / group_size};
-  if (scales.shape() != params_shape || biases.shape() != params_shape) {
-    refuse(op, "scales and biases must be [out_features, in_features / group_size]");
-  }
-  if (scales.dtype() != biases.dtype()) refuse(op, "scales and biases must share a dtype");
-  scale_type(scales.dtype());
   auto stream = cpu_stream(op, s);
   mx::Shape out_shape = x.shape();
   out_shape.back() = N;
@@ -246,20 +261,14 @@ mx::array gather_quantized_matmul(
     int bits,
     mx::StreamOrDevice s) {
   const char* op = "gather_quantized_matmul";
-  if (!supported(bits, group_size)) refuse(op, "bits 4 or 8 with groups 32, 64 or 128 only");
-  if (w.dtype() != mx::uint32 || w.ndim() != 3) refuse(op, "w must be a 3-D uint32 array");
-  const int E = w.shape(0), N = w.shape(1), K = w.shape(2) * 32 / bits;
+  const int K = check_weights(op, w, scales, biases, group_size, bits, 3,
+                              "[experts, out_features, in_features / group_size]");
+  const int N = w.shape(1);
   if (x.ndim() != 2 || x.shape(1) != K) refuse(op, "x must be [rows, in_features of w]");
   if (experts.ndim() != 1 || experts.shape(0) != x.shape(0)) {
     refuse(op, "experts must be 1-D, one per row of x");
   }
   if (!mx::issubdtype(experts.dtype(), mx::integer)) refuse(op, "experts must be integers");
-  mx::Shape params_shape{E, N, K / group_size};
-  if (scales.shape() != params_shape || biases.shape() != params_shape) {
-    refuse(op, "scales and biases must be [experts, out_features, in_features / group_size]");
-  }
-  if (scales.dtype() != biases.dtype()) refuse(op, "scales and biases must share a dtype");
-  scale_type(scales.dtype());
   auto stream = cpu_stream(op, s);
   auto run = [group_size, bits](const std::vector<mx::array>& in, mx::array& out) {
     require_dense_weights(in, 2, "gather_quantized_matmul");

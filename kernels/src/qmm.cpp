@@ -225,22 +225,40 @@ void run_products(const Problem* ps, int count, const Kernels& kernels) {
   }
   if (panels != nullptr) return panels->product(ps[0]);
   if (int8 != nullptr) return int8->product(ps[0]);
-  // Pointers taken here, in the calling thread: the workers would see their own buffers.
-  const uint8_t* direct_x = direct != nullptr ? direct->stage(ps[0]) : nullptr;
-  const float* xk = direct != nullptr ? nullptr : staged(ps[0], kernels);
-  // The products' columns side by side, each starting on a multiple of 16, so that every
-  // task holds whole blocks of 16 columns of one product (the kernels take four at a time).
+  // Staged here, in the calling thread: the workers would see their own buffers.
+  thread_local std::vector<uint8_t> direct_staging;
+  const void* x = nullptr;
+  if (direct != nullptr) {
+    direct_staging.resize(direct->row_bytes(ps[0]) * ps[0].M);
+    direct->stage(ps[0], direct_staging.data());
+    x = direct_staging.data();
+  } else {
+    x = staged(ps[0], kernels);
+  }
+  std::vector<StagedProduct> parts;
+  for (int i = 0; i < count; i++) parts.push_back({&ps[i], direct, x});
+  split_columns(parts.data(), parts.size(), kernels);
+}
+
+void split_columns(const StagedProduct* parts, size_t count, const Kernels& kernels) {
   std::vector<size_t> starts(count + 1, 0);
-  for (int i = 0; i < count; i++) starts[i + 1] = starts[i] + (size_t(ps[i].N) + 15) / 16 * 16;
-  split(starts[count], size_t(ps[0].K) * ps[0].M, 16, [&](size_t c0, size_t c1) {
-    for (int i = 0; i < count; i++) {
-      const size_t lo = starts[i], hi = lo + size_t(ps[i].N);
-      if (c0 >= hi || c1 <= lo) continue;
+  int rows = 0;
+  for (size_t i = 0; i < count; i++) {
+    starts[i + 1] = starts[i] + (size_t(parts[i].p->N) + 15) / 16 * 16;
+    rows = std::max(rows, parts[i].p->M);
+  }
+  split(starts[count], size_t(parts[0].p->K) * rows, 16, [&](size_t c0, size_t c1) {
+    // The parts whose columns meet [c0, c1): from the last start at or before c0.
+    size_t i = std::upper_bound(starts.begin(), starts.end(), c0) - starts.begin() - 1;
+    for (; i < count && starts[i] < c1; i++) {
+      const Problem& p = *parts[i].p;
+      const size_t lo = starts[i], hi = lo + size_t(p.N);
+      if (c0 >= hi) continue;
       const int n0 = int(std::max(c0, lo) - lo), n1 = int(std::min(c1, hi) - lo);
-      if (direct != nullptr) {
-        direct->columns(ps[i], direct_x, n0, n1);
+      if (parts[i].direct != nullptr) {
+        parts[i].direct->columns(p, static_cast<const uint8_t*>(parts[i].staged), n0, n1);
       } else {
-        kernels.rows(ps[i], xk, n0, n1);
+        kernels.rows(p, static_cast<const float*>(parts[i].staged), n0, n1);
       }
     }
   });

@@ -60,6 +60,17 @@ void run_product(const Problem& p, const Kernels& kernels);
 // in one split over all their columns: one hand-off to the pool instead of one each, and the
 // threads share out the columns of all of them. Each column's arithmetic is run_product's.
 void run_products(const Problem* ps, int count, const Kernels& kernels);
+// A product whose rows are staged for its path: the direct integer path's layout
+// (DirectInt8::stage), or prepare()'s floats where `direct` is nullptr.
+struct DirectInt8;
+struct StagedProduct {
+  const Problem* p;
+  const DirectInt8* direct;
+  const void* staged;
+};
+// One split over the columns of all `parts`, side by side from multiples of 16 (every task
+// holds whole blocks of 16 columns of one product: the kernels take four at a time).
+void split_columns(const StagedProduct* parts, size_t count, const Kernels& kernels);
 // Products over different weights of one shape (a mixture's experts: K, N, bits and group
 // alike), each with its own rows (gathered.cpp). Those with few rows share one split over all
 // their columns; each column's arithmetic is run_product's.
