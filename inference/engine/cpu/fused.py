@@ -46,11 +46,11 @@ def use_fused(on: bool) -> None:
     _switch["on"] = on
 
 
-def _parts(block: nn.Module, dense_mlp: bool = True) -> tuple | None:
+def _parts(block: nn.Module) -> tuple | None:
     """The block's linears as the kernels take them (weight, scales, biases, group size,
-    bits), norms and RoPE, when all are the kernels' (else None); without `dense_mlp`, the
-    MLP's three are None (the block's own MLP runs after the attention). One loop, no
-    helpers: it runs for every layer of every step."""
+    bits), norms and RoPE, when the attention's are all the kernels' (else None); the MLP's
+    three are None unless they are too (a mixture of experts: the block's own MLP runs after
+    the attention). One loop, no helpers: it runs for every layer of every step."""
     attn, mlp = block["self_attn"], block["mlp"]
     norm, norm_mlp = block["input_layernorm"], block["post_attention_layernorm"]
     rope = attn.get("rope")
@@ -58,15 +58,17 @@ def _parts(block: nn.Module, dense_mlp: bool = True) -> tuple | None:
         return None
     if type(rope) is not KernelRoPE:
         return None
-    modules = [attn["q_proj"], attn["k_proj"], attn["v_proj"], attn["o_proj"]]
-    if dense_mlp:
-        modules += [mlp.get("gate_proj"), mlp.get("up_proj"), mlp.get("down_proj")]
     linears = []
-    for m in modules:
+    for m in (attn["q_proj"], attn["k_proj"], attn["v_proj"], attn["o_proj"],
+              mlp.get("gate_proj"), mlp.get("up_proj"), mlp.get("down_proj")):  # fmt: skip
         if type(m) is not KernelLinear or "bias" in m:
-            return None
+            break
         linears.append((m["weight"], m["scales"], m["biases"], m.group_size, m.bits))
-    return linears + [None] * (7 - len(linears)), (norm, norm_mlp), rope
+    if len(linears) < 4:
+        return None
+    if len(linears) < 7:  # not a dense SwiGLU of the kernels' linears
+        linears = linears[:4] + [None] * 3
+    return linears, (norm, norm_mlp), rope
 
 
 def _fits(x: mx.array, mask: Any, cache: Any) -> bool:
@@ -143,7 +145,7 @@ class _FusedBlock:
         return _NO_HEAD_NORMS
 
     def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
-        parts = _parts(self) or _parts(self, dense_mlp=False) if _fits(x, mask, cache) else None
+        parts = _parts(self) if _fits(x, mask, cache) else None
         heads = self.head_norms(self) if parts is not None else None
         if heads is None:
             return super().__call__(x, mask, cache)
@@ -188,9 +190,7 @@ def install(model: nn.Module) -> Counter:
         return fused
     for _, module in model.named_modules():
         target = _FUSABLE.get(type(module))
-        if target is None or target.head_norms(module) is None:
-            continue
-        if not (_parts(module) or _parts(module, dense_mlp=False)):
+        if target is None or not _parts(module) or target.head_norms(module) is None:
             continue
         module.__class__ = target
         fused[target.__name__] += 1
