@@ -8,12 +8,14 @@ mlx-lm (`engine/rerank/`). Each returns the same triple, so the pool treats them
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from mlx_lm import load as mlx_lm_load
+from mlx_lm.utils import _download, load_model
 
 from inference.engine.chunked import serve_within_first_chunk
 from inference.engine.types import ModelSpec
+from inference.engine.vocabulary import tokenizer_copy
 
 
 def load_weights(spec: ModelSpec) -> tuple[Any, Any, dict]:
@@ -30,7 +32,10 @@ def load_weights(spec: ModelSpec) -> tuple[Any, Any, dict]:
         from inference.engine.vision.load import load_vision
 
         return load_vision(spec.location)
-    model, tokenizer, config = mlx_lm_load(spec.location, return_config=True)
+    # The tokenizer first: a model whose files are gone fails with the vocabulary's message.
+    tokenizer = tokenizer_copy(spec)
+    path = _download(spec.location) if spec.from_hub else Path(spec.location)
+    model, config = load_model(path)
     serve_within_first_chunk(model)  # Llama 4: engine/chunked.py
     return model, tokenizer, config
 

@@ -3,10 +3,13 @@ to render, tokenize and check a prompt, and to compile its grammar, on its own t
 
 Serving's copy is its own tokenizer instance, used under one lock: a Hugging Face tokenizer
 borrows itself mutably while it encodes (truncation and padding settings), so sharing the
-engine thread's instance would fail one of them ("Already borrowed")."""
+engine thread's instance would fail one of them ("Already borrowed"). The engine's instance
+is a copy of serving's (tokenizer_copy): a copy takes a quarter of a read, and the first
+request waits for both."""
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 from dataclasses import dataclass, field
@@ -157,3 +160,12 @@ def _changed_at(spec: ModelSpec) -> float:
 
 
 vocabularies = Vocabularies()
+
+
+def tokenizer_copy(spec: ModelSpec) -> Any:
+    """A chat model's tokenizer as an instance of its own, for the engine: a copy of the one
+    serving reads (read here first when the engine loads a model no request has named yet,
+    a preload's)."""
+    vocabulary = vocabularies.get(spec)
+    with vocabulary.lock:
+        return copy.deepcopy(vocabulary.tokenizer)

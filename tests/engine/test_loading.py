@@ -97,6 +97,31 @@ def test_jobs_waiting_for_a_model_that_cannot_be_read_fail_with_its_refusal(engi
     assert isinstance(events[0].error, EngineError)
 
 
+def test_a_load_reads_the_tokenizer_once_and_the_engine_computes_with_its_own_copy(
+    tiny_dir, tmp_path, monkeypatch
+):
+    """Serving reads a model's tokenizer for its first request, then the engine loads the
+    model: the engine's instance is a copy (a Hugging Face tokenizer cannot be shared across
+    threads), not a second read of the files (the first request waited for both)."""
+    import mlx_lm.utils
+
+    from inference.engine import loaders, vocabulary
+
+    reads = []
+    real = mlx_lm.utils.load_tokenizer
+    monkeypatch.setattr(
+        mlx_lm.utils, "load_tokenizer", lambda *a, **k: reads.append(a) or real(*a, **k)
+    )
+    spec = ModelSpec("copied", str(shutil.copytree(tiny_dir, tmp_path / "copied")))
+    served = vocabulary.vocabularies.get(spec).tokenizer
+    _, engines, _ = loaders.load_weights(spec)
+    assert len(reads) == 1
+    assert engines is not served and engines._tokenizer is not served._tokenizer
+    text = "Hello there, how are you?"
+    assert engines.encode(text) == served.encode(text) and engines.eos_token_ids
+    assert engines.eos_token_ids == served.eos_token_ids
+
+
 def _wait(condition, seconds: float = 60) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
