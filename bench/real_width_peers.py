@@ -19,7 +19,7 @@ GGUFs are made once into var/bench/real-width/<shape>.Q4_K_M.gguf (the float int
 6 GB for the 1.7B shape, is removed): a few minutes each. Needs llama.cpp's tools
 (scripts/build_llama_tools.sh and build_llama_server.sh build them, ~6 minutes the first time).
 The MoE shape (Qwen3-30B-A3B's width, 8 of its 48 layers) is written tensor by tensor in
-float16 (10 GB before quantizing). Left out: a hybrid shape.
+float16 (10 GB before quantizing), as is the hybrid (Qwen3.5-9B's width, 8 of its 32 layers).
 """
 
 from __future__ import annotations
@@ -73,8 +73,23 @@ SHAPES = {  # Hugging Face configs (the real models' but for the vocabulary) and
                                           mlp_only_layers=[], norm_topk_prob=True,
                                           rms_norm_eps=1e-6, max_position_embeddings=40960,
                                           rope_theta=1e6, tie_word_embeddings=False)),
+    # Qwen3.5-9B at full width, 8 of its 32 layers (three gated-delta layers to one attention
+    # layer, as the model has them): 0.25B weights a layer, streamed like the MoE
+    "qwen3.5-9b-8l": ("qwen35", dict(model_type="qwen3_5", hidden_size=4096, num_hidden_layers=8,
+                                     intermediate_size=12288, num_attention_heads=16,
+                                     num_key_value_heads=4, head_dim=256,
+                                     full_attention_interval=4, linear_num_key_heads=16,
+                                     linear_num_value_heads=32, linear_key_head_dim=128,
+                                     linear_value_head_dim=128, linear_conv_kernel_dim=4,
+                                     rope_parameters={"rope_type": "default",
+                                                      "rope_theta": 10000000.0,
+                                                      "partial_rotary_factor": 0.25,
+                                                      "mrope_section": [11, 11, 10],
+                                                      "mrope_interleaved": True},
+                                     rms_norm_eps=1e-6, max_position_embeddings=262144,
+                                     tie_word_embeddings=False)),
 }  # fmt: skip
-STREAMED = {"qwen3-30b-a3b-8l"}  # written tensor by tensor, in float16
+STREAMED = {"qwen3-30b-a3b-8l", "qwen3.5-9b-8l"}  # written tensor by tensor, in float16
 SLOTS, SLOT_CONTEXT = 8, 2560
 GREEDY_NO_EOS = {"temperature": 0, "logit_bias": NO_EOS}
 
