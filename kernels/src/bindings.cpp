@@ -105,6 +105,15 @@ NB_MODULE(_ext, m) {
   m.def("rms_norm", &ck::rms_norm, "x"_a, "weight"_a, "eps"_a, nb::kw_only(),
         "stream"_a = nb::none(), "mx.fast.rms_norm in float32, one pass per row.");
 
+  m.def("depthwise_conv1d", &ck::depthwise_conv1d, "x"_a, "w"_a, "padding"_a = 0, nb::kw_only(),
+        "stream"_a = nb::none(),
+        "mx.conv1d(x, w, padding=padding, groups=C) for x [B, L, C] and w [C, K, 1], in float32.");
+
+  m.def("gated_delta", &ck::gated_delta, "q"_a, "k"_a, "v"_a, "g"_a, "beta"_a, "state"_a,
+        "mask"_a = nb::none(), nb::kw_only(), "stream"_a = nb::none(),
+        "The gated delta rule over T steps (mlx-lm's gated_delta_ops with one gate per value "
+        "head): one flat float32 array, the new state [B, Hv, Dv, Dk] then y [B, T, Hv, Dv].");
+
   m.def("swiglu", &ck::swiglu, "gate"_a, "up"_a, nb::kw_only(), "stream"_a = nb::none(),
         "silu(gate) * up in float32.");
 

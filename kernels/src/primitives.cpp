@@ -14,6 +14,7 @@
 #include "primitive_parts.h"
 #include "ops.h"
 #include "qmm.h"
+#include "recurrence.h"
 #include "sampling.h"
 
 namespace cpu_kernels {
@@ -299,6 +300,88 @@ mx::array rms_norm(const mx::array& x, const mx::array& weight, float eps, mx::S
     rms_norm_f32(x, w, out.data<float>(), in[0].size() / dim, dim, eps);
   };
   return make(x.shape(), stream, "CpuRMSNorm", {eps}, run, {f32(x, stream), f32(weight, stream)});
+}
+
+namespace {
+
+void check_gated_delta(const mx::array& q, const mx::array& k, const mx::array& v,
+                       const mx::array& g, const mx::array& beta, const mx::array& state,
+                       const std::optional<mx::array>& mask) {
+  const char* op = "gated_delta";
+  if (q.ndim() != 4 || k.shape() != q.shape() || v.ndim() != 4) {
+    refuse(op, "q and k must be [B, T, Hk, Dk] alike, v [B, T, Hv, Dv]");
+  }
+  const int B = q.shape(0), T = q.shape(1), Hk = q.shape(2), Hv = v.shape(2);
+  if (v.shape(0) != B || v.shape(1) != T || Hk == 0 || Hv % Hk != 0) {
+    refuse(op, "v must share q's B and T, with a multiple of its heads");
+  }
+  if (g.shape() != mx::Shape{B, T, Hv} || beta.shape() != g.shape()) {
+    refuse(op, "g and beta must be [B, T, Hv] (one gate per value head)");
+  }
+  if (state.shape() != mx::Shape{B, Hv, v.shape(3), q.shape(3)}) {
+    refuse(op, "state must be [B, Hv, Dv, Dk]");
+  }
+  if (mask && mask->shape() != mx::Shape{B, T}) refuse(op, "mask must be [B, T]");
+}
+
+}  // namespace
+
+mx::array gated_delta(const mx::array& q, const mx::array& k, const mx::array& v,
+                      const mx::array& g, const mx::array& beta, const mx::array& state,
+                      const std::optional<mx::array>& mask, mx::StreamOrDevice s) {
+  check_gated_delta(q, k, v, g, beta, state, mask);
+  auto stream = cpu_stream("gated_delta", s);
+  auto run = [](const std::vector<mx::array>& in, mx::array& out) {
+    thread_local std::vector<float> bq, bk, bv, bg, bb, bs;
+    const auto& q = in[0];
+    const auto& v = in[2];
+    GatedDelta p{q.shape(0), q.shape(1), q.shape(2), v.shape(2), q.shape(3), v.shape(3),
+                 dense(in[0], bq), dense(in[1], bk), dense(in[2], bv), dense(in[3], bg),
+                 dense(in[4], bb), dense(in[5], bs), nullptr, nullptr, nullptr};
+    thread_local std::vector<uint8_t> bm;
+    if (in.size() > 6) {  // the mask as one byte a step, whatever its layout
+      const auto& m = in[6];
+      bm.resize(m.size());
+      const bool* base = m.data<bool>();
+      for (size_t i = 0; i < m.size(); i++) {
+        const size_t b = i / m.shape(1), t = i % m.shape(1);
+        bm[i] = base[b * m.strides()[0] + t * m.strides()[1]] ? 1 : 0;
+      }
+      p.mask = bm.data();
+    }
+    p.state_out = out.data<float>();
+    p.y = p.state_out + in[5].size();
+    gated_delta_f32(p);
+  };
+  std::vector<mx::array> inputs;
+  for (const auto* a : {&q, &k, &v, &g, &beta, &state}) {
+    // q, k and v come split from one projection: copied dense by MLX, not element by element
+    inputs.push_back(mx::contiguous(f32(*a, stream), false, stream));
+  }
+  if (mask) inputs.push_back(mx::astype(*mask, mx::bool_, stream));
+  const int values = int(state.size() + v.size());
+  return make({values}, stream, "CpuGatedDelta", {}, run, std::move(inputs));
+}
+
+mx::array depthwise_conv1d(const mx::array& x, const mx::array& w, int padding,
+                           mx::StreamOrDevice s) {
+  const char* op = "depthwise_conv1d";
+  if (x.ndim() != 3 || w.ndim() != 3 || w.shape(2) != 1 || w.shape(0) != x.shape(2)) {
+    refuse(op, "x must be [B, L, C] and w [C, K, 1] (one filter per channel)");
+  }
+  const int out_len = x.shape(1) + 2 * padding - w.shape(1) + 1;
+  if (padding < 0 || out_len < 1) refuse(op, "x is shorter than the filter");
+  auto stream = cpu_stream(op, s);
+  auto run = [padding](const std::vector<mx::array>& in, mx::array& out) {
+    thread_local std::vector<float> bx, bw;
+    const auto& x = in[0];
+    DepthwiseConv p{x.shape(0), x.shape(1), x.shape(2), int(in[1].shape(1)), padding,
+                    dense(in[0], bx), dense(in[1], bw), out.data<float>()};
+    depthwise_conv1d_f32(p);
+  };
+  return make({x.shape(0), out_len, x.shape(2)}, stream, "CpuDepthwiseConv1d",
+              {float(padding)}, run,
+              {mx::contiguous(f32(x, stream), false, stream), f32(w, stream)});
 }
 
 mx::array swiglu(const mx::array& gate, const mx::array& up, mx::StreamOrDevice s) {

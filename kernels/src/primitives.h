@@ -41,6 +41,23 @@ mx::array gather_quantized_matmul(
 // As mx.fast.rms_norm(x, weight, eps).
 mx::array rms_norm(const mx::array& x, const mx::array& weight, float eps, mx::StreamOrDevice s = {});
 
+// The gated delta rule (recurrence.h) over q, k [B, T, Hk, Dk], v [B, T, Hv, Dv], g and beta
+// [B, T, Hv], state [B, Hv, Dv, Dk], mask [B, T] or None: one flat float32 array holding the
+// new state (B * Hv * Dv * Dk values) then y (B * T * Hv * Dv), for the caller to reshape.
+mx::array gated_delta(
+    const mx::array& q,
+    const mx::array& k,
+    const mx::array& v,
+    const mx::array& g,
+    const mx::array& beta,
+    const mx::array& state,
+    const std::optional<mx::array>& mask,
+    mx::StreamOrDevice s = {});
+
+// As mx.conv1d(x, w, padding=padding, groups=C) for x [B, L, C] and w [C, K, 1] (one filter
+// per channel, stride and dilation 1), in float32.
+mx::array depthwise_conv1d(const mx::array& x, const mx::array& w, int padding, mx::StreamOrDevice s = {});
+
 // silu(gate) * up.
 mx::array swiglu(const mx::array& gate, const mx::array& up, mx::StreamOrDevice s = {});
 

@@ -1,7 +1,9 @@
-"""Attention and SwiGLU as mlx-lm's model code calls them, routed to the kernels.
+"""Attention, SwiGLU and the gated delta rule as mlx-lm's model code calls them, routed to the
+kernels.
 
 mlx-lm's models call module-level functions (`scaled_dot_product_attention` from
-models/base.py, `swiglu` from models/activations.py) rather than layers, so the swap happens
+models/base.py, `swiglu` from models/activations.py, `gated_delta_update` from
+models/gated_delta.py) rather than layers, so the swap happens
 in the model's own module: each name that still holds mlx-lm's function (or the engine's own
 attention, engine/attention.py) is pointed at a dispatcher that uses the kernel for float32
 queries over K/V it reads (float32 or float16 arrays, or a quantized cache's 8- or 4-bit
@@ -16,7 +18,7 @@ from collections import Counter
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models import activations, base
+from mlx_lm.models import activations, base, gated_delta
 
 from inference.engine import attention as kv_attention
 from inference.engine.cpu.ext import ext
@@ -88,6 +90,33 @@ def swiglu(gate, x):
     return MLX_SWIGLU(gate, x)
 
 
+MLX_GATED_DELTA = gated_delta.gated_delta_update
+
+
+def gated_delta_update(
+    q, k, v, a, b, A_log, dt_bias, state=None, mask=None, *, use_kernel=True, **gating
+):
+    """mlx-lm's `gated_delta_update` (Qwen3.5, Qwen3-Next, OLMo hybrid, Bailing) with the
+    recurrence in the kernel: float32 q, one gate per value head. mlx-lm's CPU path runs it
+    as seven whole-state operations per token; a vector gate per key (Kimi's) stays there."""
+    if not (in_use() and q.dtype == mx.float32 and a.ndim == 3):
+        return MLX_GATED_DELTA(
+            q, k, v, a, b, A_log, dt_bias, state, mask, use_kernel=use_kernel, **gating
+        )
+    beta = mx.sigmoid(b) * (2.0 if gating.get("allow_neg_eigval") else 1.0)
+    if (bound := gating.get("lower_bound")) is None:
+        g = gated_delta.compute_g(A_log, a, dt_bias)
+    else:
+        g = gated_delta.compute_lower_bound_g(A_log, a, dt_bias, bound)
+    batch, steps, _, dk = q.shape
+    heads, dv = v.shape[-2:]
+    if state is None:
+        state = mx.zeros((batch, heads, dv, dk), dtype=mx.float32)
+    flat = ext.gated_delta(q, k, v, g, beta, state, mask)
+    kept = batch * heads * dv * dk
+    return flat[kept:].reshape(batch, steps, heads, dv), flat[:kept].reshape(state.shape)
+
+
 # Each name: what it may hold before (mlx-lm's function, or the engine's own dispatcher where
 # a quantized KV cache installed it first), and the kernels' dispatcher.
 _ROUTES = {
@@ -96,6 +125,7 @@ _ROUTES = {
         attention,
     ),
     "swiglu": ((MLX_SWIGLU,), swiglu),
+    "gated_delta_update": ((MLX_GATED_DELTA,), gated_delta_update),
 }
 
 

@@ -147,6 +147,31 @@ class KernelRMSNorm(nn.Module):
         return ext.rms_norm(x, self["weight"], self.eps)
 
 
+class KernelDepthwiseConv1d(nn.Module):
+    """nn.Conv1d with one filter per channel (stride and dilation 1): the short causal
+    convolution of linear attention (Qwen3.5, Qwen3-Next), Mamba (Granite 4, Nemotron-H) and
+    LFM2. MLX's CPU backend runs it as one BLAS call per channel: 8,192 a layer at
+    Qwen3.5-9B's width, most of a decode step."""
+
+    def __init__(self, source: nn.Conv1d) -> None:
+        super().__init__()
+        self.weight = source.weight.astype(mx.float32)
+        if "bias" in source:
+            self.bias = source.bias.astype(mx.float32)
+        self.padding = source.padding
+
+    def __call__(self, x: mx.array) -> mx.array:
+        y = ext.depthwise_conv1d(x, self["weight"], self.padding)
+        return y + self["bias"] if "bias" in self else y
+
+
+def is_depthwise(module: nn.Module) -> bool:
+    if type(module) is not nn.Conv1d or module.stride != 1 or module.dilation != 1:
+        return False
+    channels, _, per_group = module.weight.shape
+    return per_group == 1 and module.groups == channels
+
+
 class KernelRoPE(nn.Module):
     def __init__(self, source: nn.RoPE) -> None:
         super().__init__()
@@ -189,6 +214,8 @@ def _replacement(module: nn.Module) -> nn.Module | None:
         return KernelRMSNorm(module)
     if type(module) is nn.RoPE and module.base is not None:
         return KernelRoPE(module)
+    if is_depthwise(module):
+        return KernelDepthwiseConv1d(module)
     return None
 
 

@@ -131,6 +131,7 @@ def _self_test(ck) -> str | None:
                 ck.attention(heads, heads, heads, scale=0.125),
                 mx.fast.scaled_dot_product_attention(heads, heads, heads, scale=0.125),
             ),
+            "gated_delta": _gated_delta_pair(ck, key),
         }
         for name, (ours, theirs) in checks.items():
             if not mx.allclose(ours, theirs, rtol=1e-4, atol=1e-4).item():
@@ -143,3 +144,15 @@ def _self_test(ck) -> str | None:
     except Exception as exc:  # a broken build must not take the engine down
         return f"{type(exc).__name__}: {exc}"
     return None
+
+
+def _gated_delta_pair(ck, key: mx.array) -> tuple[mx.array, mx.array]:
+    """The recurrence's new state over three steps of two heads: the kernel's, mlx-lm's."""
+    from mlx_lm.models.gated_delta import gated_delta_ops
+
+    q, k, v = (mx.random.normal((1, 3, 2, 32), key=mx.random.key(i)) * 0.2 for i in range(3))
+    g = mx.random.uniform(0.5, 1.0, (1, 3, 2), key=key)
+    beta = mx.random.uniform(0.0, 1.0, (1, 3, 2), key=key)
+    state = mx.zeros((1, 2, 32, 32))
+    flat = ck.gated_delta(q, k, v, g, beta, state)
+    return flat[: state.size].reshape(state.shape), gated_delta_ops(q, k, v, g, beta, state)[1]
