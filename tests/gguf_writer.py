@@ -14,6 +14,7 @@ its flash attention).
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -53,14 +54,51 @@ def write_gguf(
         if array.dtype == np.uint8:  # MXFP4 blocks, as the converter copies gpt-oss's
             writer.add_tensor(name, array, raw_dtype=gguf.GGMLQuantizationType.MXFP4)
         else:
-            half = streamed and array.ndim > 1  # the converter keeps vectors float32
-            dtype = np.float16 if half else np.float32
+            dtype = np.float16 if streamed and _half(name, array) else np.float32
             writer.add_tensor(name, np.ascontiguousarray(array, dtype=dtype))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+# What the converter keeps float32 in a float16 file besides vectors and norms
+# (ModelBase.prepare_tensors): llama.cpp computes these in float32 only (ssm_conv aborts on
+# a float16 convolution).
+_FLOAT32_KINDS = (
+    "FFN_GATE_INP",
+    "FFN_GATE_INP_SHEXP",
+    "POS_EMBD",
+    "TOKEN_TYPES",
+    "SSM_CONV1D",
+    "SSM_CONV1D_Q",
+    "SSM_CONV1D_K",
+    "SSM_CONV1D_V",
+    "SHORTCONV_CONV",
+    "ALTUP_CORRECT_COEF",
+    "ALTUP_PREDICT_COEF",
+    "INDEXER_PROJ",
+)
+
+
+def _stem(name: str) -> str:
+    """A GGUF tensor name without its block and `.weight`: blk.3.ssm_conv1d.weight -> ssm_conv1d."""
+    return re.sub(r"^blk\.(\d+|\{bid\})\.", "", name).removesuffix(".weight")
+
+
+_FLOAT32_STEMS = {
+    _stem(gguf.TENSOR_NAMES[getattr(gguf.MODEL_TENSOR, kind)])
+    for kind in _FLOAT32_KINDS
+    if hasattr(gguf.MODEL_TENSOR, kind)
+}
+
+
+def _half(name: str, array: np.ndarray) -> bool:
+    """Whether the converter writes this tensor in float16 in a float16 file."""
+    if array.ndim < 2 or not name.endswith(".weight") or name.endswith("_norm.weight"):
+        return False
+    return _stem(name) not in _FLOAT32_STEMS
 
 
 def _arch_enum(arch: str) -> gguf.MODEL_ARCH:
