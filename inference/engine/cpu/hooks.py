@@ -96,9 +96,10 @@ MLX_GATED_DELTA = gated_delta.gated_delta_update
 def gated_delta_update(
     q, k, v, a, b, A_log, dt_bias, state=None, mask=None, *, use_kernel=True, **gating
 ):
-    """mlx-lm's `gated_delta_update` (Qwen3.5, Qwen3-Next, OLMo hybrid, Bailing) with the
-    recurrence in the kernel: float32 q, one gate per value head. mlx-lm's CPU path runs it
-    as seven whole-state operations per token; a vector gate per key (Kimi's) stays there."""
+    """mlx-lm's `gated_delta_update` (Qwen3.5, Qwen3-Next, OLMo hybrid) with the recurrence
+    in the kernel: float32 q, one gate per value head. mlx-lm's CPU path runs it as seven
+    whole-state operations per token; a gate per key (Kimi Linear, Kimi K3, Bailing) stays
+    there."""
     if not (in_use() and q.dtype == mx.float32 and a.ndim == 3):
         return MLX_GATED_DELTA(
             q, k, v, a, b, A_log, dt_bias, state, mask, use_kernel=use_kernel, **gating
