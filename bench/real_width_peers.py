@@ -7,6 +7,9 @@ alternating rounds, each figure the median over rounds, beside the machine's cop
     .venv/bin/python bench/real_width_peers.py [--shapes qwen3-1.7b,llama-3.2-1b] [--rounds 2]
         [--servers ours,llama-server] [--tokens 64] [--prompts 560,2058]
 
+`--servers ours,ours-8bit,llama-server` adds ours again on the same import with the catalog's
+activation rounding at 8bit (one byte, as llama.cpp's Q8 activations) instead of 15bit.
+
 Per server and round: seconds from start until the first answer; one greedy stream's decoding
 rate (tokens after the first over the time between them) and the share of the copy bandwidth
 it reads its weights at (the bytes one token reads: the GGUF's tensors for llama-server, the
@@ -44,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # bench/ is on the path already, as for every bench script
 
 from load import NO_EOS  # noqa: E402
-from peers import import_ours, restart_ours, start_llama_server, stop  # noqa: E402
+from peers import bench_env, import_ours, restart_ours, start_llama_server, stop  # noqa: E402
 
 from bench.kernels import copy_bandwidth  # noqa: E402
 
@@ -280,8 +283,17 @@ async def burst_no_eos(url: str, streams: int, tokens: int) -> float:
     return sum(len(arrivals) + 1 for _, arrivals in results) / elapsed
 
 
+# Our servers, by the catalog's activation rounding they run with.
+OURS = {"ours": "15bit", "ours-8bit": "8bit"}
+
+
 def start(server: str, gguf: Path, workdir: Path) -> tuple[subprocess.Popen, str]:
-    if server == "ours":
+    if server in OURS:
+        env = bench_env(workdir, dict(os.environ))
+        code = "from catalog.models import CatalogModel as M; "
+        code += f"M.objects.update(activations={OURS[server]!r})"
+        manage = [sys.executable, str(ROOT / "manage.py")]
+        subprocess.run([*manage, "shell", "-c", code], env=env, check=True)
         return restart_ours(workdir, dict(os.environ))
     return start_llama_server(gguf, SLOTS, dict(os.environ), SLOT_CONTEXT)
 
@@ -290,7 +302,7 @@ def weight_bytes(server: str, shape: str, gguf: Path, workdir: Path) -> int:
     """What one decoded token reads: every weight (the tied embedding is the output head), a
     mixture's experts at the share its router picks (by weight count, as if every tensor took
     as many bytes a weight)."""
-    if server == "ours":
+    if server in OURS:
         files = (workdir / "models" / MODEL_ID).glob("*.safetensors")
         stored = sum(f.stat().st_size for f in files)
     else:
@@ -304,7 +316,7 @@ def weight_bytes(server: str, shape: str, gguf: Path, workdir: Path) -> int:
 def run_shape(shape: str, args: argparse.Namespace, copy_gbs: float) -> None:
     gguf = gguf_for(shape)
     workdir = Path(tempfile.mkdtemp(prefix="real-width-"))
-    if "ours" in args.servers:
+    if any(s in OURS for s in args.servers):
         print(f"{shape}: importing {gguf.name} ({gguf.stat().st_size / 1e6:.0f} MB)", flush=True)
         import_ours(gguf, workdir, dict(os.environ), MODEL_ID)
     rows: dict[str, list[dict[str, float]]] = {server: [] for server in args.servers}
@@ -331,10 +343,10 @@ def report(
     for key in medians[servers[0]]:
         values = [medians[s][key] for s in servers]
         line = f"{key:<22}" + "".join(f"{v:14.2f}" for v in values)
-        if len(servers) == 2 and "ours" in servers:
-            peer = medians[next(s for s in servers if s != "ours")][key]
-            ours = medians["ours"][key]
-            line += f"   x{(peer / ours if key.endswith(' s') else ours / peer):.2f}"
+        if "llama-server" in servers:
+            peer = medians["llama-server"][key]
+            for ours in (medians[s][key] for s in servers if s in OURS):
+                line += f"   x{(peer / ours if key.endswith(' s') else ours / peer):.2f}"
         print(line)
     for server in servers:
         rate = medians[server]["1 stream tok/s"] * nbytes[server] / 1e9

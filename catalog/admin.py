@@ -141,6 +141,7 @@ class CatalogModelAdmin(admin.ModelAdmin):
                     "family",
                     "family_detected",
                     "compute_format",
+                    "activations",
                     "kv_cache",
                     "context_length",
                     "parallel",
@@ -208,7 +209,11 @@ class CatalogModelAdmin(admin.ModelAdmin):
     @admin.display(description="computing in")
     def computing_in(self, entry: CatalogModel) -> str:
         loaded = self._loaded(entry)
-        return loaded.compute_format if loaded else f"({entry.compute_format})"
+        if loaded is None:
+            return f"({entry.compute_format})"
+        if loaded.activations:
+            return f"{loaded.compute_format}, {loaded.activations} activations"
+        return loaded.compute_format
 
     @admin.display(description="KV cache")
     def kv_in_use(self, entry: CatalogModel) -> str:

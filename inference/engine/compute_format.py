@@ -17,7 +17,7 @@ import logging
 import statistics
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -47,6 +47,13 @@ class FormatChoice:
     format: str  # "stored", a dtype name, or MEASURE
     reason: str
     kernels: bool = False  # swap in the CPU kernels' layers
+    # How the kernels' direct integer path rounds activations ("15bit", "8bit"); "" where no
+    # quantized layer computes in the kernels (float formats, a GPU, no kernels).
+    activations: str = ""
+
+
+class ActivationsRefused(ValueError):
+    """8bit activations asked for where the kernels' integer path does not run."""
 
 
 def float32_bytes(model: nn.Module) -> int:
@@ -132,13 +139,49 @@ def keep_verdicts(path: str) -> None:
 
 
 def prepare(
-    requested: str, model: nn.Module, room_bytes: int, key: str | None = None, timed: bool = True
+    requested: str,
+    model: nn.Module,
+    room_bytes: int,
+    key: str | None = None,
+    timed: bool = True,
+    activations: str = "15bit",
 ) -> tuple[nn.Module, FormatChoice]:
-    """The model in the format to compute in, and why. Where auto leaves it to a measurement:
-    the stored weights untimed when the kernels take every quantized layer, else the verdict
-    kept for `key`, else both formats timed (unless `timed` is off: the ranks of a group would
-    time differently, and must agree)."""
+    """The model in the format to compute in, and why, its activations rounded as asked
+    (refused, ActivationsRefused, where 8bit cannot apply)."""
     choice = choose(requested, model, room_bytes)
+    if choice.format == MEASURE and activations == "8bit":
+        reason = "8bit activations round on the kernels' integer path: the stored weights"
+        choice = FormatChoice("stored", reason, True)
+    model, choice = _prepared(model, choice, key, timed)
+    return model, with_activations(model, choice, activations)
+
+
+def with_activations(model: nn.Module, choice: FormatChoice, activations: str) -> FormatChoice:
+    """The choice with the rounding the model's kernel layers now take (cpu.round_activations);
+    8bit refused, saying why, where no layer would round so."""
+    bits = 8 if activations == "8bit" else 15
+    layers = cpu.round_activations(model, bits) if choice.kernels else 0
+    if activations == "8bit":
+        status, why = cpu.kernel_status(), ""
+        if not status.available:
+            why = f"the CPU kernels are off ({status.reason})"
+        elif status.direct == "none":
+            why = f"this CPU's kernels ({status.isa}) have no direct integer path"
+        elif not layers:
+            why = f"this model computes in {choice.format}, with no quantized layer in them"
+        if why:
+            raise ActivationsRefused(
+                f"8bit activations apply to the CPU kernels' direct integer path: {why}"
+            )
+    return replace(choice, activations=activations if layers else "")
+
+
+def _prepared(
+    model: nn.Module, choice: FormatChoice, key: str | None, timed: bool
+) -> tuple[nn.Module, FormatChoice]:
+    """Where auto leaves it to a measurement: the stored weights untimed when the kernels
+    take every quantized layer, else the verdict kept for `key`, else both formats timed
+    (unless `timed` is off: the ranks of a group would time differently, and must agree)."""
     if choice.format == MEASURE and not timed:
         choice = FormatChoice("stored", "a distributed group keeps the stored format", True)
     if choice.format != MEASURE:

@@ -3,6 +3,25 @@ engine/compute_format.py decides and applies them."""
 
 COMPUTE_FORMATS = ("auto", "quantized", "float32", "float16", "bfloat16")
 
+# How the CPU kernels' direct integer path (decode's few rows a product) rounds activations:
+# "15bit" (two bytes a value, within ~1e-4 of float32: the default) or "8bit" (one byte, as
+# llama.cpp's Q8 activations: half the integer products a weight, decode ~10-17% faster at
+# 1-2B on two cores; its next-token choices differ from float32's more often). It applies to
+# the stored 4/8-bit weights computed by the kernels only: refused with a float compute format
+# at save (activations_refusal), and at load where the kernels do not run.
+ACTIVATION_ROUNDINGS = ("15bit", "8bit")
+
+
+def activations_refusal(compute_format: str, activations: str) -> str | None:
+    """Why this activation rounding cannot apply with this compute format (None: it may)."""
+    if activations == "8bit" and compute_format in ("float32", "float16", "bfloat16"):
+        return (
+            f"8bit activations apply to the stored quantized weights in the CPU kernels, "
+            f"not to {compute_format} weights"
+        )
+    return None
+
+
 # How a chat model's KV cache is kept (engine/kv.py builds it): "auto" is float16 on a CPU
 # (where activations are float32, twice llama.cpp's f16 otherwise) and the model's own
 # format on a GPU; "8bit" and "4bit" are MLX's affine layout (group 64, or 32 where a width

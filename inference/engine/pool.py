@@ -39,6 +39,7 @@ class LoadedModel(TokenizerFacts):
     compute_format: str = "stored"
     kernels: bool = False
     format_reason: str = ""
+    activations: str = ""  # compute_format.FormatChoice.activations
     draft: Any = None  # the draft model's weights (spec.draft), read with this model's
     active: int = 0  # sequences using it right now: never evicted while > 0
     last_used: float = field(default_factory=time.monotonic)
@@ -80,6 +81,8 @@ def everywhere(group: Any, ok: bool) -> bool:
 
 def _refusal(spec: ModelSpec, failure: Exception) -> EngineError:
     """What the request hears when the model cannot be loaded, the model named."""
+    if isinstance(failure, compute_format.ActivationsRefused):
+        failure = EngineError(ErrorKind.MODEL_UNAVAILABLE, str(failure))
     if isinstance(failure, EngineError):  # a loader's own refusal says why: kept
         log.warning("loading %s refused: %s", spec.model_id, failure.message)
         return EngineError(failure.kind, f"model '{spec.model_id}': {failure.message}")
@@ -102,7 +105,9 @@ def read_draft(spec: ModelSpec, tokenizer: Any, room: int, timed: bool) -> Any:
             f"its draft model '{spec.model_id}' has another vocabulary",
         )
     key = weights_key(spec.location, spec.from_hub, "draft")
-    model, _ = compute_format.prepare(spec.compute_format, model, room, key=key, timed=timed)
+    model, _ = compute_format.prepare(
+        spec.compute_format, model, room, key=key, timed=timed, activations=spec.activations
+    )
     mx.eval(model.parameters())
     return model
 
@@ -149,6 +154,7 @@ class Loading:
             self.room,
             key=weights_key(spec.location, spec.from_hub),
             timed=self.group is None,
+            activations=spec.activations,
         )
         return model, tokenizer, config, choice
 
@@ -162,7 +168,7 @@ class Loading:
             base = self.base
             model, tokenizer, config = base.model, base.tokenizer, base.config
             choice = compute_format.FormatChoice(
-                base.compute_format, base.format_reason, base.kernels
+                base.compute_format, base.format_reason, base.kernels, base.activations
             )
         twin, self.adapter_bytes = lora.with_adapter(model, Path(self.spec.location))
         reason = f"its base {self.spec.base.model_id}'s: {choice.reason}"
@@ -170,7 +176,7 @@ class Loading:
             twin,
             tokenizer,
             config,
-            compute_format.FormatChoice(choice.format, reason, choice.kernels),
+            compute_format.FormatChoice(choice.format, reason, choice.kernels, choice.activations),
         )
 
 
@@ -313,6 +319,7 @@ class ModelPool:
             choice.format,
             choice.kernels,
             choice.reason,
+            choice.activations,
             draft=load.draft,
             base=base,
         )

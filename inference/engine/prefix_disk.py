@@ -72,6 +72,7 @@ def model_key(spec: ModelSpec, compute_format: str, kernels: bool) -> str:
         "location": spec.location,
         "files": weight_files(spec.location, spec.from_hub),
         "kv_cache": spec.kv_cache,
+        "activations": spec.activations,
         "compute_format": [spec.compute_format, compute_format, kernels],
         "parallel": spec.parallel,
         # An adapter's KV is computed by its base's weights and its own.

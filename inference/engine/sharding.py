@@ -44,6 +44,11 @@ def load_sharded(
 
 def _check(spec: ModelSpec, model: Any, config: dict, size: int) -> None:
     kind = config.get("model_type", "?")
+    if spec.activations == "8bit":
+        _refuse(
+            "8bit activations round on the CPU kernels' quantized layers, which sharded "
+            "projections do not take"
+        )
     if spec.parallel == "tensor":
         if not hasattr(model, "shard"):
             _refuse(f"mlx-lm cannot split '{kind}' models tensor-parallel")

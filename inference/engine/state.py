@@ -31,6 +31,9 @@ class ModelState:
     # Its own idle TTL in seconds, from a request's keep_alive (None: the engine's).
     keep_alive: float | None = None
     kv_cache: str = ""  # the KV format it computes with (kv.KVFormat.describe); "" if none
+    # How the CPU kernels' integer decode path rounds its activations ("15bit", "8bit"); ""
+    # where no quantized layer computes in them.
+    activations: str = ""
     context_length: int = 0  # the context it serves (the catalog's, else its config's)
 
     @property

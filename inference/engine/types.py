@@ -20,6 +20,7 @@ class ModelSpec:
     pinned: bool = False  # never unloaded to make room, nor for being idle
     compute_format: str = "auto"  # one of formats.COMPUTE_FORMATS
     kv_cache: str = "auto"  # one of formats.KV_CACHE_FORMATS
+    activations: str = "15bit"  # one of formats.ACTIVATION_ROUNDINGS
     purpose: str = "chat"  # "chat", "embedding" or "rerank": which loader and which runner
     vision: bool = False  # a chat model that reads images (loaded through mlx-vlm)
     pooling: str = "auto"  # embedding models: "auto", "last", "mean" or "cls"

@@ -417,6 +417,7 @@ class Engine:
             draft_tokens=drafts.drafted if drafts else 0,
             accepted_draft_tokens=drafts.accepted if drafts else 0,
             kv_cache=loaded.kv_cache,
+            activations=loaded.activations,
             context_length=loaded.context_length,
         )
 

@@ -91,6 +91,7 @@ def health_document(health: EngineHealth) -> dict:
             m.id: {
                 "compute_format": m.compute_format,
                 "cpu_kernels": m.kernels,
+                "activations": m.activations,
                 "kv_cache": m.kv_cache,
                 "context_length": m.context_length,
             }
@@ -122,6 +123,7 @@ def model_document(model: ModelState) -> dict:
         "compute_format": model.compute_format,
         "cpu_kernels": model.kernels,
         "format_reason": model.format_reason,
+        "activations": model.activations,
         "kv_cache": model.kv_cache,
         "context_length": model.context_length,
         "pinned": model.pinned,

@@ -20,13 +20,14 @@ namespace {
 // A linear layer as Python passes it: (w, scales, biases, group_size, bits).
 using PyLinear = std::tuple<ck::mx::array, ck::mx::array, ck::mx::array, int, int>;
 
-ck::Linear linear(const PyLinear& l) {
-  return ck::Linear{std::get<0>(l), std::get<1>(l), std::get<2>(l), std::get<3>(l), std::get<4>(l)};
+// x_bytes: how the direct integer path rounds the layer's activations (qmm.h Problem).
+ck::Linear linear(const PyLinear& l, int x_bytes) {
+  return ck::Linear{std::get<0>(l), std::get<1>(l), std::get<2>(l), std::get<3>(l), std::get<4>(l), x_bytes};
 }
 
-std::optional<ck::Linear> maybe_linear(const std::optional<PyLinear>& l) {
+std::optional<ck::Linear> maybe_linear(const std::optional<PyLinear>& l, int x_bytes) {
   if (!l) return std::nullopt;
-  return linear(*l);
+  return linear(*l, x_bytes);
 }
 
 ck::RopeSpec rope_spec(int dims, bool traditional, float base, float scale) {
@@ -48,14 +49,15 @@ void bind_layer(nb::module_& m) {
       [](const ck::mx::array& x, const ck::mx::array& norm_weight, float eps, const PyLinear& proj,
          const ck::mx::array& cache, int start, const ck::mx::array& offset, int rope_dims,
          bool traditional, float base, float rope_scale,
-         std::optional<ck::mx::array> head_norm, float head_eps, ck::mx::StreamOrDevice s) {
-        return ck::project_kv(x, norm_weight, eps, linear(proj), cache, start, offset,
+         std::optional<ck::mx::array> head_norm, float head_eps, int x_bytes,
+         ck::mx::StreamOrDevice s) {
+        return ck::project_kv(x, norm_weight, eps, linear(proj, x_bytes), cache, start, offset,
                               rope_spec(rope_dims, traditional, base, rope_scale),
                               ck::HeadNorm{head_norm, head_eps}, s);
       },
       "x"_a, "norm_weight"_a, "eps"_a, "proj"_a, "cache"_a, "start"_a, "offset"_a, nb::kw_only(),
       "rope_dims"_a = 0, "traditional"_a = false, "base"_a = 10000.0f, "rope_scale"_a = 1.0f,
-      "head_norm"_a = nb::none(), "head_eps"_a = 1e-6f, "stream"_a = nb::none(),
+      "head_norm"_a = nb::none(), "head_eps"_a = 1e-6f, "x_bytes"_a = 2, "stream"_a = nb::none(),
       "rope(head_norm(rms_norm(x) @ dequantize(proj).T)) per head written at rows "
       "[start, start + L) of a KV cache buffer [B, H, S, D]; returns the buffer (donated when "
       "nothing else holds it). head_norm: Qwen3's k_norm weight [D], or None.");
@@ -68,12 +70,13 @@ void bind_layer(nb::module_& m) {
          const std::optional<PyLinear>& gate, const std::optional<PyLinear>& up,
          const std::optional<PyLinear>& down, int q_heads, float eps_attn, float eps_mlp,
          float scale, int rope_dims, bool traditional, float base, float rope_scale,
-         std::optional<ck::mx::array> q_norm, float q_eps, ck::mx::StreamOrDevice s) {
+         std::optional<ck::mx::array> q_norm, float q_eps, int x_bytes, ck::mx::StreamOrDevice s) {
         ck::LayerSpec spec{eps_attn, eps_mlp, scale, q_heads,
                            rope_spec(rope_dims, traditional, base, rope_scale)};
         return ck::decoder_layer(x, keys, values, n_keys, offset, mask_of(mask), norm_attn,
-                                 norm_mlp, linear(q), linear(o), maybe_linear(gate),
-                                 maybe_linear(up), maybe_linear(down), spec,
+                                 norm_mlp, linear(q, x_bytes), linear(o, x_bytes),
+                                 maybe_linear(gate, x_bytes), maybe_linear(up, x_bytes),
+                                 maybe_linear(down, x_bytes), spec,
                                  ck::HeadNorm{q_norm, q_eps}, s);
       },
       "x"_a, "keys"_a, "values"_a, "n_keys"_a, "offset"_a, "mask"_a.none(), "norm_attn"_a,
@@ -81,7 +84,7 @@ void bind_layer(nb::module_& m) {
       "q_heads"_a,
       "eps_attn"_a, "eps_mlp"_a, "scale"_a, "rope_dims"_a = 0, "traditional"_a = false,
       "base"_a = 10000.0f, "rope_scale"_a = 1.0f, "q_norm"_a = nb::none(), "q_eps"_a = 1e-6f,
-      "stream"_a = nb::none(),
+      "x_bytes"_a = 2, "stream"_a = nb::none(),
       "The rest of a llama (or Qwen3: q_norm, its query head norm) decoder layer after "
       "project_kv: query, attention over keys/values[:, :, :n_keys], output projection, "
       "SwiGLU MLP, both residuals; gate, up and down None: the attention's residual sum only "
@@ -94,13 +97,16 @@ NB_MODULE(_ext, m) {
   m.doc() = "Fused and quantized kernels for MLX's CPU backend (x86 AVX-512 / AVX2)";
 
   m.def("quantized_matmul", &ck::quantized_matmul, "x"_a, "w"_a, "scales"_a, "biases"_a,
-        "group_size"_a, "bits"_a, nb::kw_only(), "stream"_a = nb::none(),
-        "x @ dequantize(w, scales, biases).T in float32, as mx.quantized_matmul(transpose=True).");
+        "group_size"_a, "bits"_a, nb::kw_only(), "x_bytes"_a = 2, "stream"_a = nb::none(),
+        "x @ dequantize(w, scales, biases).T in float32, as mx.quantized_matmul(transpose=True). "
+        "x_bytes: the bytes the direct integer path (few rows) rounds each activation to, 2 "
+        "(15 bits) or 1 (8 bits, as llama.cpp's Q8 activations).");
 
   m.def("gather_quantized_matmul", &ck::gather_quantized_matmul, "x"_a, "experts"_a, "w"_a,
-        "scales"_a, "biases"_a, "group_size"_a, "bits"_a, nb::kw_only(), "stream"_a = nb::none(),
+        "scales"_a, "biases"_a, "group_size"_a, "bits"_a, nb::kw_only(), "x_bytes"_a = 2,
+        "stream"_a = nb::none(),
         "Each row of x [rows, K] times its expert's weights of w [E, N, K * bits / 32], as "
-        "mx.gather_qmm(transpose=True) over rows, in float32.");
+        "mx.gather_qmm(transpose=True) over rows, in float32; x_bytes as quantized_matmul's.");
 
   m.def("rms_norm", &ck::rms_norm, "x"_a, "weight"_a, "eps"_a, nb::kw_only(),
         "stream"_a = nb::none(), "mx.fast.rms_norm in float32, one pass per row.");

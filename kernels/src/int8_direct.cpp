@@ -30,14 +30,18 @@ namespace {
 struct Layout {
   int chunks;  // 64-byte chunks of a weight row (the last may be partial)
   int chunk_values;  // activations per chunk: 128 (4 bits) or 64 (8 bits)
-  int x_bytes;  // per chunk: hi even, hi odd, lo even, lo odd (4 bits) or hi, lo (8 bits)
+  // per chunk: hi even, hi odd, lo even, lo odd (4 bits) or hi, lo (8 bits); without the lo
+  // bytes where the activations take one byte (Problem::x_bytes)
+  int x_bytes;
+  bool one_byte;
   int G, G16;  // groups, and groups rounded up to 16
   size_t lanes_at, sums_at, stride;  // lane scales [chunks][16], block sums [G16], next row
 
   explicit Layout(const Problem& p)
       : chunks((p.K * p.bits / 8 + 63) / 64),
         chunk_values(p.bits == 4 ? 128 : 64),
-        x_bytes(p.bits == 4 ? 256 : 128),
+        x_bytes((p.bits == 4 ? 128 : 64) * p.x_bytes),
+        one_byte(p.x_bytes == 1),
         G(p.K / p.group),
         G16((p.K / p.group + 15) / 16 * 16) {
     lanes_at = size_t(chunks) * x_bytes;
@@ -59,8 +63,15 @@ inline __m512i round_half(__m512 x, __m512 inv, int8_t* hi, int8_t* lo) {
   return _mm512_add_epi32(_mm512_slli_epi32(hv, 7), l);
 }
 
-template <int BITS>
-void stage_row(const float* x, int group, const Layout& L, uint8_t* row) {
+// As round_half, the high bytes only (x_bytes 1: t = x * 127 / amax rounded, llama.cpp's Q8).
+inline __m512i round_half_one(__m512 x, __m512 inv, int8_t* hi) {
+  const __m512i hv = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(hi), _mm512_cvtepi32_epi8(hv));
+  return hv;
+}
+
+template <int BITS, bool ONE>
+void stage_row_as(const float* x, int group, const Layout& L, uint8_t* row) {
   std::memset(row, 0, L.stride);
   int8_t* q = reinterpret_cast<int8_t*>(row);
   float* lanes = reinterpret_cast<float*>(row + L.lanes_at);
@@ -73,7 +84,7 @@ void stage_row(const float* x, int group, const Layout& L, uint8_t* row) {
     for (int i = 0; i < group; i += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(xg + i)));
     const float amax = _mm512_reduce_max_ps(m);
     const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
-    const float d = amax / 127.0f / 128.0f;
+    const float d = ONE ? amax / 127.0f : amax / 127.0f / 128.0f;
     __m512i sum = _mm512_setzero_si512();
     for (int i = 0; i < group; i += 32) {
       const int k = g * group + i;  // a window of 32 values
@@ -82,8 +93,17 @@ void stage_row(const float* x, int group, const Layout& L, uint8_t* row) {
       const int at = k % L.chunk_values;
       if constexpr (BITS == 4) {  // evens meet low nibbles, odds high ones
         const int e = at / 2;
-        sum = _mm512_add_epi32(sum, round_half(_mm512_permutex2var_ps(a, even, b), inv, c + e, c + 128 + e));
-        sum = _mm512_add_epi32(sum, round_half(_mm512_permutex2var_ps(a, odd, b), inv, c + 64 + e, c + 192 + e));
+        const __m512 ev = _mm512_permutex2var_ps(a, even, b), od = _mm512_permutex2var_ps(a, odd, b);
+        if constexpr (ONE) {
+          sum = _mm512_add_epi32(sum, round_half_one(ev, inv, c + e));
+          sum = _mm512_add_epi32(sum, round_half_one(od, inv, c + 64 + e));
+        } else {
+          sum = _mm512_add_epi32(sum, round_half(ev, inv, c + e, c + 128 + e));
+          sum = _mm512_add_epi32(sum, round_half(od, inv, c + 64 + e, c + 192 + e));
+        }
+      } else if constexpr (ONE) {
+        sum = _mm512_add_epi32(sum, round_half_one(a, inv, c + at));
+        sum = _mm512_add_epi32(sum, round_half_one(b, inv, c + at + 16));
       } else {
         sum = _mm512_add_epi32(sum, round_half(a, inv, c + at, c + 64 + at));
         sum = _mm512_add_epi32(sum, round_half(b, inv, c + at + 16, c + 80 + at));
@@ -96,6 +116,12 @@ void stage_row(const float* x, int group, const Layout& L, uint8_t* row) {
       lanes[(k / L.chunk_values) * 16 + (k % L.chunk_values) / per_lane] = d;
     }
   }
+}
+
+template <int BITS>
+void stage_row(const float* x, int group, const Layout& L, uint8_t* row) {
+  if (L.one_byte) return stage_row_as<BITS, true>(x, group, L, row);
+  stage_row_as<BITS, false>(x, group, L, row);
 }
 
 // 16 of a column's scales or biases from group g as floats, zeros past its G groups.
@@ -143,7 +169,7 @@ __attribute__((always_inline)) inline void finish(const Problem& p, const Layout
 
 // R staged rows times C columns from n: integer sums per chunk, one float step per chunk.
 // A chunk's groups lie inside one run of 16 groups, whose scales are converted once.
-template <int BITS, int GROUP, int R, int C>
+template <int BITS, int GROUP, int R, int C, bool ONE>
 void block(const Problem& p, const Layout& L, const uint8_t* xs, int m0, int n) {
   const size_t row_bytes = size_t(p.K) * BITS / 8;
   const __m512i idx = lane_groups<BITS, GROUP>();
@@ -177,8 +203,13 @@ void block(const Problem& p, const Layout& L, const uint8_t* xs, int m0, int n) 
       const uint8_t* x = row + size_t(ch) * L.x_bytes;
       const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(row + L.lanes_at) + ch * 16);
       for (int c = 0; c < C; c++) {
-        __m512i high, low;
-        if constexpr (BITS == 4) {
+        __m512i high, low, sum;
+        if constexpr (ONE && BITS == 4) {  // one byte: the high bytes' products are the sum
+          sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[c], _mm512_loadu_si512(x));
+          sum = _mm512_dpbusd_epi32(sum, hi[c], _mm512_loadu_si512(x + 64));
+        } else if constexpr (ONE) {
+          sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[c], _mm512_loadu_si512(x));
+        } else if constexpr (BITS == 4) {
           high = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[c], _mm512_loadu_si512(x));
           high = _mm512_dpbusd_epi32(high, hi[c], _mm512_loadu_si512(x + 64));
           low = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[c], _mm512_loadu_si512(x + 128));
@@ -187,7 +218,7 @@ void block(const Problem& p, const Layout& L, const uint8_t* xs, int m0, int n) 
           high = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[c], _mm512_loadu_si512(x));
           low = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[c], _mm512_loadu_si512(x + 64));
         }
-        const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(high, 7), low);
+        if constexpr (!ONE) sum = _mm512_add_epi32(_mm512_slli_epi32(high, 7), low);
         acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale[c], d), acc[r][c]);
       }
     }
@@ -210,9 +241,19 @@ void rows_block(const Problem& p, const Layout& L, const uint8_t* xs, int m0, in
     // The block after next: its loads overlap this block's arithmetic (as rows_impl.h does;
     // further ahead measured no better on the demo model's weights, streamed from memory).
     if (n + 3 * C <= ahead_to) prefetch_columns(p, row_bytes, n + 2 * C, C);
-    block<BITS, GROUP, R, C>(p, L, xs, m0, n);
+    if (L.one_byte) {
+      block<BITS, GROUP, R, C, true>(p, L, xs, m0, n);
+    } else {
+      block<BITS, GROUP, R, C, false>(p, L, xs, m0, n);
+    }
   }
-  for (; n < n1; n++) block<BITS, GROUP, R, 1>(p, L, xs, m0, n);
+  for (; n < n1; n++) {
+    if (L.one_byte) {
+      block<BITS, GROUP, R, 1, true>(p, L, xs, m0, n);
+    } else {
+      block<BITS, GROUP, R, 1, false>(p, L, xs, m0, n);
+    }
+  }
 }
 
 #include "int8_direct_loops.h"  // stage() and columns(): rows, blocks, formats

@@ -33,14 +33,18 @@ namespace {
 struct Layout {
   int chunks;  // 32-byte chunks of a weight row (a 4-bit row's last may hold 16)
   int chunk_values;  // activations per chunk: 64 (4 bits) or 32 (8 bits)
-  int x_bytes;  // per chunk: hi even, hi odd, lo even, lo odd (4 bits) or hi, lo (8 bits)
+  // per chunk: hi even, hi odd, lo even, lo odd (4 bits) or hi, lo (8 bits); without the lo
+  // bytes where the activations take one byte (Problem::x_bytes)
+  int x_bytes;
+  bool one_byte;
   int G, G8;  // groups, and groups rounded up to 8
   size_t lanes_at, sums_at, stride;  // lane scales [chunks][8], block sums [G8], next row
 
   explicit Layout(const Problem& p)
       : chunks((p.K * p.bits / 8 + 31) / 32),
         chunk_values(p.bits == 4 ? 64 : 32),
-        x_bytes(p.bits == 4 ? 128 : 64),
+        x_bytes((p.bits == 4 ? 64 : 32) * p.x_bytes),
+        one_byte(p.x_bytes == 1),
         G(p.K / p.group),
         G8((p.K / p.group + 7) / 8 * 8) {
     lanes_at = size_t(chunks) * x_bytes;
@@ -71,6 +75,13 @@ inline __m256i round8(__m256 x, __m256 inv, int8_t* hi, int8_t* lo) {
   return _mm256_add_epi32(_mm256_slli_epi32(hv, 7), l);
 }
 
+// As round8, the high byte only (x_bytes 1: t = x * 127 / amax rounded, llama.cpp's Q8).
+inline __m256i round8_one(__m256 x, __m256 inv, int8_t* hi) {
+  const __m256i hv = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(x, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  store_bytes(hv, hi);
+  return hv;
+}
+
 inline float max8(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
@@ -83,8 +94,8 @@ inline int sum8(__m256i v) {
   return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
 }
 
-template <int BITS>
-void stage_row(const float* x, int group, const Layout& L, uint8_t* row) {
+template <int BITS, bool ONE>
+void stage_row_as(const float* x, int group, const Layout& L, uint8_t* row) {
   std::memset(row, 0, L.stride);
   int8_t* q = reinterpret_cast<int8_t*>(row);
   float* lanes = reinterpret_cast<float*>(row + L.lanes_at);
@@ -96,7 +107,7 @@ void stage_row(const float* x, int group, const Layout& L, uint8_t* row) {
     for (int i = 0; i < group; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(xg + i)));
     const float amax = max8(m);
     const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
-    const float d = amax / 127.0f / 128.0f;
+    const float d = ONE ? amax / 127.0f : amax / 127.0f / 128.0f;
     __m256i sum = _mm256_setzero_si256();
     for (int i = 0; i < group; i += 16) {
       const int k = g * group + i;  // a window of 16 values
@@ -107,8 +118,16 @@ void stage_row(const float* x, int group, const Layout& L, uint8_t* row) {
         const __m256 even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
         const __m256 odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));
         const int e = at / 2;
-        sum = _mm256_add_epi32(sum, round8(even, inv, c + e, c + 64 + e));
-        sum = _mm256_add_epi32(sum, round8(odd, inv, c + 32 + e, c + 96 + e));
+        if constexpr (ONE) {
+          sum = _mm256_add_epi32(sum, round8_one(even, inv, c + e));
+          sum = _mm256_add_epi32(sum, round8_one(odd, inv, c + 32 + e));
+        } else {
+          sum = _mm256_add_epi32(sum, round8(even, inv, c + e, c + 64 + e));
+          sum = _mm256_add_epi32(sum, round8(odd, inv, c + 32 + e, c + 96 + e));
+        }
+      } else if constexpr (ONE) {
+        sum = _mm256_add_epi32(sum, round8_one(a, inv, c + at));
+        sum = _mm256_add_epi32(sum, round8_one(b, inv, c + at + 8));
       } else {
         sum = _mm256_add_epi32(sum, round8(a, inv, c + at, c + 32 + at));
         sum = _mm256_add_epi32(sum, round8(b, inv, c + at + 8, c + 40 + at));
@@ -121,6 +140,12 @@ void stage_row(const float* x, int group, const Layout& L, uint8_t* row) {
       lanes[(k / L.chunk_values) * 8 + (k % L.chunk_values) / per_lane] = d;
     }
   }
+}
+
+template <int BITS>
+void stage_row(const float* x, int group, const Layout& L, uint8_t* row) {
+  if (L.one_byte) return stage_row_as<BITS, true>(x, group, L, row);
+  stage_row_as<BITS, false>(x, group, L, row);
 }
 
 // 8 of a column's scales or biases from group `at` on as floats, zeros past its last group.
@@ -192,9 +217,20 @@ inline __m256i load_chunk(const uint8_t* w, bool half) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
 }
 
-// One chunk's integer sum for one row and column: 128 * (hi-byte products) + lo-byte ones.
-template <int BITS>
+// One chunk's integer sum for one row and column: 128 * (hi-byte products) + lo-byte ones,
+// or the hi-byte products alone where the activations take one byte.
+template <int BITS, bool ONE>
 inline __m256i chunk_sum(__m256i lo, __m256i hi, const uint8_t* x) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  if constexpr (ONE) {
+    const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+    if constexpr (BITS == 4) {  // pairs at most 2 * 15 * 127, two of them: int16
+      const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32));
+      return _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_maddubs_epi16(hi, x1)), ones);
+    } else {
+      return _mm256_madd_epi16(_mm256_maddubs_epi16(lo, _mm256_sign_epi8(x0, hi)), ones);
+    }
+  }
   const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
   const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32));
   __m256i high, low;
@@ -207,12 +243,12 @@ inline __m256i chunk_sum(__m256i lo, __m256i hi, const uint8_t* x) {
     high = _mm256_maddubs_epi16(lo, _mm256_sign_epi8(x0, hi));
     low = _mm256_maddubs_epi16(lo, _mm256_sign_epi8(x1, hi));
   }
-  return _mm256_add_epi32(_mm256_madd_epi16(high, _mm256_set1_epi16(128)), _mm256_madd_epi16(low, _mm256_set1_epi16(1)));
+  return _mm256_add_epi32(_mm256_madd_epi16(high, _mm256_set1_epi16(128)), _mm256_madd_epi16(low, ones));
 }
 
 // R staged rows times C columns from n: integer sums per chunk, one float step per chunk.
 // A chunk's groups lie inside one run of 8 groups, whose scales are converted once.
-template <int BITS, int GROUP, int R, int C>
+template <int BITS, int GROUP, int R, int C, bool ONE>
 void block(const Problem& p, const Layout& L, const uint8_t* xs, int m0, int n, size_t ahead) {
   const size_t row_bytes = size_t(p.K) * BITS / 8;
   const __m256i idx = lane_groups<BITS, GROUP>();
@@ -244,7 +280,7 @@ void block(const Problem& p, const Layout& L, const uint8_t* xs, int m0, int n, 
       for (int r = 0; r < R; r++) {
         const uint8_t* row = xs + L.stride * (m0 + r);
         const __m256 d = _mm256_loadu_ps(reinterpret_cast<const float*>(row + L.lanes_at) + ch * 8);
-        const __m256i sum = chunk_sum<BITS>(lo, hi, row + size_t(ch) * L.x_bytes);
+        const __m256i sum = chunk_sum<BITS, ONE>(lo, hi, row + size_t(ch) * L.x_bytes);
         acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(scale, d), acc[r][c]);
       }
     }
@@ -260,9 +296,19 @@ void rows_block(const Problem& p, const Layout& L, const uint8_t* xs, int m0, in
   int n = n0;
   for (; n + C <= n1; n += C) {
     const size_t ahead = n + (PREFETCH_BLOCKS + 1) * C <= ahead_to ? PREFETCH_BLOCKS * C * row_bytes : 0;
-    block<BITS, GROUP, R, C>(p, L, xs, m0, n, ahead);
+    if (L.one_byte) {
+      block<BITS, GROUP, R, C, true>(p, L, xs, m0, n, ahead);
+    } else {
+      block<BITS, GROUP, R, C, false>(p, L, xs, m0, n, ahead);
+    }
   }
-  for (; n < n1; n++) block<BITS, GROUP, R, 1>(p, L, xs, m0, n, 0);
+  for (; n < n1; n++) {
+    if (L.one_byte) {
+      block<BITS, GROUP, R, 1, true>(p, L, xs, m0, n, 0);
+    } else {
+      block<BITS, GROUP, R, 1, false>(p, L, xs, m0, n, 0);
+    }
+  }
 }
 
 #include "int8_direct_loops.h"  // stage() and columns(): rows, blocks, formats

@@ -93,6 +93,7 @@ void check_linear(const char* op, const Linear& l, int in_features, const char* 
     refuse(op, msg.str() + "scales and biases must be [out, in / group_size], of one dtype");
   }
   scale_type(l.scales.dtype());
+  check_x_bytes(op, l.x_bytes);
 }
 
 void push_linear(std::vector<mx::array>& inputs, const Linear& l) {
@@ -100,8 +101,8 @@ void push_linear(std::vector<mx::array>& inputs, const Linear& l) {
 }
 
 // out[M, N] = x[M, K] @ W.T for the evaluated (w, scales, biases) at in[at..at+2].
-Problem problem(const std::vector<mx::array>& in, size_t at, int group, int bits, const float* x,
-                int M, float* out) {
+Problem problem(const std::vector<mx::array>& in, size_t at, int group, int bits, int x_bytes,
+                const float* x, int M, float* out) {
   for (size_t i = at; i < at + 3; i++) {
     if (!in[i].flags().row_contiguous) {
       throw std::runtime_error("[cpu_kernels] weights must be contiguous");
@@ -109,12 +110,12 @@ Problem problem(const std::vector<mx::array>& in, size_t at, int group, int bits
   }
   const int K = in[at].shape(1) * 32 / bits;
   return Problem{x, in[at].data<uint8_t>(), in[at + 1].data<void>(), in[at + 2].data<void>(),
-                 scale_type(in[at + 1].dtype()), out, M, in[at].shape(0), K, group, bits};
+                 scale_type(in[at + 1].dtype()), out, M, in[at].shape(0), K, group, bits, x_bytes};
 }
 
-void product(const std::vector<mx::array>& in, size_t at, int group, int bits, const float* x,
-             int M, float* out) {
-  Problem p = problem(in, at, group, bits, x, M, out);
+void product(const std::vector<mx::array>& in, size_t at, int group, int bits, int x_bytes,
+             const float* x, int M, float* out) {
+  Problem p = problem(in, at, group, bits, x_bytes, x, M, out);
   if (p.M > 0 && p.N > 0) run_product(p, active_kernels());
 }
 
@@ -247,17 +248,17 @@ mx::array project_kv(
   }
   check_head_norm(op, head_norm, D);
   auto stream = cpu_stream(op, s);
-  const int group = proj.group_size, bits = proj.bits;
+  const int group = proj.group_size, bits = proj.bits, x_bytes = proj.x_bytes;
   const int norm_at = head_norm.weight ? 7 : -1;
   const float head_eps = head_norm.eps;
-  auto run = [eps, start, rope, group, bits, B, L, norm_at, head_eps](
+  auto run = [eps, start, rope, group, bits, x_bytes, B, L, norm_at, head_eps](
                  const std::vector<mx::array>& in, mx::array& out, bool donated) {
     thread_local std::vector<float> gx, gw, xn, y, yn, rows;
     const int Din = in[0].shape(2), H = out.shape(1), D = out.shape(3), M = B * L;
     xn.resize(size_t(M) * Din);
     rms_norm_f32(dense(in[0], gx), dense(in[1], gw), xn.data(), M, Din, eps);
     y.resize(size_t(M) * H * D);
-    product(in, 2, group, bits, xn.data(), M, y.data());
+    product(in, 2, group, bits, x_bytes, xn.data(), M, y.data());
     rows.resize(y.size());
     const float* normed = head_normed(in, norm_at, head_eps, y.data(), size_t(M) * H, D, yn);
     heads_first(rope, in[6], normed, B, H, L, D, rows.data());
@@ -271,7 +272,7 @@ mx::array project_kv(
   if (head_norm.weight) inputs.push_back(f32(*head_norm.weight, stream));
   std::vector<float> params{eps, float(start), float(rope.dims), float(rope.traditional),
                             rope.base, rope.scale, float(group), float(bits), float(norm_at),
-                            head_eps};
+                            head_eps, float(x_bytes)};
   return mx::array(
       cache.shape(), cache.dtype(),
       std::make_shared<FusedPrimitive>(stream, "CpuProjectKV", std::move(params), run, 5),
@@ -317,7 +318,7 @@ struct LayerRun {
   LayerSpec spec;
   int n_keys;
   MaskKind kind;
-  int groups[5], bits[5];  // q, o, gate, up, down
+  int groups[5], bits[5], x_bytes[5];  // q, o, gate, up, down
   int q_norm_at = -1, mask_at = -1;
   float q_eps = 0.0f;
   bool mlp = true;  // else the output is h, the attention's residual sum
@@ -358,7 +359,7 @@ void LayerRun::operator()(const std::vector<mx::array>& in, mx::array& out, bool
   xn.resize(size_t(M) * Dm);
   rms_norm_f32(x, dense(in[NORM_ATTN], gw1), xn.data(), M, Dm, spec.eps_attn);
   qy.resize(size_t(M) * Hq * D);
-  product(in, Q, groups[0], bits[0], xn.data(), M, qy.data());
+  product(in, Q, groups[0], bits[0], x_bytes[0], xn.data(), M, qy.data());
   qr.resize(qy.size());
   const float* normed = head_normed(in, q_norm_at, q_eps, qy.data(), size_t(M) * Hq, D, qn);
   heads_first(spec.rope, in[OFFSET], normed, B, Hq, L, D, qr.data());
@@ -375,7 +376,7 @@ void LayerRun::operator()(const std::vector<mx::array>& in, mx::array& out, bool
     merged = at.data();
   }
   oy.resize(size_t(M) * Dm);
-  product(in, O, groups[1], bits[1], merged, M, oy.data());
+  product(in, O, groups[1], bits[1], x_bytes[1], merged, M, oy.data());
   h.resize(oy.size());
   float* sum = mlp ? h.data() : out.data<float>();  // without the MLP, h is the output
   for (size_t i = 0; i < h.size(); i++) sum[i] = x[i] + oy[i];
@@ -386,12 +387,12 @@ void LayerRun::operator()(const std::vector<mx::array>& in, mx::array& out, bool
   u.resize(g.size());
   sw.resize(g.size());
   // Gate and up read the same activations: one split over both (one pool hand-off).
-  const Problem gate_up[2] = {problem(in, GATE, groups[2], bits[2], xn.data(), M, g.data()),
-                              problem(in, UP, groups[3], bits[3], xn.data(), M, u.data())};
+  const Problem gate_up[2] = {problem(in, GATE, groups[2], bits[2], x_bytes[2], xn.data(), M, g.data()),
+                              problem(in, UP, groups[3], bits[3], x_bytes[3], xn.data(), M, u.data())};
   if (M > 0 && F > 0) run_products(gate_up, 2, active_kernels());
   swiglu_f32(g.data(), u.data(), sw.data(), sw.size());
   d.resize(size_t(M) * Dm);
-  product(in, DOWN, groups[4], bits[4], sw.data(), M, d.data());
+  product(in, DOWN, groups[4], bits[4], x_bytes[4], sw.data(), M, d.data());
   float* result = out.data<float>();
   for (size_t i = 0; i < d.size(); i++) result[i] = h[i] + d[i];
 }
@@ -486,7 +487,8 @@ mx::array decoder_layer(
   for (size_t i = 0; i < linears.size(); i++) {
     run.groups[i] = linears[i]->group_size;
     run.bits[i] = linears[i]->bits;
-    params.insert(params.end(), {float(run.groups[i]), float(run.bits[i])});
+    run.x_bytes[i] = linears[i]->x_bytes;
+    params.insert(params.end(), {float(run.groups[i]), float(run.bits[i]), float(run.x_bytes[i])});
   }
   return mx::array(
       x.shape(), mx::float32,

@@ -15,10 +15,11 @@
 
 namespace cpu_kernels {
 
-// A quantized linear layer without bias, as quantized_matmul takes it.
+// A quantized linear layer without bias, as quantized_matmul takes it (x_bytes: its x_bytes).
 struct Linear {
   mx::array w, scales, biases;
   int group_size, bits;
+  int x_bytes = 2;
 };
 
 // RoPE of nn.RoPE with a base (dims 0: none).

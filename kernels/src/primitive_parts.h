@@ -24,6 +24,9 @@ mx::Stream cpu_stream(const char* op, mx::StreamOrDevice s);
 // The float32 array as dense row-major floats: itself when row-contiguous, else gathered.
 const float* dense(const mx::array& x, std::vector<float>& buffer);
 
+// Refuses an x_bytes (Problem::x_bytes) other than 1 or 2.
+void check_x_bytes(const char* op, int x_bytes);
+
 // The kernels' name for a scales/biases dtype (refuses anything but float32/16, bfloat16).
 ScaleType scale_type(mx::Dtype dtype);
 

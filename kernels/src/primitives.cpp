@@ -103,6 +103,10 @@ const float* dense(const mx::array& x, std::vector<float>& buffer) {
   return buffer.data();
 }
 
+void check_x_bytes(const char* op, int x_bytes) {
+  if (x_bytes != 1 && x_bytes != 2) refuse(op, "x_bytes must be 1 or 2");
+}
+
 ScaleType scale_type(mx::Dtype dtype) {
   if (dtype == mx::float32) return ScaleType::F32;
   if (dtype == mx::float16) return ScaleType::F16;
@@ -161,8 +165,10 @@ mx::array quantized_matmul(
     const mx::array& biases,
     int group_size,
     int bits,
+    int x_bytes,
     mx::StreamOrDevice s) {
   const char* op = "quantized_matmul";
+  check_x_bytes(op, x_bytes);
   const int K = check_weights(op, w, scales, biases, group_size, bits, 2,
                               "[out_features, in_features / group_size]");
   if (x.ndim() < 1) refuse(op, "x must have at least one dimension");
@@ -175,7 +181,7 @@ mx::array quantized_matmul(
   auto stream = cpu_stream(op, s);
   mx::Shape out_shape = x.shape();
   out_shape.back() = N;
-  auto run = [group_size, bits](const std::vector<mx::array>& in, mx::array& out) {
+  auto run = [group_size, bits, x_bytes](const std::vector<mx::array>& in, mx::array& out) {
     require_dense_weights(in, 1, "quantized_matmul");
     thread_local std::vector<float> gathered;
     int K = in[0].shape(-1);
@@ -190,14 +196,15 @@ mx::array quantized_matmul(
         out.shape(-1),
         K,
         group_size,
-        bits};
+        bits,
+        x_bytes};
     if (p.M > 0 && p.N > 0) run_product(p, active_kernels());
   };
   return make(
       std::move(out_shape),
       stream,
       "CpuQuantizedMatmul",
-      {float(group_size), float(bits)},
+      {float(group_size), float(bits), float(x_bytes)},
       run,
       {f32(x, stream), w, scales, biases});
 }
@@ -211,7 +218,8 @@ size_t scale_bytes(ScaleType t) {
 // The rows of x [R, K] through each row's expert of w [E, N, K * bits / 32] (scales, biases
 // [E, N, K / group]) into out [R, N]: rows grouped by expert (a counting sort), each group one
 // product, all of them run_gathered's. A row whose expert is out of range is left zero.
-void gathered_products(const std::vector<mx::array>& in, mx::array& out, int group, int bits) {
+void gathered_products(const std::vector<mx::array>& in, mx::array& out, int group, int bits,
+                       int x_bytes) {
   thread_local std::vector<float> gathered, xs, outs;
   const int K = in[0].shape(-1), R = in[0].shape(0);
   const int E = in[2].shape(0), N = in[2].shape(1);
@@ -240,7 +248,7 @@ void gathered_products(const std::vector<mx::array>& in, mx::array& out, int gro
     if (m == 0) continue;
     ps.push_back({xs.data() + size_t(first[e]) * K, in[2].data<uint8_t>() + e * w_bytes,
                   in[3].data<uint8_t>() + e * s_bytes, in[4].data<uint8_t>() + e * s_bytes, type,
-                  outs.data() + size_t(first[e]) * N, m, N, K, group, bits});
+                  outs.data() + size_t(first[e]) * N, m, N, K, group, bits, x_bytes});
   }
   run_gathered(ps.data(), int(ps.size()), active_kernels());
   float* y = out.data<float>();
@@ -260,8 +268,10 @@ mx::array gather_quantized_matmul(
     const mx::array& biases,
     int group_size,
     int bits,
+    int x_bytes,
     mx::StreamOrDevice s) {
   const char* op = "gather_quantized_matmul";
+  check_x_bytes(op, x_bytes);
   const int K = check_weights(op, w, scales, biases, group_size, bits, 3,
                               "[experts, out_features, in_features / group_size]");
   const int N = w.shape(1);
@@ -271,9 +281,9 @@ mx::array gather_quantized_matmul(
   }
   if (!mx::issubdtype(experts.dtype(), mx::integer)) refuse(op, "experts must be integers");
   auto stream = cpu_stream(op, s);
-  auto run = [group_size, bits](const std::vector<mx::array>& in, mx::array& out) {
+  auto run = [group_size, bits, x_bytes](const std::vector<mx::array>& in, mx::array& out) {
     require_dense_weights(in, 2, "gather_quantized_matmul");
-    if (in[0].size() > 0 && out.shape(-1) > 0) gathered_products(in, out, group_size, bits);
+    if (in[0].size() > 0 && out.shape(-1) > 0) gathered_products(in, out, group_size, bits, x_bytes);
   };
   // The experts contiguous int32 (a 1-D copy at most: one index per row).
   auto index = mx::contiguous(mx::astype(experts, mx::int32, stream), false, stream);
@@ -281,7 +291,7 @@ mx::array gather_quantized_matmul(
       {x.shape(0), N},
       stream,
       "CpuGatherQuantizedMatmul",
-      {float(group_size), float(bits)},
+      {float(group_size), float(bits), float(x_bytes)},
       run,
       {f32(x, stream), index, w, scales, biases});
 }

@@ -16,6 +16,8 @@ namespace cpu_kernels {
 namespace mx = mlx::core;
 
 // x @ dequantize(w, scales, biases).T, as mx.quantized_matmul(transpose=True) in float32.
+// x_bytes: what the direct integer path (few rows) rounds each activation to (Problem::x_bytes);
+// refused unless 1 or 2.
 mx::array quantized_matmul(
     const mx::array& x,
     const mx::array& w,
@@ -23,6 +25,7 @@ mx::array quantized_matmul(
     const mx::array& biases,
     int group_size,
     int bits,
+    int x_bytes = 2,
     mx::StreamOrDevice s = {});
 
 // x [rows, K] times each row's expert of stacked quantized weights w [E, N, K * bits / 32]
@@ -36,6 +39,7 @@ mx::array gather_quantized_matmul(
     const mx::array& biases,
     int group_size,
     int bits,
+    int x_bytes = 2,
     mx::StreamOrDevice s = {});
 
 // As mx.fast.rms_norm(x, weight, eps).

@@ -200,6 +200,7 @@ bool same_activations(const Problem* ps, int count, bool by_group) {
   for (int i = 1; i < count; i++) {
     const Problem& p = ps[i];
     if (p.x != ps[0].x || p.M != ps[0].M || p.K != ps[0].K || p.bits != ps[0].bits) return false;
+    if (p.x_bytes != ps[0].x_bytes) return false;
     if (by_group && p.group != ps[0].group) return false;
   }
   return true;

@@ -23,6 +23,7 @@ def form(**fields):
         "default_top_p": "",
         "context_length": "",
         "compute_format": "auto",
+        "activations": "15bit",
         "kv_cache": "auto",
         "speculative": "off",
         "draft_tokens": "4",
@@ -342,6 +343,19 @@ def test_a_quantized_kv_cache_that_cannot_apply_is_refused_at_save(
     fields = {"public_id": "mamba", "location": str(mamba), "kv_cache": "4bit"}
     response = admin_client.post(ADD_URL, form(**fields))
     assert b"4bit cannot apply: the model has no attention layers" in response.content
+
+
+def test_8bit_activations_are_refused_with_a_float_compute_format(admin_client, tiny_dir):
+    """They round on the kernels' integer path, which float weights never take."""
+    fields = {"location": str(tiny_dir), "activations": "8bit", "compute_format": "float32"}
+    response = admin_client.post(ADD_URL, form(**fields))
+    assert response.status_code == 200
+    assert b"8bit activations apply to the stored quantized weights" in response.content
+    assert not CatalogModel.objects.filter(public_id="new-model").exists()
+    response = admin_client.post(ADD_URL, form(**{**fields, "compute_format": "quantized"}))
+    assert response.status_code == 302, response.content
+    entry = CatalogModel.objects.get(public_id="new-model")
+    assert entry.activations == "8bit" and entry.spec().activations == "8bit"
 
 
 def test_kv_widths_come_from_the_config():

@@ -70,7 +70,9 @@ def test_auto_keeps_the_stored_weights_untimed_when_the_kernels_take_every_layer
     """The demo model's layers are all 4-bit affine, which the kernels read: stored, at once."""
     monkeypatch.setattr(compute_format, "measure", _no_timing)
     model, choice = compute_format.prepare("auto", load(str(smollm_dir))[0], 2**40, key="demo")
-    assert choice == FormatChoice("stored", compute_format.ALL_IN_KERNELS, kernels=True)
+    assert choice == FormatChoice(
+        "stored", compute_format.ALL_IN_KERNELS, kernels=True, activations="15bit"
+    )
     assert any(isinstance(m, cpu.QuantizedKernelLayer) for _, m in model.named_modules())
     assert not cpu.on_mlx_path(model)
 
@@ -156,3 +158,41 @@ def test_float32_answers_like_a_quantized_tiny_model(engine, tiny_dir, tmp_path)
             for fmt in ("quantized", "float32")
         )
         assert f32 == stored
+
+
+def test_8bit_activations_load_round_and_show(engine, smollm_dir):
+    """The catalog's 8bit activations: auto keeps the stored weights (the rounding happens on
+    the kernels' integer path), every kernel layer rounds to one byte, and the engine's state
+    (/health, the dashboard, admin) says so; 15bit models say theirs."""
+    params = SamplingParams(temperature=0, max_tokens=16)
+    eight = ModelSpec("smol-8bit-act", str(smollm_dir), activations="8bit")
+    text, done = run_job(engine, eight, PROMPTS[0], params)
+    assert text and done.completion_tokens > 0
+    run_job(engine, ModelSpec("smol-15bit-act", str(smollm_dir), compute_format="quantized"))
+    models = {m.id: m for m in engine.state.models}
+    assert (models["smol-8bit-act"].compute_format, models["smol-8bit-act"].kernels) == (
+        "stored",
+        True,
+    )
+    assert models["smol-8bit-act"].activations == "8bit"
+    assert "8bit activations" in models["smol-8bit-act"].format_reason
+    assert models["smol-15bit-act"].activations == "15bit"
+
+
+def test_8bit_activations_are_refused_where_they_cannot_apply(engine, smollm_dir):
+    params = SamplingParams(temperature=0, max_tokens=4)
+    spec = ModelSpec("smol-f32-8bit", str(smollm_dir), compute_format="float32", activations="8bit")
+    _, failed = run_job(engine, spec, PROMPTS[0], params)
+    message = failed.error.message
+    assert "8bit activations apply to the CPU kernels' direct integer path" in message
+    assert "computes in float32" in message
+    mlx_only = Engine(EngineConfig(pool_budget_bytes=8 * 2**30, cpu_kernels=False))
+    try:
+        spec = ModelSpec("smol-off-8bit", str(smollm_dir), activations="8bit")
+        _, failed = run_job(mlx_only, spec, PROMPTS[0], params)
+        assert "the CPU kernels are off (turned off by CPU_KERNELS=false)" in failed.error.message
+        assert not mlx_only.state.models
+    finally:
+        mlx_only.stop()
+        cpu.configure()
+    assert cpu.kernel_status().available

@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from catalog.aliases import add_alias_argument
 from catalog.management.options import error_messages, family_by_slug
 from catalog.models import CatalogModel
+from inference.engine.formats import ACTIVATION_ROUNDINGS
 
 
 def draft_model(model_id: str | None) -> CatalogModel | None:
@@ -46,6 +47,12 @@ class Command(BaseCommand):
         parser.add_argument("--pinned", action="store_true", help="never evicted nor unloaded")
         parser.add_argument("--preload", action="store_true", help="load when the server starts")
         parser.add_argument("--compute-format", default="auto")
+        parser.add_argument(
+            "--activations",
+            choices=ACTIVATION_ROUNDINGS,
+            default="15bit",
+            help="how the CPU kernels round activations on decode's integer path",
+        )
         parser.add_argument("--context-length", type=int)
         parser.add_argument(
             "--parallel",
@@ -92,6 +99,7 @@ class Command(BaseCommand):
             pinned=options["pinned"],
             preload=options["preload"],
             compute_format=options["compute_format"],
+            activations=options["activations"],
             parallel=options["parallel"],
             context_length=options["context_length"],
             aliases=options["aliases"],

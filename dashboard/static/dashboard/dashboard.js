@@ -28,7 +28,8 @@ function fill(tbody, rows, emptyText, columns) {
 function loadedRow(m) {
   const tr = document.createElement("tr");
   tr.dataset.model = m.id;
-  const format = cell(m.cpu_kernels ? `${m.compute_format} · CPU kernels` : m.compute_format);
+  const kernels = m.activations ? `CPU kernels, ${m.activations} activations` : "CPU kernels";
+  const format = cell(m.cpu_kernels ? `${m.compute_format} · ${kernels}` : m.compute_format);
   format.title = m.format_reason;
   const context = m.context_length ? `${m.context_length} tokens` : "";
   tr.append(cell(m.id), cell(mib(m.bytes)), format, cell(m.kv_cache), cell(context),

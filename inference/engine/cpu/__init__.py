@@ -13,6 +13,7 @@ from inference.engine.cpu.layers import (
     Float32Twins,
     QuantizedKernelLayer,
     on_mlx_path,
+    round_activations,
     supports_quantized,
     to_float32,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "configure",
     "kernel_status",
     "on_mlx_path",
+    "round_activations",
     "supports_quantized",
     "to_float32",
     "use_fused",

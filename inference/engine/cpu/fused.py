@@ -68,7 +68,7 @@ def _parts(block: nn.Module) -> tuple | None:
         return None
     if len(linears) < 7:  # not a dense SwiGLU of the kernels' linears
         linears = linears[:4] + [None] * 3
-    return linears, (norm, norm_mlp), rope
+    return linears, (norm, norm_mlp), rope, attn["q_proj"].x_bytes
 
 
 def _fits(x: mx.array, mask: Any, cache: Any) -> bool:
@@ -105,7 +105,7 @@ _NO_HEAD_NORMS: dict = {"q": {}, "k": {}}
 
 def _fused_call(block: nn.Module, x: mx.array, mask: Any, cache: Any, parts: tuple, heads: dict):
     """The block's output through project_kv (keys, then values) and decoder_layer."""
-    (q, k, v, o, gate, up, down), (norm, norm_mlp), rope = parts
+    (q, k, v, o, gate, up, down), (norm, norm_mlp), rope, x_bytes = parts
     attn, length = block["self_attn"], x.shape[1]
     batched = type(cache) in _BATCHED
     start = cache._idx if batched else cache.offset
@@ -116,10 +116,11 @@ def _fused_call(block: nn.Module, x: mx.array, mask: Any, cache: Any, parts: tup
         "traditional": rope.traditional,
         "base": rope.base,
         "rope_scale": rope.scale,
+        "x_bytes": x_bytes,  # the block's linears round their activations alike
     }
     weight = norm["weight"]
     keys = ext.project_kv(x, weight, norm.eps, k, cache.keys, start, offset, **turn, **heads["k"])
-    values = ext.project_kv(x, weight, norm.eps, v, cache.values, start, offset)
+    values = ext.project_kv(x, weight, norm.eps, v, cache.values, start, offset, x_bytes=x_bytes)
     # Rebinding drops the cache's own reference, so the old buffers can be donated.
     cache.keys, cache.values = keys, values
     cache.offset = cache.offset + length

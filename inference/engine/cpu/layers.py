@@ -41,17 +41,26 @@ def supports_quantized(module: nn.Module) -> bool:
 
 def _matmul(module: nn.Module, x: mx.array) -> mx.array:
     return ext.quantized_matmul(
-        x, module["weight"], module["scales"], module["biases"], module.group_size, module.bits
+        x,
+        module["weight"],
+        module["scales"],
+        module["biases"],
+        module.group_size,
+        module.bits,
+        x_bytes=module.x_bytes,
     )
 
 
 class QuantizedKernelLayer(nn.Module):
-    """A quantized layer computed by the kernels (packed weight, scales, biases as MLX's)."""
+    """A quantized layer computed by the kernels (packed weight, scales, biases as MLX's).
+    `x_bytes`: the bytes its direct integer path (decode's few rows) rounds each activation
+    to, 2 (15 bits) unless round_activations made it 1 (8 bits, llama.cpp's Q8)."""
 
     def __init__(self, source: nn.Module) -> None:
         super().__init__()
         self.weight, self.scales, self.biases = source.weight, source.scales, source.biases
         self.group_size, self.bits = source.group_size, source.bits
+        self.x_bytes = 2
         self.freeze()
 
 
@@ -100,6 +109,7 @@ def _gathered(module: nn.Module, x: mx.array, indices: mx.array) -> mx.array:
         module["biases"],
         module.group_size,
         module.bits,
+        x_bytes=module.x_bytes,
     )
     return y.reshape(*batch, rows, -1)
 
@@ -256,6 +266,21 @@ def accelerate(model: nn.Module) -> Counter:
     swapped.update(hooks.install(model))
     log.debug("CPU kernels swapped in: %s", dict(swapped))
     return swapped
+
+
+def round_activations(model: nn.Module, bits: int) -> int:
+    """Sets how the kernels' direct integer path rounds the activations of every quantized
+    layer it holds: 15 bits (two bytes, the default) or 8 (one byte, as llama.cpp's Q8
+    activations: half the integer products a weight). Returns the layers set; the fused
+    blocks read their linears' setting."""
+    if bits not in (8, 15):
+        raise ValueError(f"activations round to 8 or 15 bits, not {bits}")
+    count = 0
+    for _, module in model.named_modules():
+        if isinstance(module, QuantizedKernelLayer):
+            module.x_bytes = 1 if bits == 8 else 2
+            count += 1
+    return count
 
 
 def _dense(module: nn.Module) -> nn.Module | None:
