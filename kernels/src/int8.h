@@ -26,10 +26,11 @@ const Int8Kernels* avx2_int8_kernels();
 
 // The integer path for few rows (int8_direct.cpp): the same rounding of the activations,
 // staged once per call, and the weights read as MLX packs them (no unpacked tiles, which cost
-// more than they save at one row). Any number of rows; auto uses it up to max_rows.
+// more than they save at one row). Any number of rows; auto uses it up to max_rows, or
+// max_rows_one_byte where the activations take one byte (half the integer work a row).
 struct DirectInt8 {
   const char* isa;
-  int max_rows;
+  int max_rows, max_rows_one_byte;
   // Fewest input features for which auto takes it (short rows: the float path measured
   // faster on AVX2, each column's fixed costs spread over fewer chunks).
   int min_features;

@@ -267,7 +267,13 @@ const DirectInt8* vnni_direct_int8() {
   // 0.88-1.07 at 4 (steps are memory-bound: from cache its products run 1.6-2x the float
   // path's). Speculative verification takes the path of its plain step's row count
   // (set_int8_rows), whatever the bound.
-  static const DirectInt8 k{"avx512vnni", 4, 0, row_bytes, stage, columns};
+  // Products of 48 weights from memory, 2-core Sapphire Rapids VM, ms each (auto before: the
+  // tiles from 6 rows, floats at 5): 2048x6144 4-bit g32, direct vs auto at 5 / 8 / 12 / 16
+  // rows 1.43 / 1.95 / 2.68 / 4.72 against 2.33 / 2.40 / 3.01 / 3.88; the demo's 576x1536 at 8
+  // / 12 rows 0.16 / 0.27 against 0.19 / 0.25, 1536x576 0.12 / 0.21 against 0.18 / 0.21: up to 8
+  // rows. With one-byte activations 2048x6144 at 16 / 24 / 32 rows 2.51 / 4.29 / 5.60 against
+  // auto's 3.88 / 4.79 / 5.67, the demo's at 16 0.30 / 0.17 against 0.32 / 0.27: up to 16.
+  static const DirectInt8 k{"avx512vnni", 8, 16, 0, row_bytes, stage, columns};
   return vnni_int8_kernels() != nullptr ? &k : nullptr;  // the same instructions
 }
 

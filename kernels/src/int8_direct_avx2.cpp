@@ -323,7 +323,8 @@ const DirectInt8* avx2_direct_int8() {
   // streams, a speculative verification): 24 products of 2048x6144 4-bit from memory took
   // 2.7 / 4.6 / 6.2 ms each at 8 / 12 / 16 rows against 3.7 / 6.3 / 6.8 for the float rows
   // path and 6.1 / 6.6 / 6.9 for the panels (which take over from 16).
-  static const DirectInt8 k{"avx2", 15, 1024, row_bytes, stage, columns};
+  // One-byte activations keep the same bound: no AVX2-only machine here to measure past it.
+  static const DirectInt8 k{"avx2", 15, 15, 1024, row_bytes, stage, columns};
   return avx2_int8_kernels() != nullptr ? &k : nullptr;  // the same instructions
 }
 

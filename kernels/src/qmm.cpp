@@ -161,7 +161,8 @@ const DirectInt8* direct_choice(const Problem& p, const Kernels& kernels, bool a
   if (k == nullptr) return nullptr;
   if (mode == Int8Mode::Direct) return k;
   const bool wide = any_width || p.K >= k->min_features;
-  return deciding_rows(p) <= k->max_rows && wide ? k : nullptr;
+  const int bound = p.x_bytes == 1 ? k->max_rows_one_byte : k->max_rows;
+  return deciding_rows(p) <= bound && wide ? k : nullptr;
 }
 
 const Panels* panels_for(const Kernels& kernels) {

@@ -157,3 +157,27 @@ def test_layers_and_fused_blocks_round_as_they_are_set(direct, family):
     fifteen = decode(model, 12, True)
     assert not all(mx.array_equal(a, b).item() for a, b in zip(fused, fifteen, strict=True))
     assert relative(fused[0], fifteen[0]) < 5e-2
+
+
+def test_one_byte_takes_the_direct_path_for_more_rows_on_vnni():
+    """AVX-512 VNNI's direct path halves its work a row with one byte: auto keeps it up to 16
+    rows there (8 with two bytes), the same 15 on AVX2."""
+    if "avx512" not in DIRECT or not ck.use_isa("avx512") or ck.direct_isa() != "avx512vnni":
+        ck.use_isa(ISAS[0])
+        pytest.skip("no AVX-512 VNNI on this CPU")  # AVX2's bound is the same 15 both ways
+    try:
+        w, s, b = quantized(96, 2048, 4, 32, mx.float16, seed=4)
+        for m, two_direct in ((8, True), (12, False), (16, False)):
+            x = mx.random.normal((m, 2048), key=mx.random.key(m))
+            auto = {n: evaluated(ck.quantized_matmul(x, w, s, b, 32, 4, x_bytes=n)) for n in (1, 2)}
+            ck.use_int8("direct")
+            try:
+                forced = {
+                    n: evaluated(ck.quantized_matmul(x, w, s, b, 32, 4, x_bytes=n)) for n in (1, 2)
+                }
+            finally:
+                ck.use_int8("auto")
+            assert mx.array_equal(auto[1], forced[1]).item(), m
+            assert mx.array_equal(auto[2], forced[2]).item() == two_direct, m
+    finally:
+        ck.use_isa(ISAS[0])

@@ -126,17 +126,20 @@ def test_auto_takes_few_rows_direct_and_many_in_tiles_or_panels(isa, k):
     assert ck.use_isa(isa)
     try:
         w, s, b = quantized(300, k, 4, 32, mx.float16, seed=7)
-        for m in (1, 4, 300):
+        for m in (1, 4, 8, 12, 300):
             x = mx.random.normal((m, k), key=mx.random.key(m))
             paths = {
                 mode: evaluated(mode, lambda x=x: ck.quantized_matmul(x, w, s, b, 32, 4))
                 for mode in ("auto", "never", "always", "direct", "panels")
             }
-            direct = isa in DIRECT and (k >= 1024 or ck.direct_isa() == "avx512vnni")
+            vnni = ck.direct_isa() == "avx512vnni"
+            direct = isa in DIRECT and (k >= 1024 or vnni) and m <= (8 if vnni else 15)
             if ck.int8_isa() == "none":
                 expected = "never"
-            elif m <= 4:  # a decode step: direct where it is taken, else the float path
+            elif m <= 4 or direct:  # decode steps: direct where it is taken, else floats
                 expected = "direct" if direct else "never"
+            elif m < 16 and not vnni:  # AVX2's short rows: floats up to the panels' 16
+                expected = "never"
             else:
                 expected = "panels" if ck.panels_isa() != "none" else "always"
             assert mx.array_equal(paths["auto"], paths[expected]).item(), (isa, m)
