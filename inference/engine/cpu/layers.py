@@ -39,16 +39,13 @@ def supports_quantized(module: nn.Module) -> bool:
     )
 
 
+def _packed(module: nn.Module) -> tuple:
+    """A kernel layer's weights as the product primitives take them, after x (and experts)."""
+    return module["weight"], module["scales"], module["biases"], module.group_size, module.bits
+
+
 def _matmul(module: nn.Module, x: mx.array) -> mx.array:
-    return ext.quantized_matmul(
-        x,
-        module["weight"],
-        module["scales"],
-        module["biases"],
-        module.group_size,
-        module.bits,
-        x_bytes=module.x_bytes,
-    )
+    return ext.quantized_matmul(x, *_packed(module), x_bytes=module.x_bytes)
 
 
 class QuantizedKernelLayer(nn.Module):
@@ -101,16 +98,7 @@ def _gathered(module: nn.Module, x: mx.array, indices: mx.array) -> mx.array:
     rows, features = x.shape[-2:]
     x = mx.broadcast_to(x, (*batch, rows, features)).reshape(-1, features)
     experts = mx.broadcast_to(indices[..., None], (*batch, rows)).reshape(-1)
-    y = ext.gather_quantized_matmul(
-        x,
-        experts,
-        module["weight"],
-        module["scales"],
-        module["biases"],
-        module.group_size,
-        module.bits,
-        x_bytes=module.x_bytes,
-    )
+    y = ext.gather_quantized_matmul(x, experts, *_packed(module), x_bytes=module.x_bytes)
     return y.reshape(*batch, rows, -1)
 
 
