@@ -5,7 +5,8 @@ is sampled in one vectorized call (sampling.sample) instead of one sampler call 
 newcomers join with their prompt's last token still to feed, so their first token comes out of
 the shared step rather than a forward pass of their own. Rows that speculate (a drafter, from
 SamplingParams.speculative) feed their draft in the same step and may get several tokens
-(speculative.py).
+(speculative.py); on models with recurrent state or sliding windows a step that rejects a
+draft token feeds the kept ones again to every layer (rewind.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
+from inference.engine.rewind import Rewind, cut_layers, kept_layers
 from inference.engine.sampling import RowSampler, sample, sample_unseen, samples_unseen
 from inference.engine.sequence import Sequence
 from inference.engine.speculative import (
@@ -25,7 +27,6 @@ from inference.engine.speculative import (
     appended,
     best_width,
     block,
-    can_roll_back,
     in_order,
     kept,
     plain_numerics,
@@ -57,7 +58,9 @@ class DecodeBatch:
         self.cache: list[Any] = []  # one batched cache per layer, rows in self.rows' order
         self._inputs: list[int] = []  # the token each row feeds next
         self._contexts: list[Context | None] = []  # tokens seen, for logits processors
-        self._rollback = False  # whether the cache can drop rejected draft positions
+        # Whether some layer cannot drop positions (recurrent state, windows): a step that
+        # rejects a draft token then replays the kept ones (rewind.py).
+        self._replays = False
         # Per row: its positions' token indices in physical order once roll_back moved some
         # (None: in order), so that extract() gives the prefix cache its tokens in order.
         self._orders: list[list[int] | None] = []
@@ -81,7 +84,7 @@ class DecodeBatch:
         self._orders.extend(None for _ in rows)
         self._records.extend(TrackRecord() for _ in rows)
         self._contexts.extend(Context(row.prompt[:-1]) if row.processors else None for row in rows)
-        self._rollback = can_roll_back(self.cache)
+        self._replays = bool(kept_layers(self.cache))
 
     def step(self) -> list[tuple[Sequence, list[Produced]]]:
         """Feeds every row its next input (and its draft, when some row has one); returns
@@ -174,8 +177,6 @@ class DecodeBatch:
     def _drafts(self) -> list[list[int]]:
         """Each row's draft for this step: none for rows that do not speculate, have a
         grammar (its matcher cannot take tokens back), or have one token left to produce."""
-        if not self._rollback:
-            return [[] for _ in self.rows]
         drafts = []
         for row, record in zip(self.rows, self._records, strict=True):
             room = row.max_tokens - row.completion_tokens - 1
@@ -186,7 +187,7 @@ class DecodeBatch:
             else:
                 drafts.append(row.drafter.propose(room))
         # Only as many draft tokens as are expected to pay for their place in the step.
-        width = best_width(drafts, self._records)
+        width = best_width(drafts, self._records, self._replays)
         for draft, record in zip(drafts, self._records, strict=True):
             if width == 1 or not draft:
                 record.rest()
@@ -197,25 +198,47 @@ class DecodeBatch:
         own samples confirm, plus the sample after them (speculative.py)."""
         fed = block(self._inputs, drafts)
         width = len(fed[0])
+        lengths = [len(d) + 1 for d in drafts]
+        rewind = Rewind(self.cache, lengths)  # no row's padding reaches a recurrent state
         with plain_numerics(len(self.rows)):  # sampling evaluates the pass
             logits = self.model(mx.array(fed, dtype=mx.uint32), cache=self.cache)
             tokens, logprobs = self._sample_block(fed, drafts, logits)
-        out, drops, start = [], [], 0
+        rewind.settle()
+        out, keeps, start = [], [], 0
         for i, (row, draft) in enumerate(zip(self.rows, drafts, strict=True)):
             n = kept(tokens[start : start + len(draft)], draft)
             new = tokens[start : start + n + 1]
             lps = [None if logprobs is None else logprobs[start + j] for j in range(n + 1)]
             out.append((row, list(zip(new, lps, strict=True))))
             self._advance(i, fed[i][: n + 1], new, len(draft) - n)
-            drops.append(width - n - 1)
+            keeps.append(n + 1)
             if draft:
                 self._records[i].update(len(draft), n)
             self.stats.count(len(draft), n)
             start += len(draft) + 1
+        if rewind.active and keeps != lengths:
+            width = self._replay(rewind, fed, keeps, width)
         appended(self._orders, width)
-        roll_back(self.cache, drops, self._orders)
+        roll_back(self.cache, [width - k for k in keeps], self._orders)
         self.stats.steps += 1
         return out
+
+    def _replay(self, rewind: Rewind, fed: list[list[int]], keeps: list[int], width: int) -> int:
+        """Some row rejected a draft token, which the layers that cannot drop positions have
+        taken in: they get their state from before the step back, and every layer is fed
+        each row's kept tokens again (the cut layers drop the whole step first). Returns the
+        replay's width, whose padding roll_back then drops."""
+        for layer in cut_layers(self.cache):
+            layer.trim(width)
+        rewind.back(keeps)
+        again = max(keeps)
+        tokens = [row[:k] + [0] * (again - k) for row, k in zip(fed, keeps, strict=True)]
+        with plain_numerics(len(self.rows)):  # the logits are never read: no head computed
+            self.model(mx.array(tokens, dtype=mx.uint32), cache=self.cache)
+            rewind.settle()
+            mx.eval([layer.state for layer in self.cache])
+        self.stats.replays += 1
+        return again
 
     def _sample_block(
         self, fed: list[list[int]], drafts: list[list[int]], logits: mx.array
@@ -308,4 +331,5 @@ class DecodeBatch:
 
     def extract(self, index: int) -> list[Any]:
         """Row `index`'s cache as a single sequence's (for the prefix cache)."""
-        return in_order([layer.extract(index) for layer in self.cache], self._orders[index])
+        layers = [layer.extract(index) for layer in self.cache]
+        return in_order(self.cache, layers, self._orders[index])

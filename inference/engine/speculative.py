@@ -13,8 +13,9 @@ kept positions' uniforms are used up, so a seed gives the same tokens with or wi
 
 Every row then drops its cache positions past what it kept: all rows the common part (trim),
 and a row that kept fewer moves its first positions into the rest and counts them as left
-padding (roll_back). Only cache layers that can do both take part (plain K/V, float16 or
-quantized); other models decode one token at a time.
+padding (roll_back). That is what plain K/V layers (float16 or quantized) do; recurrent state
+and sliding windows cannot drop positions, and a step that rejects a draft token feeds each
+row's kept tokens to them again (rewind.py), which the width's expected cost counts.
 """
 
 from __future__ import annotations
@@ -25,13 +26,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.models.cache import BatchKVCache, TokenBuffer
+from mlx_lm.models.cache import TokenBuffer
 
 from inference.engine.cpu.ext import ext
 from inference.engine.drafting import MAX_DRAFT_TOKENS
-from inference.engine.kv_quantized import BatchQuantizedKVCache
-
-ROLLBACK = (BatchKVCache, BatchQuantizedKVCache)
+from inference.engine.rewind import CUT, cut_layers, leaves
 
 
 @dataclass
@@ -41,6 +40,7 @@ class SpeculationStats:
     steps: int = 0  # verification steps (at least one row had a draft)
     drafted: int = 0  # draft tokens fed
     accepted: int = 0  # draft tokens kept
+    replays: int = 0  # steps that fed kept tokens again to layers that cannot drop any
 
     def count(self, drafted: int, accepted: int) -> None:
         self.drafted += drafted
@@ -54,6 +54,8 @@ class SpeculationStats:
 CPU_GAMMA = (0.2, 0.05, 0.6)  # base, per row, at most
 GPU_GAMMA = 0.1
 PRIOR = 0.8  # a new row's draft tokens are taken as this likely to be right
+# A replay (rewind.py) against its verification: the same rows, no wider, no head.
+REPLAY = 0.9
 DECAY = 0.7  # weight of a row's history against its latest draft
 REST = 0.05  # how far a row's estimate returns toward PRIOR in a step it did not draft
 
@@ -92,14 +94,23 @@ class TrackRecord:
         self.checked += REST * (2.0 - self.checked)
 
 
-def best_width(drafts: list[list[int]], records: list[TrackRecord]) -> int:
+def best_width(drafts: list[list[int]], records: list[TrackRecord], replays: bool = False) -> int:
     """The step's width (each row's next token and up to width - 1 draft tokens; rows are
-    padded to it) with the most expected tokens per unit of step time; 1: a plain step."""
+    padded to it) with the most expected tokens per unit of step time; 1: a plain step.
+    `replays`: the model has layers that cannot drop positions (rewind.py), so a step where
+    any row rejects a draft token costs a second pass (REPLAY of the first)."""
     rows, g = len(drafts), gamma(len(drafts))
     best, width = float(rows), 1
     for w in range(2, 2 + max((len(d) for d in drafts), default=0)):
-        gain = sum(r.expected(min(len(d), w - 1)) for d, r in zip(drafts, records, strict=True))
-        rate = (rows + gain) / (1 + g * (w - 1))
+        pairs = list(zip(drafts, records, strict=True))
+        gain = sum(r.expected(min(len(d), w - 1)) for d, r in pairs)
+        cost = 1 + g * (w - 1)
+        if replays:
+            all_right = 1.0
+            for d, r in pairs:
+                all_right *= r.p ** min(len(d), w - 1)
+            cost *= 1 + REPLAY * (1 - all_right)
+        rate = (rows + gain) / cost
         if rate > best:
             best, width = rate, w
     return width
@@ -149,10 +160,6 @@ def plain_numerics(rows: int) -> Iterator[None]:
         ext.use_int8_rows(0)
 
 
-def can_roll_back(cache: list[Any]) -> bool:
-    return bool(cache) and all(isinstance(layer, ROLLBACK) for layer in cache)
-
-
 def block(inputs: list[int], drafts: list[list[int]]) -> list[list[int]]:
     """Each row's input and draft, right-padded (with token 0) to the longest."""
     width = 1 + max(len(d) for d in drafts)
@@ -174,7 +181,11 @@ def roll_back(cache: list[Any], drops: list[int], orders: list[list[int] | None]
     already carries its RoPE position), so this costs `e` positions a layer where rolling the
     row right (mlx-lm's right padding) copied its whole cache: 70 ms a step at 3k tokens.
     `orders[i]`: row i's positions in physical order as indices of its tokens (None: in order),
-    kept up to date here so that `in_order` can give the prefix cache the tokens' order."""
+    kept up to date here so that `in_order` can give the prefix cache the tokens' order.
+    Only the layers that drop positions take part (rewind.py has the others)."""
+    cache = cut_layers(cache)
+    if not cache:
+        return
     common = min(drops)
     extra = [d - common for d in drops]
     for layer in cache:
@@ -238,12 +249,15 @@ def appended(orders: list[list[int] | None], n: int) -> None:
             order.extend(range(len(order), len(order) + n))
 
 
-def in_order(layers: list[Any], order: list[int] | None) -> list[Any]:
-    """One row's extracted caches (positions in physical order) back in its tokens' order."""
+def in_order(batch: list[Any], layers: list[Any], order: list[int] | None) -> list[Any]:
+    """One row's caches extracted from `batch` (positions in physical order) back in its
+    tokens' order: the layers roll_back moved positions in."""
     if order is None:
         return layers
     where = mx.array(sorted(range(len(order)), key=order.__getitem__))
-    for layer in layers:
+    for source, layer in zip(leaves(batch), leaves(layers), strict=True):
+        if not isinstance(source, CUT):
+            continue
         for name in ("keys", "values"):
             stored = getattr(layer, name)
             if isinstance(stored, tuple):

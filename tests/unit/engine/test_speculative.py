@@ -367,6 +367,22 @@ def test_drafts_are_cut_to_what_is_expected_to_pay_for_its_place():
     assert wrong.p > 0.06  # a row that stopped drafting slowly regains the benefit of the doubt
 
 
+def test_a_model_that_replays_rejections_drafts_narrower_and_only_what_pays():
+    """Recurrent state and windows feed a rejected step's kept tokens again (rewind.py): the
+    expected second pass makes doubtful drafts narrower or not worth a place at all, while
+    drafts that keep being right cost no replay and keep their width."""
+    right, doubtful = TrackRecord(), TrackRecord()
+    for _ in range(6):
+        right.update(fed=8, kept=8)
+        doubtful.update(fed=4, kept=1)
+    draft = [1, 2, 3, 4, 5, 6, 7, 8]
+    assert best_width([draft], [right], replays=True) == 9
+    assert best_width([draft], [TrackRecord()], replays=True) < best_width(
+        [draft], [TrackRecord()]
+    )
+    assert best_width([draft], [doubtful]) > 1 == best_width([draft], [doubtful], replays=True)
+
+
 @pytest.fixture(scope="module")
 def drafted(loaded: LoadedModel, smollm_dir: Path, tmp_path_factory) -> dict[str, LoadedModel]:
     """The tiny model loaded with a draft model: itself (every draft right), and a random model

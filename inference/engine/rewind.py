@@ -1,0 +1,117 @@
+"""What a verification step does to cache layers that cannot drop positions.
+
+Plain K/V layers (float16 or quantized) drop a rejected draft's positions (speculative.py's
+trim and roll_back). Recurrent and convolution state (gated delta, Mamba, LFM2's short conv:
+mlx-lm's ArraysCache) folds every position it is fed into one state, and a sliding window
+(rotating K/V, float16 or packed) has overwritten or trimmed what it held before them: neither
+can be cut back. For those layers a verification is bracketed:
+
+- before it, their state is saved (references: the forward replaces these arrays, never writes
+  into them, so this copies nothing) and each row's real length is set on them (`prepare`, as
+  a prompt chunk's right padding is): a row's padding never reaches its state;
+- when every row keeps all it fed, that state is already right (`finalize` drops the padding);
+- when some row rejects a draft token, the saved state comes back and the positions each row
+  keeps are fed again (`replay`): the cut layers drop the whole verification first and the
+  replay's padding after, so every layer ends holding exactly the kept tokens. The replay's
+  logits are never read, so MLX computes only what the caches need (no head).
+
+mlx-lm's own caches and model code do the rest (the same lengths mask a batched prompt uses).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm.models.cache import BatchKVCache, CacheList
+
+from inference.engine.kv_quantized import BatchQuantizedKVCache
+
+CUT = (BatchKVCache, BatchQuantizedKVCache)  # layers that drop positions themselves
+
+
+def leaves(cache: list[Any]) -> list[Any]:
+    """Every cache layer, a CacheList's own layers in its place."""
+    out: list[Any] = []
+    for layer in cache:
+        out.extend(leaves(list(layer.caches)) if isinstance(layer, CacheList) else [layer])
+    return out
+
+
+def cut_layers(cache: list[Any]) -> list[Any]:
+    return [layer for layer in leaves(cache) if isinstance(layer, CUT)]
+
+
+def kept_layers(cache: list[Any]) -> list[Any]:
+    return [layer for layer in leaves(cache) if not isinstance(layer, CUT)]
+
+
+class Saved:
+    """Layers' attributes as they were: arrays by reference, through an identity node, since
+    MLX's in-place operators (`lengths -= n`, a slice assigned) change the array object itself;
+    lists copied; nested caches (a packed window's three parts) saved alike."""
+
+    def __init__(self, layers: list[Any]) -> None:
+        self._saved = [self._save(layer) for layer in layers]
+
+    @classmethod
+    def _save(cls, obj: Any) -> tuple[Any, dict[str, Any], list[Any]]:
+        state = {name: _kept(value) for name, value in vars(obj).items()}
+        inner = [cls._save(c) for c in getattr(obj, "caches", ()) if hasattr(c, "__dict__")]
+        return obj, state, inner
+
+    def restore(self) -> None:
+        for saved in self._saved:
+            _restore(saved)
+
+
+def _kept(value: Any) -> Any:
+    if isinstance(value, mx.array):
+        return mx.stop_gradient(value)  # shares the buffer; a new node the layer cannot alter
+    if isinstance(value, list | tuple):
+        return type(value)(_kept(v) for v in value)
+    return copy.copy(value) if isinstance(value, dict) else value
+
+
+def _restore(saved: tuple[Any, dict[str, Any], list[Any]]) -> None:
+    obj, state, inner = saved
+    obj.__dict__.clear()
+    obj.__dict__.update(state)
+    for child in inner:
+        _restore(child)
+
+
+class Rewind:
+    """One verification's bracket around the layers that cannot drop positions (none: every
+    method does nothing, and the step is the plain K/V one)."""
+
+    def __init__(self, cache: list[Any], lengths: list[int]) -> None:
+        self.layers = kept_layers(cache)
+        self.lengths = lengths
+        self._saved = Saved(self.layers) if self.layers else None
+        self._pad(lengths)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.layers)
+
+    def _pad(self, lengths: list[int]) -> None:
+        width = max(lengths)
+        padding = [width - n for n in lengths]
+        if self.layers and any(padding):
+            for layer in self.layers:
+                layer.prepare(lengths=lengths, right_padding=padding)
+
+    def settle(self) -> None:
+        """After a forward pass: the padding's effects dropped (windows rolled, masks off)."""
+        if any(n != max(self.lengths) for n in self.lengths):
+            for layer in self.layers:
+                layer.finalize()
+
+    def back(self, lengths: list[int]) -> None:
+        """The saved state again, set for a replay feeding `lengths` tokens a row."""
+        assert self._saved is not None
+        self._saved.restore()
+        self.lengths = lengths
+        self._pad(lengths)

@@ -1,0 +1,50 @@
+"""rewind.py's parts on their own: what is saved survives MLX's in-place operators, and a
+verification without layers that cannot drop positions is left alone. The models that replay
+(hybrid, sliding windows) are in tests/engine/test_architecture_matrix.py."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+from mlx_lm.models.cache import ArraysCache, BatchKVCache, BatchRotatingKVCache, CacheList
+
+from inference.engine.rewind import Rewind, Saved, cut_layers, kept_layers, leaves
+
+
+def test_saved_state_survives_in_place_updates():
+    state = ArraysCache(2)
+    state[0] = mx.ones((2, 3))
+    state.lengths = mx.array([3, 1])
+    saved = Saved([state])
+    state.lengths -= 1  # MLX updates the array object itself
+    state[0][0] = 5.0
+    state[1] = mx.zeros((2, 4))
+    saved.restore()
+    assert state.lengths.tolist() == [3, 1]
+    assert state[0].tolist() == [[1.0] * 3] * 2
+    assert state[1] is None
+
+
+def test_layers_are_sorted_into_those_that_cut_and_those_that_replay():
+    kv, window, recurrent = BatchKVCache([0, 0]), BatchRotatingKVCache(8, [0, 0]), ArraysCache(2)
+    cache = [kv, CacheList(recurrent, BatchKVCache([0, 0])), window]
+    assert len(leaves(cache)) == 4
+    assert cut_layers(cache) == [kv, cache[1].caches[1]]
+    assert kept_layers(cache) == [recurrent, window]
+
+
+def test_a_plain_kv_model_is_not_bracketed():
+    kv = BatchKVCache([0, 0])
+    rewind = Rewind([kv], [3, 1])
+    assert not rewind.active
+    assert kv.__dict__.get("_right_padding") is None  # its padding is roll_back's
+
+
+def test_each_row_s_length_masks_its_padding_out_of_recurrent_state():
+    state = ArraysCache(2)
+    rewind = Rewind([state], [3, 1])
+    assert rewind.active
+    assert state.make_mask(3).tolist() == [[True, True, True], [True, False, False]]
+    rewind.settle()
+    assert state.lengths is None
+    rewind.back([2, 2])  # the same widths: nothing to mask
+    assert state.lengths is None and state.make_mask(2) is None
