@@ -2,7 +2,11 @@
 rename) decoded greedily with and without n-gram drafts, on the demo model as the server runs it.
 
     .venv/bin/python bench/speculative.py [--streams 1,8] [--tokens 256] [--repeats 3] \
-        [--draft-layers 8] [--draft-model DIR]
+        [--draft-layers 8] [--draft-model DIR] [--hybrid]
+
+With --hybrid the model is the demo grafted into Granite 4's hybrid layout (tests/grafted.py:
+its layers as the attention ones, a Mamba-2 layer of random weights after every second one),
+so that a model with recurrent state answers the edit for real: its drafts replay rejections.
 
 With --draft-layers N it also runs `speculative: draft_model` with a draft model made of the
 demo model's first N layers (its own norm and head: a layer-skip self-draft, untrained for it);
@@ -103,7 +107,7 @@ def decode(loaded: LoadedModel, streams: int, params: SamplingParams) -> dict:
         runner.step()
     before = sum(s.completion_tokens for s in sequences)
     stats = runner.speculation
-    drafted, accepted = stats.drafted, stats.accepted
+    drafted, accepted, replays = stats.drafted, stats.accepted, stats.replays
     started = time.perf_counter()
     steps = 0
     while not all(s.finished for s in sequences):
@@ -117,6 +121,7 @@ def decode(loaded: LoadedModel, streams: int, params: SamplingParams) -> dict:
         "steps": steps,
         "drafted": stats.drafted - drafted,
         "accepted": stats.accepted - accepted,
+        "replays": stats.replays - replays,
         "answers": [s.fed[1 : s.completion_tokens] for s in sequences],
     }
 
@@ -160,6 +165,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--draft-layers", type=int, default=0, help="a draft of the first N")
     parser.add_argument("--draft-model", type=Path, help="a draft model folder")
+    parser.add_argument("--hybrid", action="store_true", help="the demo with Mamba-2 layers")
     args = parser.parse_args()
     modes = {
         "off": SamplingParams(temperature=0, max_tokens=args.tokens),
@@ -169,6 +175,11 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory(prefix="speculative-") as workdir:
         loaded = load_demo(args.gguf, Path(workdir))
+        if args.hybrid:
+            from tests.grafted import grafted
+
+            folder = grafted(Path(loaded.spec.location), Path(workdir) / "hybrid")
+            loaded = ModelPool(16 * 2**30).get(ModelSpec(model_id="hybrid", location=str(folder)))
         print(f"{loaded.spec.model_id}: {loaded.compute_format}, draft {args.draft}")
         models = dict.fromkeys(modes, loaded)
         if args.draft_layers or args.draft_model:
@@ -191,7 +202,7 @@ def report(streams: int, results: dict[str, list[dict]]) -> None:
             f"streams {streams:>2} {mode:<11} {statistics.median(rates):7.1f} tok/s "
             f"(runs {', '.join(f'{r:.1f}' for r in rates)})  tokens {last['tokens']} "
             f"steps {last['steps']}  drafted {last['drafted']} accepted {last['accepted']} "
-            f"({rate:.0%})"
+            f"({rate:.0%}) replays {last['replays']}"
         )
     for mode in [m for m in results if m != "off"]:
         pairs = zip(results["off"], results[mode], strict=True)

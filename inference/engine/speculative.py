@@ -31,6 +31,7 @@ from mlx_lm.models.cache import TokenBuffer
 from inference.engine.cpu.ext import ext
 from inference.engine.drafting import MAX_DRAFT_TOKENS
 from inference.engine.rewind import CUT, cut_layers, leaves
+from inference.engine.stepwise import one_by_one
 
 
 @dataclass
@@ -148,16 +149,18 @@ def plain_numerics(rows: int) -> Iterator[None]:
     another path than the plain step (logits ~1e-3 apart: greedy ties could break the other
     way). Every path gives a row the same result in any batch, so choosing as for `rows`
     rows is enough. Everything must be evaluated inside; work queued before (another model's
-    pipelined step) is finished first, so that it keeps its own choice."""
-    if ext is None:
-        yield
-        return
-    mx.synchronize()
-    ext.use_int8_rows(rows)
-    try:
-        yield
-    finally:
-        ext.use_int8_rows(0)
+    pipelined step) is finished first, so that it keeps its own choice. Mamba-2's scan goes
+    a position at a time meanwhile, as plain steps feed it (stepwise.py)."""
+    with one_by_one():
+        if ext is None:
+            yield
+            return
+        mx.synchronize()
+        ext.use_int8_rows(rows)
+        try:
+            yield
+        finally:
+            ext.use_int8_rows(0)
 
 
 def block(inputs: list[int], drafts: list[list[int]]) -> list[list[int]]:

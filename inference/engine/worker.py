@@ -416,6 +416,8 @@ class Engine:
             prefix_disk_tokens=prefixes.stats.disk_tokens if prefixes else 0,
             draft_tokens=drafts.drafted if drafts else 0,
             accepted_draft_tokens=drafts.accepted if drafts else 0,
+            verify_steps=drafts.steps if drafts else 0,
+            replayed_steps=drafts.replays if drafts else 0,
             kv_cache=loaded.kv_cache,
             activations=loaded.activations,
             context_length=loaded.context_length,

@@ -107,12 +107,25 @@ def speculation_metrics(models) -> Iterator:
         "Accepted over verified draft tokens since the model loaded.",
         labels=["model"],
     )
+    steps = CounterMetricFamily(
+        "inference_verify_steps",
+        "Decode steps that verified drafts.",
+        labels=["model"],
+    )
+    replays = CounterMetricFamily(
+        "inference_verify_replays",
+        "Verification steps that fed the kept tokens again to recurrent state and sliding "
+        "windows, which cannot drop a rejected draft's positions (a second pass each).",
+        labels=["model"],
+    )
     for model in models:
         drafted.add_metric([model.id], model.draft_tokens)
         accepted.add_metric([model.id], model.accepted_draft_tokens)
+        steps.add_metric([model.id], model.verify_steps)
+        replays.add_metric([model.id], model.replayed_steps)
         if model.draft_tokens:
             rate.add_metric([model.id], model.accepted_draft_tokens / model.draft_tokens)
-    yield from (drafted, accepted, rate)
+    yield from (drafted, accepted, rate, steps, replays)
 
 
 def prefix_disk_metrics(disk: PrefixDiskState) -> Iterator:

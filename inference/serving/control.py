@@ -137,6 +137,8 @@ def model_document(model: ModelState) -> dict:
         "prefix_disk_tokens": model.prefix_disk_tokens,
         "draft_tokens": model.draft_tokens,
         "accepted_draft_tokens": model.accepted_draft_tokens,
+        "verify_steps": model.verify_steps,
+        "replayed_steps": model.replayed_steps,
     }
 
 

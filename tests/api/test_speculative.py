@@ -5,6 +5,7 @@ acceptance. A bad `speculative` is a 400 in each dialect's shape."""
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,7 +58,8 @@ def drafts(server: LiveServer, model: str = DEMO_ID) -> dict[str, float]:
         sample.name: sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
-        if sample.name.startswith("inference_draft") and sample.labels.get("model") == model
+        if sample.name.startswith(("inference_draft", "inference_verify"))
+        and sample.labels.get("model") == model
     }
 
 
@@ -89,6 +91,9 @@ def test_greedy_chat_is_the_same_with_drafts_and_metrics_count_them(server, clie
     pool = httpx.get(f"{server.url}/control/pool", headers=server.admin_headers, timeout=10)
     model = next(m for m in pool.json()["models"] if m["id"] == DEMO_ID)
     assert model["draft_tokens"] == after["inference_draft_tokens_total"]
+    assert model["verify_steps"] == after["inference_verify_steps_total"] > 0
+    # A plain K/V model drops rejected positions: it never replays (engine/rewind.py).
+    assert model["replayed_steps"] == after["inference_verify_replays_total"] == 0
 
 
 def test_streamed_tokens_are_the_same_with_drafts(client):
@@ -208,3 +213,51 @@ def test_a_catalog_draft_model_drafts_and_keeps_the_answer(server, client, smoll
     pool = httpx.get(f"{server.url}/control/pool", headers=server.admin_headers, timeout=10)
     loaded = {m["id"] for m in pool.json()["models"]}
     assert "demo-drafted" in loaded and "demo-draft" not in loaded  # read with its model
+
+
+@pytest.fixture(scope="module")
+def hybrid(server: LiveServer, smollm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The demo grafted into Granite 4's hybrid layout (tests/grafted.py): Mamba-2 layers,
+    whose state cannot drop a rejected draft's positions, answering as the demo nearly does."""
+    from tests.grafted import grafted
+
+    folder = grafted(smollm_dir, tmp_path_factory.mktemp("grafted") / "demo-hybrid")
+    server.manage("add_model", "demo-hybrid", "--local", str(folder))
+    return "demo-hybrid"
+
+
+def test_a_hybrid_model_drafts_and_replays_with_the_same_answers(server, client, hybrid):
+    """A model with recurrent state drafts the copy for real: its answer is its plain one,
+    most drafts are kept, and the steps that rejected some were replayed."""
+    plain = answer(client, hybrid, "off")
+    before = drafts(server, hybrid)
+    assert answer(client, hybrid, "ngram") == plain
+    after = drafts(server, hybrid)
+
+    def grew(name: str) -> float:
+        return after[name] - before.get(name, 0)
+
+    verified, kept = (
+        grew("inference_draft_tokens_total"),
+        grew("inference_draft_tokens_accepted_total"),
+    )
+    assert verified > 0 and kept > verified / 2
+    assert grew("inference_verify_steps_total") > 0
+    assert (grew("inference_verify_replays_total") > 0) == (kept < verified)
+
+
+def test_a_hybrid_model_beside_a_dense_one_gives_every_row_its_plain_answer(client, hybrid):
+    """Requests to the hybrid and to the dense demo at once, drafting and not: one batch per
+    model, each row's answer its plain one."""
+    plain = {model: answer(client, model, "off") for model in (hybrid, DEMO_ID)}
+    asks = [(hybrid, "ngram"), (DEMO_ID, "ngram"), (hybrid, "off"), (hybrid, "ngram")]
+    with concurrent.futures.ThreadPoolExecutor(len(asks)) as pool:
+        answers = list(pool.map(lambda ask: answer(client, *ask), asks))
+    assert answers == [plain[model] for model, _ in asks]
+
+
+def answer(client: openai.OpenAI, model: str, speculative: str) -> str:
+    response = client.chat.completions.create(
+        model=model, messages=EDIT, **GREEDY, extra_body={"speculative": speculative}
+    )
+    return response.choices[0].message.content

@@ -377,9 +377,7 @@ def test_a_model_that_replays_rejections_drafts_narrower_and_only_what_pays():
         doubtful.update(fed=4, kept=1)
     draft = [1, 2, 3, 4, 5, 6, 7, 8]
     assert best_width([draft], [right], replays=True) == 9
-    assert best_width([draft], [TrackRecord()], replays=True) < best_width(
-        [draft], [TrackRecord()]
-    )
+    assert best_width([draft], [TrackRecord()], replays=True) < best_width([draft], [TrackRecord()])
     assert best_width([draft], [doubtful]) > 1 == best_width([draft], [doubtful], replays=True)
 
 
