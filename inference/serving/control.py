@@ -94,6 +94,13 @@ def health_document(health: EngineHealth) -> dict:
                 "activations": m.activations,
                 "kv_cache": m.kv_cache,
                 "context_length": m.context_length,
+                # Speculative decoding since it loaded (engine/speculative.py, rewind.py).
+                "speculation": {
+                    "draft_tokens": m.draft_tokens,
+                    "accepted_draft_tokens": m.accepted_draft_tokens,
+                    "verify_steps": m.verify_steps,
+                    "replayed_steps": m.replayed_steps,
+                },
             }
             for m in health.models
         },

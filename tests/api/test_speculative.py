@@ -244,6 +244,10 @@ def test_a_hybrid_model_drafts_and_replays_with_the_same_answers(server, client,
     assert verified > 0 and kept > verified / 2
     assert grew("inference_verify_steps_total") > 0
     assert (grew("inference_verify_replays_total") > 0) == (kept < verified)
+    health = httpx.get(f"{server.url}/health", headers=server.admin_headers, timeout=10).json()
+    speculation = health["models"][hybrid]["speculation"]
+    assert speculation["replayed_steps"] == after["inference_verify_replays_total"]
+    assert speculation["accepted_draft_tokens"] == after["inference_draft_tokens_accepted_total"]
 
 
 def test_a_hybrid_model_beside_a_dense_one_gives_every_row_its_plain_answer(client, hybrid):

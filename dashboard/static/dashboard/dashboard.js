@@ -36,8 +36,17 @@ function loadedRow(m) {
     cell(m.pinned ? "yes" : ""),
     cell(m.active_sequences), cell(m.queued_sequences), cell(m.tokens_per_second),
     cell(m.prefix_disk_hits ? `${m.prefix_disk_hits} (${m.prefix_disk_tokens} tokens)` : ""),
-    cell(`${m.idle_seconds.toFixed(0)} s`));
+    cell(drafts(m)), cell(`${m.idle_seconds.toFixed(0)} s`));
   return tr;
+}
+
+// Speculative decoding since the model loaded: draft tokens kept of those verified, and the
+// steps whose rejections recurrent state or sliding windows were fed again for.
+function drafts(m) {
+  if (!m.draft_tokens) return "";
+  const rate = Math.round((100 * m.accepted_draft_tokens) / m.draft_tokens);
+  const replays = m.replayed_steps ? ` · ${m.replayed_steps} of ${m.verify_steps} steps replayed` : "";
+  return `${m.accepted_draft_tokens} of ${m.draft_tokens} kept (${rate}%)${replays}`;
 }
 
 // The prefix cache's disk tier: its folder's size and this process's reads and writes.
@@ -116,7 +125,7 @@ async function refresh() {
   document.getElementById("backend").textContent =
     `${backend.device} · BLAS: ${backend.blas} · CPU kernels: ${backend.cpu_kernels || "starting"}` +
     (backend.distributed ? ` · rank 0 of ${backend.distributed.size} (${backend.distributed.backend})` : "");
-  fill(document.querySelector("#loaded-models tbody"), pool.models.map(loadedRow), "No model loaded.", 11);
+  fill(document.querySelector("#loaded-models tbody"), pool.models.map(loadedRow), "No model loaded.", 12);
   fill(document.querySelector("#catalog tbody"), pool.catalog.map(catalogRow), "The catalog is empty.", 4);
   fill(document.querySelector("#recent-requests tbody"), recent.map(recentRow), "No requests yet.", 9);
   document.getElementById("updated").textContent = `Updated ${new Date().toLocaleTimeString()}`;

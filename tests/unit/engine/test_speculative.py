@@ -478,3 +478,35 @@ def test_a_draft_model_reads_a_long_prompt_a_chunk_per_step(drafted):
     drafter.extend([7, 8])  # the target kept none of it: the cache goes back to the prompt
     assert len(drafter.propose(2)) == 2
     assert drafter.cached[: len(prompt) + 2] == [*prompt, 7, 8][: len(prompt) + 2]
+
+
+@pytest.mark.parametrize("draft_name", ["qwen3_5", "gemma3_text"])
+def test_a_draft_model_with_recurrent_state_or_windows_goes_back_instead_of_reading_anew(
+    smollm_dir, tmp_path_factory, draft_name
+):
+    """A hybrid target drafted for by a model whose layers cannot be cut (its own recurrent
+    state; a sliding window past its size): after a rejection the draft model's saved state
+    comes back instead of the whole sequence being read again, and the greedy tokens hold.
+    The target drafting for itself keeps nearly every guess."""
+    from tests.architectures import built
+
+    target = built("qwen3_5", smollm_dir, tmp_path_factory)
+    draft = ModelSpec(
+        model_id=f"draft-{draft_name}",
+        location=str(built(draft_name, smollm_dir, tmp_path_factory)),
+    )
+    pool = ModelPool(2**30)
+    plain_model = pool.get(ModelSpec(model_id="hybrid", location=str(target)))
+    model = pool.get(ModelSpec(model_id="hybrid-drafted", location=str(target), draft=draft))
+    ids = ids_of(model, LONG)
+    (plain,) = run(ModelRunner(plain_model, NO_CACHE), make_sequence(plain_model, ids, greedy(24)))
+    sequence = make_sequence(model, ids, greedy(24, **DRAFT))
+    runner = ModelRunner(model, NO_CACHE)
+    (outcome,) = run(runner, sequence)
+    same(outcome, plain)
+    stats = runner.speculation
+    assert stats.drafted > 0 and sequence.drafter.fresh_reads == 0
+    if draft_name == "qwen3_5":
+        assert stats.accepted >= 0.9 * stats.drafted
+    else:
+        assert stats.accepted < stats.drafted  # a random stranger's guesses: rejections
