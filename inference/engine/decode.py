@@ -17,7 +17,7 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
-from inference.engine.rewind import Rewind, cut_layers, kept_layers
+from inference.engine.rewind import Rewind, cut_layers, is_window, kept_layers
 from inference.engine.sampling import RowSampler, sample, sample_unseen, samples_unseen
 from inference.engine.sequence import Sequence
 from inference.engine.speculative import (
@@ -58,8 +58,8 @@ class DecodeBatch:
         self.cache: list[Any] = []  # one batched cache per layer, rows in self.rows' order
         self._inputs: list[int] = []  # the token each row feeds next
         self._contexts: list[Context | None] = []  # tokens seen, for logits processors
-        # Whether some layer cannot drop positions (recurrent state, windows): a step that
-        # rejects a draft token then replays the kept ones (rewind.py).
+        # Whether some layer folds positions into a state (recurrent, convolution): a step
+        # that rejects a draft token then replays the kept ones (rewind.py).
         self._replays = False
         # Per row: its positions' token indices in physical order once roll_back moved some
         # (None: in order), so that extract() gives the prefix cache its tokens in order.
@@ -84,7 +84,7 @@ class DecodeBatch:
         self._orders.extend(None for _ in rows)
         self._records.extend(TrackRecord() for _ in rows)
         self._contexts.extend(Context(row.prompt[:-1]) if row.processors else None for row in rows)
-        self._replays = bool(kept_layers(self.cache))
+        self._replays = any(not is_window(layer) for layer in kept_layers(self.cache))
 
     def step(self) -> list[tuple[Sequence, list[Produced]]]:
         """Feeds every row its next input (and its draft, when some row has one); returns
@@ -216,8 +216,10 @@ class DecodeBatch:
                 self._records[i].update(len(draft), n)
             self.stats.count(len(draft), n)
             start += len(draft) + 1
-        if rewind.active and keeps != lengths:
+        if rewind.needs_replay and keeps != lengths:
             width = self._replay(rewind, fed, keeps, width)
+        else:
+            rewind.cut_windows(keeps)
         appended(self._orders, width)
         roll_back(self.cache, [width - k for k in keeps], self._orders)
         self.stats.steps += 1

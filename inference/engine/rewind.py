@@ -24,9 +24,10 @@ import copy
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.models.cache import BatchKVCache, CacheList
+from mlx_lm.models.cache import BatchKVCache, BatchRotatingKVCache, CacheList
 
 from inference.engine.kv_quantized import BatchQuantizedKVCache
+from inference.engine.kv_window import QuantizedBatchWindowKV
 
 CUT = (BatchKVCache, BatchQuantizedKVCache)  # layers that drop positions themselves
 
@@ -82,36 +83,66 @@ def _restore(saved: tuple[Any, dict[str, Any], list[Any]]) -> None:
         _restore(child)
 
 
+def is_window(layer: Any) -> bool:
+    return isinstance(layer, BatchRotatingKVCache | QuantizedBatchWindowKV)
+
+
+def _parts(window: Any) -> list[Any]:
+    """A window's rotating caches: itself, or a packed window's three."""
+    return list(getattr(window, "caches", [window]))
+
+
 class Rewind:
     """One verification's bracket around the layers that cannot drop positions (none: every
-    method does nothing, and the step is the plain K/V one)."""
+    method does nothing, and the step is the plain K/V one).
+
+    A window fed several positions at once puts its positions in order and appends them
+    (mlx-lm's concatenating update), keeping the window's worth before them: dropping a row's
+    last positions is then rolling them to its front as padding, what a padded prompt chunk
+    gets (`cut_windows`). Only recurrent state has to be replayed (`needs_replay`)."""
 
     def __init__(self, cache: list[Any], lengths: list[int]) -> None:
         self.layers = kept_layers(cache)
-        self.lengths = lengths
+        self.states = [layer for layer in self.layers if not is_window(layer)]
+        self._offsets = [
+            [mx.stop_gradient(part.offset) for part in _parts(w)]
+            for w in self.layers
+            if is_window(w)
+        ]
         self._saved = Saved(self.layers) if self.layers else None
-        self._pad(lengths)
+        self._padded: list[Any] = []
+        self._pad(self.states, lengths)
 
     @property
-    def active(self) -> bool:
-        return bool(self.layers)
+    def needs_replay(self) -> bool:
+        """Whether a rejection must be fed again: some layer folds positions into a state."""
+        return bool(self.states)
 
-    def _pad(self, lengths: list[int]) -> None:
+    def _pad(self, layers: list[Any], lengths: list[int]) -> None:
         width = max(lengths)
         padding = [width - n for n in lengths]
-        if self.layers and any(padding):
-            for layer in self.layers:
-                layer.prepare(lengths=lengths, right_padding=padding)
+        self._padded = layers if any(padding) else []
+        for layer in self._padded:
+            layer.prepare(lengths=lengths, right_padding=padding)
 
     def settle(self) -> None:
         """After a forward pass: the padding's effects dropped (windows rolled, masks off)."""
-        if any(n != max(self.lengths) for n in self.lengths):
-            for layer in self.layers:
-                layer.finalize()
+        for layer in self._padded:
+            layer.finalize()
+        self._padded = []
+
+    def cut_windows(self, keeps: list[int]) -> None:
+        """Each row's positions past its `keeps[i]` rolled out of every window."""
+        windows = [w for w in self.layers if is_window(w)]
+        kept = mx.array(keeps)
+        for window, offsets in zip(windows, self._offsets, strict=True):
+            for part, before in zip(_parts(window), offsets, strict=True):
+                part._lengths = before + kept  # finalize rolls right what lies past it
+                part.finalize()
 
     def back(self, lengths: list[int]) -> None:
-        """The saved state again, set for a replay feeding `lengths` tokens a row."""
+        """The saved state again (windows too), set for a replay feeding `lengths` tokens a
+        row."""
         assert self._saved is not None
         self._saved.restore()
-        self.lengths = lengths
-        self._pad(lengths)
+        self._pad(self.layers, lengths)

@@ -183,12 +183,25 @@ def test_ngram_speculation_leaves_greedy_text_unchanged(models, name):
     runner = ModelRunner(loaded, NO_CACHE)
     (drafted,) = run(runner, make_sequence(loaded, ids, greedy(16, **NGRAM)))
     assert drafted.tokens == plain.tokens
-    # Every cache kind drafts: recurrent state and windows replay what a rejection left.
+    # Every cache kind drafts: recurrent state replays what a rejection left, windows roll
+    # the rejected positions out, plain K/V drops them.
     stats = runner.speculation
     assert stats.steps > 0 and stats.drafted > 0
-    kinds = set(ARCHITECTURES[name].kinds)
-    if stats.accepted < stats.drafted and not kinds.isdisjoint({"hybrid", "sliding"}):
+    if "hybrid" not in ARCHITECTURES[name].kinds:
+        assert stats.replays == 0
+    elif stats.accepted < stats.drafted:
         assert stats.replays > 0
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if "sliding" in ARCHITECTURES[n].kinds])
+def test_packed_windows_roll_rejected_drafts_out_with_greedy_text_unchanged(models, name):
+    loaded = as_kv(models(name), "4bit")  # windows packed (kv_window.py), three caches in step
+    ids = repeating(loaded)
+    plain = run(ModelRunner(loaded, NO_CACHE), make_sequence(loaded, ids, greedy(16)))[0]
+    runner = ModelRunner(loaded, NO_CACHE)
+    (drafted,) = run(runner, make_sequence(loaded, ids, greedy(16, **NGRAM)))
+    assert drafted.tokens == plain.tokens
+    assert runner.speculation.drafted > 0 and runner.speculation.replays == 0
 
 
 def repeating(loaded: LoadedModel) -> list[int]:
