@@ -65,6 +65,9 @@ class DecodeBatch:
         # (None: in order), so that extract() gives the prefix cache its tokens in order.
         self._orders: list[list[int] | None] = []
         self._records: list[TrackRecord] = []  # per row: how right its drafts have been
+        # Per row: the first token of a free draft that was not worth its place this step,
+        # checked against the token the row then produces (a track record kept for nothing).
+        self._shadows: list[int | None] = []
         self.stats = SpeculationStats()
         # The step queued and not yet read; its rows' next inputs are its tokens, not _inputs.
         self._ahead: Ahead | None = None
@@ -83,6 +86,7 @@ class DecodeBatch:
         self._inputs.extend(last_tokens)
         self._orders.extend(None for _ in rows)
         self._records.extend(TrackRecord() for _ in rows)
+        self._shadows.extend(None for _ in rows)
         self._contexts.extend(Context(row.prompt[:-1]) if row.processors else None for row in rows)
         self._replays = any(not is_window(layer) for layer in kept_layers(self.cache))
 
@@ -112,6 +116,7 @@ class DecodeBatch:
         for i, (row, token) in enumerate(zip(self.rows, tokens, strict=True)):
             if row.drafter is not None:
                 row.drafter.extend([token])
+                self._check_shadow(i, token)
             out.append((row, [(token, None if logprobs is None else logprobs[i])]))
         return out
 
@@ -188,10 +193,19 @@ class DecodeBatch:
                 drafts.append(row.drafter.propose(room))
         # Only as many draft tokens as are expected to pay for their place in the step.
         width = best_width(drafts, self._records, self._replays)
-        for draft, record in zip(drafts, self._records, strict=True):
-            if width == 1 or not draft:
-                record.rest()
+        for i, (row, draft) in enumerate(zip(self.rows, drafts, strict=True)):
+            if draft and width == 1 and not row.drafter.costly:
+                self._shadows[i] = draft[0]  # what the row produces next tells if it was right
+            elif width == 1 or not draft:
+                self._records[i].rest()
         return [d[: width - 1] for d in drafts]
+
+    def _check_shadow(self, i: int, token: int) -> None:
+        """Row `i` produced `token` after a free draft that was left out: its record learns
+        whether that draft's first token was right, as if it had been verified."""
+        shadow, self._shadows[i] = self._shadows[i], None
+        if shadow is not None:
+            self._records[i].update(1, int(shadow == token))
 
     def _verify(self, drafts: list[list[int]]) -> list[tuple[Sequence, list[Produced]]]:
         """One forward over every row's input and draft; each row keeps the draft tokens its
@@ -316,6 +330,7 @@ class DecodeBatch:
         self._inputs = [self._inputs[i] for i in indices]
         self._orders = [self._orders[i] for i in indices]
         self._records = [self._records[i] for i in indices]
+        self._shadows = [self._shadows[i] for i in indices]
         self._contexts = [self._contexts[i] for i in indices]
         if not indices:
             self.cache = []

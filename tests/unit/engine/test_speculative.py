@@ -510,3 +510,19 @@ def test_a_draft_model_with_recurrent_state_or_windows_goes_back_instead_of_read
         assert stats.accepted >= 0.9 * stats.drafted
     else:
         assert stats.accepted < stats.drafted  # a random stranger's guesses: rejections
+
+
+def test_a_row_that_stopped_drafting_resumes_once_its_free_drafts_would_be_right(loaded):
+    """A free drafter's guesses that are not worth their place are still checked against the
+    tokens the row then produces, so rows whose drafts failed at first draft again as soon as
+    they would be right, rather than once their records have drifted back on their own. Eight
+    rows (a position costs more on a CPU), each drafts wrong for its first 18 tokens."""
+    plain = solo(loaded, LONG, greedy(60))
+    script = plain.sequence.fed[1:] + [0] * 10
+    runner = ModelRunner(loaded, NO_CACHE)
+    rows = [with_oracle(loaded, LONG, greedy(60), script, set(range(18))) for _ in range(8)]
+    outcomes = run(runner, *rows)
+    for outcome in outcomes:
+        same(outcome, plain)
+    # 168 kept when the records only drifted back (REST a step): drafting resumed later.
+    assert runner.speculation.accepted >= 200
