@@ -5,8 +5,8 @@ is sampled in one vectorized call (sampling.sample) instead of one sampler call 
 newcomers join with their prompt's last token still to feed, so their first token comes out of
 the shared step rather than a forward pass of their own. Rows that speculate (a drafter, from
 SamplingParams.speculative) feed their draft in the same step and may get several tokens
-(speculative.py); on models with recurrent state or sliding windows a step that rejects a
-draft token feeds the kept ones again to every layer (rewind.py).
+(speculative.py); on models with recurrent state a step that rejects a draft token feeds the
+kept ones again to every layer (rewind.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
-from inference.engine.rewind import Rewind, cut_layers, is_window, kept_layers
+from inference.engine.rewind import Rewind, cut_layers, state_layers
 from inference.engine.sampling import RowSampler, sample, sample_unseen, samples_unseen
 from inference.engine.sequence import Sequence
 from inference.engine.speculative import (
@@ -88,7 +88,7 @@ class DecodeBatch:
         self._records.extend(TrackRecord() for _ in rows)
         self._shadows.extend(None for _ in rows)
         self._contexts.extend(Context(row.prompt[:-1]) if row.processors else None for row in rows)
-        self._replays = any(not is_window(layer) for layer in kept_layers(self.cache))
+        self._replays = bool(state_layers(self.cache))
 
     def step(self) -> list[tuple[Sequence, list[Produced]]]:
         """Feeds every row its next input (and its draft, when some row has one); returns

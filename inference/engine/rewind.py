@@ -4,16 +4,18 @@ Plain K/V layers (float16 or quantized) drop a rejected draft's positions (specu
 trim and roll_back). Recurrent and convolution state (gated delta, Mamba, LFM2's short conv:
 mlx-lm's ArraysCache) folds every position it is fed into one state, and a sliding window
 (rotating K/V, float16 or packed) has overwritten or trimmed what it held before them: neither
-can be cut back. For those layers a verification is bracketed:
+can be cut back by trimming. For those layers a verification is bracketed:
 
-- before it, their state is saved (references: the forward replaces these arrays, never writes
-  into them, so this copies nothing) and each row's real length is set on them (`prepare`, as
-  a prompt chunk's right padding is): a row's padding never reaches its state;
-- when every row keeps all it fed, that state is already right (`finalize` drops the padding);
-- when some row rejects a draft token, the saved state comes back and the positions each row
-  keeps are fed again (`replay`): the cut layers drop the whole verification first and the
-  replay's padding after, so every layer ends holding exactly the kept tokens. The replay's
-  logits are never read, so MLX computes only what the caches need (no head).
+- windows roll what a row did not keep to its front as padding (`Rewind.cut_windows`);
+- recurrent state gets each row's real length (`prepare`, as a prompt chunk's right padding
+  does), so a row's padding never reaches it, and is saved before the step with the windows
+  (references: the forward replaces these arrays, never writes into them, so this copies
+  nothing); when every row keeps all it fed, the state is already right;
+- when some row of such a model rejects a draft token, the saved state comes back (windows
+  too) and the positions each row keeps are fed again (the replay): the cut layers drop the
+  whole verification first and the replay's padding after, so every layer ends holding
+  exactly the kept tokens. The replay's logits are never read, so MLX computes only what the
+  caches need (no head).
 
 mlx-lm's own caches and model code do the rest (the same lengths mask a batched prompt uses).
 """
@@ -46,6 +48,12 @@ def cut_layers(cache: list[Any]) -> list[Any]:
 
 def kept_layers(cache: list[Any]) -> list[Any]:
     return [layer for layer in leaves(cache) if not isinstance(layer, CUT)]
+
+
+def state_layers(cache: list[Any]) -> list[Any]:
+    """The layers that fold positions into a state (recurrent, convolution): those a
+    rejection has to be replayed for."""
+    return [layer for layer in kept_layers(cache) if not is_window(layer)]
 
 
 class Saved:
@@ -102,14 +110,11 @@ class Rewind:
     gets (`cut_windows`). Only recurrent state has to be replayed (`needs_replay`)."""
 
     def __init__(self, cache: list[Any], lengths: list[int]) -> None:
-        self.layers = kept_layers(cache)
-        self.states = [layer for layer in self.layers if not is_window(layer)]
-        self._offsets = [
-            [mx.stop_gradient(part.offset) for part in _parts(w)]
-            for w in self.layers
-            if is_window(w)
-        ]
-        self._saved = Saved(self.layers) if self.layers else None
+        self.windows = [layer for layer in kept_layers(cache) if is_window(layer)]
+        self.states = state_layers(cache)
+        self._offsets = [[mx.stop_gradient(p.offset) for p in _parts(w)] for w in self.windows]
+        # Only a replay goes back, and only a model with recurrent state replays.
+        self._saved = Saved(self.windows + self.states) if self.states else None
         self._padded: list[Any] = []
         self._pad(self.states, lengths)
 
@@ -133,9 +138,8 @@ class Rewind:
 
     def cut_windows(self, keeps: list[int]) -> None:
         """Each row's positions past its `keeps[i]` rolled out of every window."""
-        windows = [w for w in self.layers if is_window(w)]
         kept = mx.array(keeps)
-        for window, offsets in zip(windows, self._offsets, strict=True):
+        for window, offsets in zip(self.windows, self._offsets, strict=True):
             for part, before in zip(_parts(window), offsets, strict=True):
                 part._lengths = before + kept  # finalize rolls right what lies past it
                 part.finalize()
@@ -145,4 +149,4 @@ class Rewind:
         row."""
         assert self._saved is not None
         self._saved.restore()
-        self._pad(self.layers, lengths)
+        self._pad(self.windows + self.states, lengths)

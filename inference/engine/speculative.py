@@ -13,9 +13,10 @@ kept positions' uniforms are used up, so a seed gives the same tokens with or wi
 
 Every row then drops its cache positions past what it kept: all rows the common part (trim),
 and a row that kept fewer moves its first positions into the rest and counts them as left
-padding (roll_back). That is what plain K/V layers (float16 or quantized) do; recurrent state
-and sliding windows cannot drop positions, and a step that rejects a draft token feeds each
-row's kept tokens to them again (rewind.py), which the width's expected cost counts.
+padding (roll_back). That is what plain K/V layers (float16 or quantized) do; sliding windows
+roll a row's rejected positions out, and recurrent state, which cannot drop positions, is fed
+each row's kept tokens again after a rejection (rewind.py), which the width's expected cost
+counts.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class SpeculationStats:
     steps: int = 0  # verification steps (at least one row had a draft)
     drafted: int = 0  # draft tokens fed
     accepted: int = 0  # draft tokens kept
-    replays: int = 0  # steps that fed kept tokens again to layers that cannot drop any
+    replays: int = 0  # steps that fed kept tokens again to recurrent state (rewind.py)
 
     def count(self, drafted: int, accepted: int) -> None:
         self.drafted += drafted
@@ -98,12 +99,12 @@ class TrackRecord:
 def best_width(drafts: list[list[int]], records: list[TrackRecord], replays: bool = False) -> int:
     """The step's width (each row's next token and up to width - 1 draft tokens; rows are
     padded to it) with the most expected tokens per unit of step time; 1: a plain step.
-    `replays`: the model has layers that cannot drop positions (rewind.py), so a step where
-    any row rejects a draft token costs a second pass (REPLAY of the first)."""
+    `replays`: the model has recurrent state (rewind.py), so a step where any row rejects a
+    draft token costs a second pass (REPLAY of the first)."""
     rows, g = len(drafts), gamma(len(drafts))
     best, width = float(rows), 1
+    pairs = list(zip(drafts, records, strict=True))
     for w in range(2, 2 + max((len(d) for d in drafts), default=0)):
-        pairs = list(zip(drafts, records, strict=True))
         gain = sum(r.expected(min(len(d), w - 1)) for d, r in pairs)
         cost = 1 + g * (w - 1)
         if replays:

@@ -28,8 +28,8 @@ class ModelState:
     # Speculative decoding (engine/speculative.py): draft tokens verified, and those kept.
     draft_tokens: int = 0
     accepted_draft_tokens: int = 0
-    # Verification steps, and those whose rejections the layers that cannot drop positions
-    # (recurrent state, sliding windows) were fed again for (engine/rewind.py).
+    # Verification steps, and those whose rejections recurrent state was fed again for
+    # (engine/rewind.py).
     verify_steps: int = 0
     replayed_steps: int = 0
     # Its own idle TTL in seconds, from a request's keep_alive (None: the engine's).

@@ -114,8 +114,8 @@ def speculation_metrics(models) -> Iterator:
     )
     replays = CounterMetricFamily(
         "inference_verify_replays",
-        "Verification steps that fed the kept tokens again to recurrent state and sliding "
-        "windows, which cannot drop a rejected draft's positions (a second pass each).",
+        "Verification steps that fed the kept tokens again to recurrent state, which cannot "
+        "drop a rejected draft's positions (a second pass each).",
         labels=["model"],
     )
     for model in models:

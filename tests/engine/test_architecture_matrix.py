@@ -241,7 +241,8 @@ def test_drafting_rows_batched_with_plain_and_sampled_ones_get_their_own_tokens(
 @pytest.mark.parametrize("name", NAMES)
 def test_a_prefix_kept_after_drafting_gives_the_cold_tokens(models, name):
     """What a drafting row leaves in the prefix cache (its K/V in its tokens' order, its
-    recurrent state and windows after a replay) is what reading its tokens gives."""
+    windows after a roll, its recurrent state after a replay) is what reading its tokens
+    gives."""
     loaded = models(name)
     ids = repeating(loaded)
     runner = ModelRunner(loaded, EngineConfig())
