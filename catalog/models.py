@@ -29,6 +29,7 @@ from inference.engine.formats import (
     activations_refusal,
     kv_refusal,
 )
+from inference.engine.mtp.files import missing_heads
 from inference.engine.types import ModelSpec
 from inference.engine.vocabulary import chunk_context_limit
 
@@ -339,7 +340,9 @@ class CatalogModel(models.Model):
         help_text="The default when a request does not say (its `speculative` field). ngram: "
         "each step also checks a few tokens copied from where the latest tokens occurred "
         "earlier in the prompt or answer; answers that repeat their context (code edits, "
-        "quotes) come faster. draft_model: each step checks the draft model's guesses. "
+        "quotes) come faster. draft_model: each step checks the draft model's guesses. mtp: "
+        "each step checks the guesses of the model's own multi-token-prediction head (Qwen3.5, "
+        "Qwen3-Next, DeepSeek V3, GLM-4.5+, MiMo checkpoints ship one). "
         "Output is the same either way. Off: one token per step.",
     )
     draft_model = models.ForeignKey(
@@ -425,6 +428,18 @@ class CatalogModel(models.Model):
             draft=self.draft_model.spec() if self.draft_model_id else None,
         )
 
+    def clean_mtp(self) -> None:
+        """`speculative: mtp` only for a model whose files ship an MTP head (a hub model's
+        files are not here yet: its load says whether it has one)."""
+        if self.speculative != "mtp":
+            return
+        if self.purpose != self.Purpose.CHAT or self.vision or self.source == self.Source.LORA:
+            raise ValidationError({"speculative": "Only text chat models draft with an MTP head."})
+        if self.source != self.Source.HUGGING_FACE:
+            missing = missing_heads(Path(self.location))
+            if missing:
+                raise ValidationError({"speculative": f"No MTP head here: {missing}."})
+
     def clean_draft(self) -> None:
         draft = self.draft_model if self.draft_model_id else None
         if draft is None:
@@ -475,6 +490,7 @@ class CatalogModel(models.Model):
         if self.activations != "15bit" and self.purpose != self.Purpose.CHAT:
             raise ValidationError({"activations": "Only chat models round activations so."})
         self.clean_draft()
+        self.clean_mtp()
         if self.source == self.Source.LORA:
             self.clean_adapter()
         elif self.base_model_id is not None:

@@ -69,6 +69,9 @@ class DecodeBatch:
         # checked against the token the row then produces (a track record kept for nothing).
         self._shadows: list[int | None] = []
         self.stats = SpeculationStats()
+        # The model split into layers and output head while some row's drafter reads its
+        # hidden states (an MTP head): steps then hand each such row its own.
+        self._target: Any = None
         # The step queued and not yet read; its rows' next inputs are its tokens, not _inputs.
         self._ahead: Ahead | None = None
 
@@ -89,6 +92,17 @@ class DecodeBatch:
         self._shadows.extend(None for _ in rows)
         self._contexts.extend(Context(row.prompt[:-1]) if row.processors else None for row in rows)
         self._replays = bool(state_layers(self.cache))
+        self._find_target()
+
+    def _find_target(self) -> None:
+        drafters = (row.drafter for row in self.rows if row.drafter is not None)
+        self._target = next((d.target for d in drafters if d.target is not None), None)
+
+    def _forward(self, tokens: mx.array) -> tuple[mx.array, mx.array | None]:
+        """(logits, hidden states when some row's drafter reads them) of one forward."""
+        if self._target is None:
+            return self.model(tokens, cache=self.cache), None
+        return self._target(tokens, self.cache)
 
     def step(self) -> list[tuple[Sequence, list[Produced]]]:
         """Feeds every row its next input (and its draft, when some row has one); returns
@@ -103,8 +117,8 @@ class DecodeBatch:
         if any(drafts):
             return self._verify(drafts)
         inputs = mx.array(self._inputs, dtype=mx.uint32)
-        logits = self.model(inputs[:, None], cache=self.cache)[:, -1, :]
-        logits = self._process(inputs, logits)
+        logits, hidden = self._forward(inputs[:, None])
+        logits = self._process(inputs, logits[:, -1, :])
         samplers: list[RowSampler] = [row.sampler for row in self.rows]
         want = any(row.job.params.logprobs for row in self.rows)
         tokens, logprobs = sample(logits, samplers, want)
@@ -115,6 +129,8 @@ class DecodeBatch:
         out = []
         for i, (row, token) in enumerate(zip(self.rows, tokens, strict=True)):
             if row.drafter is not None:
+                if hidden is not None and row.drafter.target is not None:
+                    row.drafter.read(hidden[i, :1], [token])
                 row.drafter.extend([token])
                 self._check_shadow(i, token)
             out.append((row, [(token, None if logprobs is None else logprobs[i])]))
@@ -215,7 +231,7 @@ class DecodeBatch:
         lengths = [len(d) + 1 for d in drafts]
         rewind = Rewind(self.cache, lengths)  # no row's padding reaches a recurrent state
         with plain_numerics(len(self.rows)):  # sampling evaluates the pass
-            logits = self.model(mx.array(fed, dtype=mx.uint32), cache=self.cache)
+            logits, hidden = self._forward(mx.array(fed, dtype=mx.uint32))
             tokens, logprobs = self._sample_block(fed, drafts, logits)
         rewind.settle()
         out, keeps, start = [], [], 0
@@ -225,10 +241,12 @@ class DecodeBatch:
             lps = [None if logprobs is None else logprobs[start + j] for j in range(n + 1)]
             out.append((row, list(zip(new, lps, strict=True))))
             self._advance(i, fed[i][: n + 1], new, len(draft) - n)
+            if hidden is not None and row.drafter is not None and row.drafter.target is not None:
+                row.drafter.read(hidden[i, : n + 1], new)
             keeps.append(n + 1)
             if draft:
                 self._records[i].update(len(draft), n)
-            self.stats.count(len(draft), n)
+            self.stats.count(len(draft), n, row.job.params.speculative)
             start += len(draft) + 1
         if rewind.needs_replay and keeps != lengths:
             width = self._replay(rewind, fed, keeps, width)
@@ -332,6 +350,7 @@ class DecodeBatch:
         self._records = [self._records[i] for i in indices]
         self._shadows = [self._shadows[i] for i in indices]
         self._contexts = [self._contexts[i] for i in indices]
+        self._find_target()
         if not indices:
             self.cache = []
             return

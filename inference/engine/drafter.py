@@ -1,13 +1,24 @@
 """What every drafter of speculative decoding is (drafting.py: n-gram prompt lookup and the
-choice of drafter; draft_model.py: a draft model's guesses)."""
+choice of drafter; draft_model.py: a draft model's guesses; mtp/: the model's own MTP head)."""
 
 from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
 
 
 class Drafter:
     """One sequence's drafter: sees every token of the sequence, proposes what comes next."""
 
     costly = False  # whether proposing takes time of its own (then only what should pay)
+    # The target model split into layers and output head (mtp.head.Target) when the drafter
+    # guesses from its hidden states: steps then compute them and hand each row its own.
+    target: Any = None
+
+    def read(self, hidden: mx.array, tokens: list[int]) -> None:
+        """The target's hidden states at some positions (n, width) and the n tokens that
+        followed them (only for a drafter with a `target`)."""
 
     def extend(self, tokens: list[int]) -> None:
         """Tokens the sequence produced (accepted drafts and the model's own next token)."""

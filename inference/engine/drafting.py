@@ -10,8 +10,9 @@ written back with a change), so the tokens that followed the last few tokens' la
 occurrence are a good guess. `ModelDrafter` (draft_model.py) asks a small model with the same
 vocabulary (the catalog's draft model, loaded with the model it drafts for): its greedy
 continuation, from a KV cache of its own per sequence that follows the sequence's accepted
-tokens. It is imported only when asked for: the catalog imports this module, and mlx-lm's
-import would cost every manage.py command ~1 s.
+tokens. `MtpDrafter` (mtp/drafter.py) asks the model's own multi-token-prediction head,
+read with the model where its checkpoint ships one. Both are imported only when asked for: the
+catalog imports this module, and mlx-lm's import would cost every manage.py command ~1 s.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 from inference.engine.drafter import Drafter
 from inference.engine.types import EngineError, ErrorKind, SamplingParams
 
-DRAFTERS = ("ngram", "draft_model")
+DRAFTERS = ("ngram", "draft_model", "mtp")
 MAX_DRAFT_TOKENS = 16  # past this a step's wasted positions cost more than drafts save
 
 
@@ -87,8 +88,14 @@ class NgramDrafter(Drafter):
 
 
 def make_drafter(
-    params: SamplingParams, prompt: list[int], draft: Any = None, vocab_size: int = 0
+    params: SamplingParams,
+    prompt: list[int],
+    draft: Any = None,
+    vocab_size: int = 0,
+    mtp: Any = None,
+    no_mtp: str = "",
 ) -> Drafter | None:
+    """`mtp`: the model's MTP heads (mtp.head.MtpHeads), or None with `no_mtp` saying why."""
     """The drafter a request asks for (None: no speculation); a bad ask fails the request."""
     kind = params.speculative
     if not kind:
@@ -107,6 +114,15 @@ def make_drafter(
         )
     if kind == "ngram":
         return NgramDrafter(prompt, params.draft_tokens)
+    if kind == "mtp":
+        if mtp is None:
+            reason = f": {no_mtp}" if no_mtp else ""
+            raise EngineError(
+                ErrorKind.INVALID_REQUEST, f"this model has no MTP head{reason}", "speculative"
+            )
+        from inference.engine.mtp.drafter import MtpDrafter
+
+        return MtpDrafter(mtp, params.draft_tokens, vocab_size)
     if draft is None:
         raise EngineError(
             ErrorKind.INVALID_REQUEST, "this model has no draft model in the catalog", "speculative"

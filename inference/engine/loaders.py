@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mlx_lm.utils import _download, load_model
+from mlx_lm.utils import _download as download
+from mlx_lm.utils import load_model
 
 from inference.engine.chunked import serve_within_first_chunk
 from inference.engine.types import ModelSpec
@@ -34,7 +35,7 @@ def load_weights(spec: ModelSpec) -> tuple[Any, Any, dict]:
         return load_vision(spec.location)
     # The tokenizer first: a model whose files are gone fails with the vocabulary's message.
     tokenizer = tokenizer_copy(spec)
-    path = _download(spec.location) if spec.from_hub else Path(spec.location)
+    path = download(spec.location) if spec.from_hub else Path(spec.location)
     model, config = load_model(path)
     serve_within_first_chunk(model)  # Llama 4: engine/chunked.py
     return model, tokenizer, config

@@ -31,7 +31,8 @@ def _read_on_own_thread(load: Loading, future: Future) -> None:
         return
     try:
         read = load.read()
-        materialize(read[0], load.draft)  # nothing lazy crosses, private arrays included
+        # Nothing lazy crosses, private arrays included.
+        materialize(read[0], load.draft, load.mtp and load.mtp.head)
         mx.synchronize()
     except BaseException as exc:  # delivered to the engine thread, which refuses the model
         future.set_exception(exc)

@@ -18,7 +18,7 @@ from mlx.utils import tree_flatten
 from inference.engine import compute_format, lora
 from inference.engine.format_verdicts import weights_key
 from inference.engine.kv import KVFormat
-from inference.engine.loaders import load_weights, prepares_compute_format
+from inference.engine.loaders import download, load_weights, prepares_compute_format
 from inference.engine.sharding import load_sharded
 from inference.engine.token_text import TokenText
 from inference.engine.types import EngineError, ErrorKind, ModelSpec
@@ -41,6 +41,8 @@ class LoadedModel(TokenizerFacts):
     format_reason: str = ""
     activations: str = ""  # compute_format.FormatChoice.activations
     draft: Any = None  # the draft model's weights (spec.draft), read with this model's
+    mtp: Any = None  # its MTP heads (mtp.head.MtpHeads) where its checkpoint ships them
+    mtp_reason: str = ""  # what was found, or why it has none
     active: int = 0  # sequences using it right now: never evicted while > 0
     last_used: float = field(default_factory=time.monotonic)
     # Seconds it stays loaded once idle, as its last request said (Ollama's keep_alive): 0
@@ -112,6 +114,14 @@ def read_draft(spec: ModelSpec, tokenizer: Any, room: int, timed: bool) -> Any:
     return model
 
 
+def read_mtp(spec: ModelSpec, model: Any, config: dict) -> tuple[Any, str]:
+    """The model's MTP heads from its weight files, or None and why (mtp/read.py)."""
+    from inference.engine.mtp.read import read_heads
+
+    folder = download(spec.location) if spec.from_hub else Path(spec.location)
+    return read_heads(Path(folder), model, config)
+
+
 @dataclass
 class Loading:
     """A model whose weights are being read: what the pool set aside for it, and the read."""
@@ -122,6 +132,8 @@ class Loading:
     group: Any = None
     started: float = field(default_factory=time.monotonic)
     draft: Any = None  # read with the model when its spec names a draft model
+    mtp: Any = None  # its MTP heads, read with a text chat model (mtp/read.py)
+    mtp_reason: str = ""
     # An adapter's: its base as loaded, or the base's own Loading when it is read along.
     base: LoadedModel | None = None
     base_load: Loading | None = None
@@ -141,6 +153,8 @@ class Loading:
             read = self._read_whole(spec)
         if spec.draft is not None:
             self.draft = read_draft(spec.draft, read[1], self.room, timed=self.group is None)
+        if prepares_compute_format(spec) and self.group is None:
+            self.mtp, self.mtp_reason = read_mtp(spec, read[0], read[2])
         return read
 
     def _read_whole(self, spec: ModelSpec) -> Read:
@@ -307,6 +321,8 @@ class ModelPool:
         nbytes = load.adapter_bytes if base is not None else _parameter_bytes(model)
         if load.draft is not None:
             nbytes += _parameter_bytes(load.draft)
+        if load.mtp is not None:
+            nbytes += _parameter_bytes(load.mtp.head)
         seconds = time.monotonic() - load.started
         entry = LoadedModel(
             spec,
@@ -321,6 +337,8 @@ class ModelPool:
             choice.reason,
             choice.activations,
             draft=load.draft,
+            mtp=load.mtp,
+            mtp_reason=load.mtp_reason,
             base=base,
         )
         if spec.purpose == "chat":

@@ -103,14 +103,29 @@ class PrefillBatch:
                 r.sequence.embeddings[s : s + len(t)]
                 for r, s, t in zip(readings, starts, tokens, strict=True)
             ]
+        wanted = any(r.sequence.drafter is not None and r.sequence.drafter.target for r in readings)
         if len(readings) == 1:
-            self._forward(readings[0].cache, tokens, embeddings)
+            hidden = self._forward(readings[0].cache, tokens, embeddings, wanted)
         else:
             cache = merge([r.cache for r in readings])
-            self._forward(cache, tokens, embeddings)
+            hidden = self._forward(cache, tokens, embeddings, wanted)
             for i, reading in enumerate(readings):
                 reading.cache = [layer.extract(i) for layer in cache]
+        if hidden is not None:
+            self._hand_hidden(readings, starts, tokens, hidden)
         return len(tokens) * max(len(t) for t in tokens)
+
+    @staticmethod
+    def _hand_hidden(
+        readings: list[Reading], starts: list[int], chunks: list[list[int]], hidden: mx.array
+    ) -> None:
+        """Each MTP row's hidden states of its chunk, with the prompt tokens that follow them
+        (the chunk never holds the prompt's last token, so each has one)."""
+        for i, (reading, start, chunk) in enumerate(zip(readings, starts, chunks, strict=True)):
+            drafter = reading.sequence.drafter
+            if drafter is not None and drafter.target is not None:
+                following = reading.sequence.prompt[start + 1 : start + 1 + len(chunk)]
+                drafter.read(hidden[i, : len(chunk)], following)
 
     def _plan(self, budget: int) -> list[tuple[int, int]]:
         """(reading index, tokens) for this step: the budget split between requests."""
@@ -137,8 +152,14 @@ class PrefillBatch:
         return plan
 
     def _forward(
-        self, cache: list[Any], chunks: list[list[int]], embeddings: list[mx.array] | None
-    ) -> None:
+        self,
+        cache: list[Any],
+        chunks: list[list[int]],
+        embeddings: list[mx.array] | None,
+        wanted: bool = False,
+    ) -> mx.array | None:
+        """Reads the chunks into the cache; their final hidden states when `wanted` (an MTP
+        row reads them), evaluated with the cache."""
         lengths = [len(c) for c in chunks]
         longest = max(lengths)
         padding = [longest - n for n in lengths]
@@ -146,15 +167,19 @@ class PrefillBatch:
             for layer in cache:
                 layer.prepare(lengths=lengths, right_padding=padding)
         tokens = mx.array([c + [0] * (longest - len(c)) for c in chunks], dtype=mx.uint32)
+        hidden = None
         if embeddings is not None:
             self.model.read_embeddings(tokens, padded(embeddings, longest), cache)
         else:
             layers = getattr(self.model, "model", None)
-            (layers if isinstance(layers, nn.Module) else self.model)(tokens, cache=cache)
+            hidden = (layers if isinstance(layers, nn.Module) else self.model)(tokens, cache=cache)
         if max(padding):
             for layer in cache:
                 layer.finalize()
-        mx.eval([layer.state for layer in cache])
+        if not wanted:
+            hidden = None
+        mx.eval([layer.state for layer in cache] + ([] if hidden is None else [hidden]))
+        return hidden
 
     def cache_of(self, index: int) -> list[Any]:
         """Reading `index`'s cache (shared, not copied: batching a cache copies it)."""

@@ -83,7 +83,9 @@ class Sequence:
             ) from exc
         self.sampler = make_row_sampler(params)
         # None: one token per step
-        self.drafter = make_drafter(params, self.prompt, loaded.draft, loaded.vocab_size)
+        self.drafter = make_drafter(
+            params, self.prompt, loaded.draft, loaded.vocab_size, loaded.mtp, loaded.mtp_reason
+        )
         self.processors = make_processors(params)
         if params.grammar:
             self.processors.append(self._constraint())

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import mlx.core as mx
@@ -43,10 +43,16 @@ class SpeculationStats:
     drafted: int = 0  # draft tokens fed
     accepted: int = 0  # draft tokens kept
     replays: int = 0  # steps that fed kept tokens again to recurrent state (rewind.py)
+    # Per drafter ("ngram", "draft_model", "mtp"): [draft tokens fed, kept].
+    drafters: dict[str, list[int]] = field(default_factory=dict)
 
-    def count(self, drafted: int, accepted: int) -> None:
+    def count(self, drafted: int, accepted: int, drafter: str = "") -> None:
         self.drafted += drafted
         self.accepted += accepted
+        if drafter and drafted:
+            counts = self.drafters.setdefault(drafter, [0, 0])
+            counts[0] += drafted
+            counts[1] += accepted
 
 
 # What a verification step costs: each position a row feeds beyond its own next token adds

@@ -6,7 +6,7 @@ supervisor adds what outlives engines (restarts, admission) to make EngineHealth
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,10 @@ class ModelState:
     # (engine/rewind.py).
     verify_steps: int = 0
     replayed_steps: int = 0
+    # Per drafter: (draft tokens verified, kept); and what its MTP heads are, or why none.
+    drafters: dict[str, tuple[int, int]] = field(default_factory=dict)
+    mtp: str = ""
+    mtp_heads: bool = False
     # Its own idle TTL in seconds, from a request's keep_alive (None: the engine's).
     keep_alive: float | None = None
     kv_cache: str = ""  # the KV format it computes with (kv.KVFormat.describe); "" if none

@@ -118,14 +118,27 @@ def speculation_metrics(models) -> Iterator:
         "drop a rejected draft's positions (a second pass each).",
         labels=["model"],
     )
+    by_drafter = CounterMetricFamily(
+        "inference_drafter_tokens",
+        "Draft tokens verified, per drafter (ngram, draft_model, mtp).",
+        labels=["model", "drafter"],
+    )
+    kept_by_drafter = CounterMetricFamily(
+        "inference_drafter_tokens_accepted",
+        "Draft tokens kept, per drafter (ngram, draft_model, mtp).",
+        labels=["model", "drafter"],
+    )
     for model in models:
+        for kind, (fed, kept) in sorted(model.drafters.items()):
+            by_drafter.add_metric([model.id, kind], fed)
+            kept_by_drafter.add_metric([model.id, kind], kept)
         drafted.add_metric([model.id], model.draft_tokens)
         accepted.add_metric([model.id], model.accepted_draft_tokens)
         steps.add_metric([model.id], model.verify_steps)
         replays.add_metric([model.id], model.replayed_steps)
         if model.draft_tokens:
             rate.add_metric([model.id], model.accepted_draft_tokens / model.draft_tokens)
-    yield from (drafted, accepted, rate, steps, replays)
+    yield from (drafted, accepted, rate, steps, replays, by_drafter, kept_by_drafter)
 
 
 def prefix_disk_metrics(disk: PrefixDiskState) -> Iterator:

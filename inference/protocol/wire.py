@@ -34,7 +34,7 @@ def _optional_keys(model: type[BaseModel]) -> frozenset[str]:
 
 
 # "ngram": prompt lookup; "draft_model": the catalog's draft model for the model asked.
-SpeculativeMethod = Literal["ngram", "draft_model", "off"]
+SpeculativeMethod = Literal["ngram", "draft_model", "mtp", "off"]
 
 
 class SpeculativeOptions(RequestModel):

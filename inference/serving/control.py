@@ -100,6 +100,8 @@ def health_document(health: EngineHealth) -> dict:
                     "accepted_draft_tokens": m.accepted_draft_tokens,
                     "verify_steps": m.verify_steps,
                     "replayed_steps": m.replayed_steps,
+                    "drafters": drafter_counts(m),
+                    "mtp": m.mtp,
                 },
             }
             for m in health.models
@@ -146,6 +148,17 @@ def model_document(model: ModelState) -> dict:
         "accepted_draft_tokens": model.accepted_draft_tokens,
         "verify_steps": model.verify_steps,
         "replayed_steps": model.replayed_steps,
+        "drafters": drafter_counts(model),
+        "mtp": model.mtp,
+        "mtp_heads": model.mtp_heads,
+    }
+
+
+def drafter_counts(model) -> dict:
+    """Draft tokens verified and kept, per drafter kind, since the model loaded."""
+    return {
+        kind: {"draft_tokens": drafted, "accepted_draft_tokens": kept}
+        for kind, (drafted, kept) in sorted(model.drafters.items())
     }
 
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -7,6 +9,7 @@ from catalog.aliases import add_alias_argument
 from catalog.management.options import error_messages, family_by_slug
 from catalog.models import CatalogModel
 from inference.engine.formats import ACTIVATION_ROUNDINGS
+from inference.engine.mtp.files import missing_heads
 
 
 def draft_model(model_id: str | None) -> CatalogModel | None:
@@ -23,14 +26,23 @@ def speculation_arguments(parser: CommandParser) -> None:
     group.add_argument(
         "--speculative",
         choices=[c for c, _ in CatalogModel._meta.get_field("speculative").choices],
-        default="off",
+        default=None,
         help="speculative decoding when a request does not say (ngram: prompt lookup; "
-        "draft_model: the --draft-model's guesses)",
+        "draft_model: the --draft-model's guesses; mtp: the model's own MTP head). Unset: "
+        "mtp where the model's files ship a head, else off",
     )
     group.add_argument(
         "--draft-model", help="catalog id of a smaller chat model with the same vocabulary"
     )
     group.add_argument("--draft-tokens", type=int, default=4, help="tokens a draft proposes")
+
+
+def default_speculation(options: dict) -> str:
+    """mtp for a local text chat model whose files ship an MTP head, else off."""
+    local = options["local"]
+    if not local or options["vision"] or purpose_of(options) != CatalogModel.Purpose.CHAT:
+        return "off"
+    return "off" if missing_heads(Path(local)) else "mtp"
 
 
 class Command(BaseCommand):
@@ -107,7 +119,7 @@ class Command(BaseCommand):
             context_overflow=options["context_overflow"],
             default_max_tokens=options["max_tokens"],
             max_output_tokens=options["max_output_tokens"],
-            speculative=options["speculative"],
+            speculative=options["speculative"] or default_speculation(options),
             draft_model=draft_model(options["draft_model"]),
             draft_tokens=options["draft_tokens"],
             vision=options["vision"],

@@ -43,10 +43,14 @@ function loadedRow(m) {
 // Speculative decoding since the model loaded: draft tokens kept of those verified, and the
 // steps whose rejections recurrent state or sliding windows were fed again for.
 function drafts(m) {
-  if (!m.draft_tokens) return "";
+  if (!m.draft_tokens) return m.mtp_heads ? "MTP head, none drafted yet" : "";
   const rate = Math.round((100 * m.accepted_draft_tokens) / m.draft_tokens);
   const replays = m.replayed_steps ? ` · ${m.replayed_steps} of ${m.verify_steps} steps replayed` : "";
-  return `${m.accepted_draft_tokens} of ${m.draft_tokens} kept (${rate}%)${replays}`;
+  const kinds = Object.entries(m.drafters || {});
+  const each = kinds.length > 1
+    ? " · " + kinds.map(([k, d]) => `${k} ${d.accepted_draft_tokens}/${d.draft_tokens}`).join(", ")
+    : kinds.length ? ` · ${kinds[0][0]}` : "";
+  return `${m.accepted_draft_tokens} of ${m.draft_tokens} kept (${rate}%)${each}${replays}`;
 }
 
 // The prefix cache's disk tier: its folder's size and this process's reads and writes.
