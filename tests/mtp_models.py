@@ -140,9 +140,9 @@ def trained_mtp_model(tokenizer_source: Path, destination: Path, steps: int = 16
     `mtp.*` (its own weight file)."""
     import mlx.core as mx
     import mlx.nn as nn
-    import mlx.optimizers as optim
     from mlx.utils import tree_flatten
 
+    from inference.engine.cpu.status import suspended
     from inference.engine.mtp.families import family_of
     from inference.engine.mtp.head import MtpHead, split
 
@@ -170,16 +170,8 @@ def trained_mtp_model(tokenizer_source: Path, destination: Path, steps: int = 16
         ahead = nn.losses.cross_entropy(out[:, :-1] @ rows.T, labels[:, 2:]).mean()
         return main + ahead
 
-    optimizer = optim.Adam(learning_rate=3e-3)
-    step = nn.value_and_grad(both, loss)
-    order = mx.array(cycle_order())
-    rng = random.Random(1)
-    for _ in range(steps):
-        starts = mx.array([rng.randrange(CYCLE) for _ in range(16)])
-        walks = order[(starts[:, None] + mx.arange(24)[None]) % CYCLE]
-        last, grads = step(both, walks)
-        optimizer.update(both, grads)
-        mx.eval(both.parameters(), optimizer.state, last)
+    with suspended():  # the CPU kernels have no gradients
+        _train(both, loss, steps)
     weights = dict(tree_flatten(model.parameters()))
     mx.save_safetensors(str(destination / "model.safetensors"), weights, metadata={"format": "mlx"})
     head_weights = {}
@@ -194,5 +186,53 @@ def trained_mtp_model(tokenizer_source: Path, destination: Path, steps: int = 16
         key = f"mtp.layers.0.{rest}" if role == "block" else f"{names[role]}.{rest}"
         head_weights[key] = value
     mx.save_safetensors(str(destination / "model-mtp.safetensors"), head_weights)
-    (destination / "trained.json").write_text(json.dumps({"loss": last.item()}))
     return destination
+
+
+def _train(both: Any, loss: Any, steps: int) -> None:
+    import mlx.core as mx
+    import mlx.nn as nn
+    import mlx.optimizers as optim
+
+    optimizer = optim.Adam(learning_rate=3e-3)
+    step = nn.value_and_grad(both, loss)
+    order = mx.array(cycle_order())
+    rng = random.Random(1)
+    for _ in range(steps):
+        starts = mx.array([rng.randrange(CYCLE) for _ in range(16)])
+        walks = order[(starts[:, None] + mx.arange(24)[None]) % CYCLE]
+        last, grads = step(both, walks)
+        optimizer.update(both, grads)
+        mx.eval(both.parameters(), optimizer.state, last)
+
+
+def trained_once(tokenizer_source: Path) -> Path:
+    """The trained model, trained once per machine: kept in var/cache/test-models/ under a
+    digest of the code that makes it and MLX's versions; test lanes running at once wait for
+    one training (about a minute) instead of each doing its own."""
+    import fcntl
+    import hashlib
+    import os
+
+    import mlx.core as mx
+    import mlx_lm
+
+    from tests import architectures
+    from tests.helpers import ROOT
+
+    sources = Path(__file__).read_bytes() + Path(architectures.__file__).read_bytes()
+    versions = f"{mx.__version__} {mlx_lm.__version__}".encode()
+    digest = hashlib.sha256(sources + versions).hexdigest()[:12]
+    root = ROOT / "var/cache/test-models"
+    folder = root / f"mtp-trained-{digest}"
+    if folder.exists():
+        return folder
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not folder.exists():
+            partial = root / f".{folder.name}.{os.getpid()}"
+            shutil.rmtree(partial, ignore_errors=True)
+            trained_mtp_model(tokenizer_source, partial)
+            partial.rename(folder)
+    return folder

@@ -65,7 +65,7 @@ class DecodeBatch:
         # (None: in order), so that extract() gives the prefix cache its tokens in order.
         self._orders: list[list[int] | None] = []
         self._records: list[TrackRecord] = []  # per row: how right its drafts have been
-        # Per row: the first token of a free draft that was not worth its place this step,
+        # Per row: the first token of a draft that was not worth its place this step,
         # checked against the token the row then produces (a track record kept for nothing).
         self._shadows: list[int | None] = []
         self.stats = SpeculationStats()
@@ -209,15 +209,17 @@ class DecodeBatch:
                 drafts.append(row.drafter.propose(room))
         # Only as many draft tokens as are expected to pay for their place in the step.
         width = best_width(drafts, self._records, self._replays)
-        for i, (row, draft) in enumerate(zip(self.rows, drafts, strict=True)):
-            if draft and width == 1 and not row.drafter.costly:
-                self._shadows[i] = draft[0]  # what the row produces next tells if it was right
+        for i, draft in enumerate(drafts):
+            if draft and width == 1:
+                # What the row produces next tells whether it was right (a costly drafter's
+                # guess is made by now: learning from it costs nothing more).
+                self._shadows[i] = draft[0]
             elif width == 1 or not draft:
                 self._records[i].rest()
         return [d[: width - 1] for d in drafts]
 
     def _check_shadow(self, i: int, token: int) -> None:
-        """Row `i` produced `token` after a free draft that was left out: its record learns
+        """Row `i` produced `token` after a draft that was left out: its record learns
         whether that draft's first token was right, as if it had been verified."""
         shadow, self._shadows[i] = self._shadows[i], None
         if shadow is not None:

@@ -116,9 +116,11 @@ def make_drafter(
         return NgramDrafter(prompt, params.draft_tokens)
     if kind == "mtp":
         if mtp is None:
-            reason = f": {no_mtp}" if no_mtp else ""
+            reason = f" ({no_mtp})" if no_mtp else ""
             raise EngineError(
-                ErrorKind.INVALID_REQUEST, f"this model has no MTP head{reason}", "speculative"
+                ErrorKind.INVALID_REQUEST,
+                f"speculative: this model has no MTP head to draft with{reason}",
+                "speculative",
             )
         from inference.engine.mtp.drafter import MtpDrafter
 

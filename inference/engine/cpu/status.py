@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -38,6 +40,7 @@ class KernelStatus:
 _lock = threading.Lock()
 _status: KernelStatus | None = None
 _wanted = {"enabled": True, "threads": 0}
+_suspended: list[bool] = []  # non-empty inside suspended()
 
 
 def configure(enabled: bool = True, threads: int = 0) -> None:
@@ -48,10 +51,21 @@ def configure(enabled: bool = True, threads: int = 0) -> None:
         _status = None
 
 
+@contextmanager
+def suspended() -> Iterator[None]:
+    """MLX's own ops meanwhile, everywhere the kernels are routed in: they have no gradients,
+    so what differentiates a model (a test training one) runs without them."""
+    _suspended.append(True)
+    try:
+        yield
+    finally:
+        _suspended.pop()
+
+
 def in_use() -> bool:
     """Whether the kernels are decided on and usable (the hooks ask on every call: no lock)."""
     status = _status
-    return status is not None and status.available
+    return status is not None and status.available and not _suspended
 
 
 def kernel_status() -> KernelStatus:
