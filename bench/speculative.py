@@ -2,11 +2,17 @@
 rename) decoded greedily with and without n-gram drafts, on the demo model as the server runs it.
 
     .venv/bin/python bench/speculative.py [--streams 1,8] [--tokens 256] [--repeats 3] \
-        [--draft-layers 8] [--draft-model DIR] [--hybrid]
+        [--draft-layers 8] [--draft-model DIR] [--hybrid] [--mtp]
 
 With --hybrid the model is the demo grafted into Granite 4's hybrid layout (tests/grafted.py:
 its layers as the attention ones, a Mamba-2 layer of random weights after every second one),
 so that a model with recurrent state answers the edit for real: its drafts replay rejections.
+
+With --mtp the model is tests/mtp_models.py's Qwen3.5-shaped hybrid trained with an MTP head
+(trained once per machine, about a minute), asked to continue walks along the cycle it learnt
+(each stream from its own place); it also runs `speculative: mtp`. Its head is a layer and the
+output head beside a model of two layers, so tokens per step say more than tokens/s do: on a
+model of real size the head costs a few percent of a step.
 
 With --draft-layers N it also runs `speculative: draft_model` with a draft model made of the
 demo model's first N layers (its own norm and head: a layer-skip self-draft, untrained for it);
@@ -95,11 +101,18 @@ def prompt_of(loaded: LoadedModel, variant: int) -> tuple[tuple[int, ...], froze
     return tuple(ids), adapter.stop_token_ids(loaded.tokenizer)
 
 
-def decode(loaded: LoadedModel, streams: int, params: SamplingParams) -> dict:
+def cycle_walk(loaded: LoadedModel, variant: int) -> tuple[tuple[int, ...], frozenset[int]]:
+    """A walk along the trained MTP model's cycle, from a place of its own (--mtp)."""
+    from tests.mtp_models import cycle_prompt
+
+    return tuple(cycle_prompt(7 * variant, 16)), frozenset()
+
+
+def decode(loaded: LoadedModel, streams: int, params: SamplingParams, prompts=prompt_of) -> dict:
     runner = ModelRunner(loaded, EngineConfig(max_batch=max(streams, 1), prompt_cache_bytes=0))
     sequences = []
     for i in range(streams):
-        ids, stops = prompt_of(loaded, i)
+        ids, stops = prompts(loaded, i)
         job = GenerationJob(loaded.spec, TokenPrompt(ids), params, lambda e: None, stop_ids=stops)
         sequences.append(Sequence(job, loaded))
         runner.add(sequences[-1])
@@ -166,6 +179,7 @@ def main() -> None:
     parser.add_argument("--draft-layers", type=int, default=0, help="a draft of the first N")
     parser.add_argument("--draft-model", type=Path, help="a draft model folder")
     parser.add_argument("--hybrid", action="store_true", help="the demo with Mamba-2 layers")
+    parser.add_argument("--mtp", action="store_true", help="a hybrid trained with an MTP head")
     args = parser.parse_args()
     modes = {
         "off": SamplingParams(temperature=0, max_tokens=args.tokens),
@@ -180,6 +194,14 @@ def main() -> None:
 
             folder = grafted(Path(loaded.spec.location), Path(workdir) / "hybrid")
             loaded = ModelPool(16 * 2**30).get(ModelSpec(model_id="hybrid", location=str(folder)))
+        prompts = prompt_of
+        if args.mtp:
+            from tests.mtp_models import trained_once
+
+            folder = trained_once(Path(loaded.spec.location))
+            loaded = ModelPool(16 * 2**30).get(ModelSpec(model_id="mtp", location=str(folder)))
+            modes["mtp"] = replace(modes["ngram"], speculative="mtp")
+            prompts = cycle_walk
         print(f"{loaded.spec.model_id}: {loaded.compute_format}, draft {args.draft}")
         models = dict.fromkeys(modes, loaded)
         if args.draft_layers or args.draft_model:
@@ -189,7 +211,7 @@ def main() -> None:
             results: dict[str, list[dict]] = {mode: [] for mode in modes}
             for _ in range(args.repeats):
                 for mode, params in modes.items():
-                    results[mode].append(decode(models[mode], streams, params))
+                    results[mode].append(decode(models[mode], streams, params, prompts))
             report(streams, results)
 
 
@@ -201,7 +223,8 @@ def report(streams: int, results: dict[str, list[dict]]) -> None:
         print(
             f"streams {streams:>2} {mode:<11} {statistics.median(rates):7.1f} tok/s "
             f"(runs {', '.join(f'{r:.1f}' for r in rates)})  tokens {last['tokens']} "
-            f"steps {last['steps']}  drafted {last['drafted']} accepted {last['accepted']} "
+            f"steps {last['steps']} ({last['tokens'] / last['steps'] / streams:.2f} a row) "
+            f" drafted {last['drafted']} accepted {last['accepted']} "
             f"({rate:.0%}) replays {last['replays']}"
         )
     for mode in [m for m in results if m != "off"]:

@@ -72,6 +72,8 @@ class DecodeBatch:
         # The model split into layers and output head while some row's drafter reads its
         # hidden states (an MTP head): steps then hand each such row its own.
         self._target: Any = None
+        # Drafters that propose together for all their rows (Drafter.group), by kind.
+        self._groups: dict[Any, Any] = {}
         # The step queued and not yet read; its rows' next inputs are its tokens, not _inputs.
         self._ahead: Ahead | None = None
 
@@ -198,15 +200,13 @@ class DecodeBatch:
     def _drafts(self) -> list[list[int]]:
         """Each row's draft for this step: none for rows that do not speculate, have a
         grammar (its matcher cannot take tokens back), or have one token left to produce."""
-        drafts = []
+        limits = []
         for row, record in zip(self.rows, self._records, strict=True):
             room = row.max_tokens - row.completion_tokens - 1
             if row.drafter is not None and row.drafter.costly:  # a draft model's forwards
                 room = min(room, worth_asking(record, len(self.rows)))
-            if row.drafter is None or row.job.params.grammar or room <= 0:
-                drafts.append([])
-            else:
-                drafts.append(row.drafter.propose(room))
+            limits.append(0 if row.drafter is None or row.job.params.grammar else max(room, 0))
+        drafts = self._propose(limits)
         # Only as many draft tokens as are expected to pay for their place in the step.
         width = best_width(drafts, self._records, self._replays)
         for i, draft in enumerate(drafts):
@@ -217,6 +217,27 @@ class DecodeBatch:
             elif width == 1 or not draft:
                 self._records[i].rest()
         return [d[: width - 1] for d in drafts]
+
+    def _propose(self, limits: list[int]) -> list[list[int]]:
+        """Each row's drafter asked for up to its limit; drafters that propose together
+        (Drafter.group) asked once for all their rows, those not asked included."""
+        drafts: list[list[int]] = [[] for _ in self.rows]
+        groups: dict[Any, list[int]] = {}
+        for i, (row, limit) in enumerate(zip(self.rows, limits, strict=True)):
+            drafter = row.drafter
+            if drafter is not None and drafter.group is not None:
+                groups.setdefault(drafter.group, []).append(i)
+            elif drafter is not None and limit > 0:
+                drafts[i] = drafter.propose(limit)
+        self._groups = {kind: self._groups.get(kind) for kind in groups}  # others are gone
+        for kind, rows in groups.items():
+            members = [self.rows[i].drafter for i in rows]
+            if self._groups[kind] is None:
+                self._groups[kind] = kind(members[0])
+            proposals = self._groups[kind].propose(members, [limits[i] for i in rows])
+            for i, proposal in zip(rows, proposals, strict=True):
+                drafts[i] = proposal
+        return drafts
 
     def _check_shadow(self, i: int, token: int) -> None:
         """Row `i` produced `token` after a draft that was left out: its record learns

@@ -15,6 +15,10 @@ class Drafter:
     # The target model split into layers and output head (mtp.head.Target) when the drafter
     # guesses from its hidden states: steps then compute them and hand each row its own.
     target: Any = None
+    # A drafter whose rows of one decode batch propose together: called with the first such
+    # drafter, it makes what the batch asks instead, `propose(drafters, limits)` (None: each
+    # row's propose()).
+    group: Any = None
 
     def read(self, hidden: mx.array, tokens: list[int]) -> None:
         """The target's hidden states at some positions (n, width) and the n tokens that

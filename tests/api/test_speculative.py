@@ -1,7 +1,9 @@
 """Speculative decoding asked per request (`speculative`, every dialect) against a real uvicorn
 server and the real SmolLM2, with the official SDKs: greedy answers are the same tokens with
 and without n-gram drafts, streamed or not, and /metrics counts the drafts and their
-acceptance. A bad `speculative` is a 400 in each dialect's shape."""
+acceptance. A bad `speculative` is a 400 in each dialect's shape. A model whose files ship an
+MTP head (a Qwen3.5-shaped hybrid trained with one, tests/mtp_models.py) drafts with it by
+default, beside the dense demo, and keeps most of its guesses."""
 
 from __future__ import annotations
 
@@ -144,6 +146,7 @@ def test_messages_and_responses_take_the_option(server, client, api_key):
     [
         "medusa",
         "draft_model",  # the demo model has no draft model in the catalog
+        "mtp",  # nor an MTP head in its files
         {"method": "ngram", "num_speculative_tokens": 0},
         {"method": "ngram", "num_speculative_tokens": 17},
         {"num_speculative_tokens": 4},
@@ -265,3 +268,82 @@ def answer(client: openai.OpenAI, model: str, speculative: str) -> str:
         model=model, messages=EDIT, **GREEDY, extra_body={"speculative": speculative}
     )
     return response.choices[0].message.content
+
+
+@pytest.fixture(scope="module")
+def mtp_model(server: LiveServer, smollm_dir: Path) -> str:
+    """The trained MTP hybrid, added with no --speculative: its head makes mtp its default."""
+    from tests.mtp_models import trained_once
+
+    server.manage("add_model", "mtp-hybrid", "--local", str(trained_once(smollm_dir)))
+    return "mtp-hybrid"
+
+
+def completion(client: openai.OpenAI, model: str, prompt: list[int], **extra) -> str:
+    response = client.completions.create(
+        model=model, prompt=prompt, temperature=0, max_tokens=40, extra_body=extra
+    )
+    return response.choices[0].text
+
+
+def drafter_counts(server: LiveServer, model: str, drafter: str) -> tuple[float, float]:
+    text = httpx.get(f"{server.url}/metrics", headers=server.admin_headers, timeout=10).text
+    counts = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name.startswith("inference_drafter_tokens")
+        and sample.labels == {"model": model, "drafter": drafter}
+    }
+    return (
+        counts.get("inference_drafter_tokens_total", 0.0),
+        counts.get("inference_drafter_tokens_accepted_total", 0.0),
+    )
+
+
+def test_a_model_with_an_mtp_head_drafts_with_it_by_default(server, client, mtp_model):
+    """Its catalog default is mtp; the answer is its plain one, in fewer steps than tokens,
+    and /metrics, /health and /control/pool say what its head drafted and kept."""
+    from tests.mtp_models import cycle_prompt
+
+    prompt = cycle_prompt(4, 12)
+    plain = completion(client, mtp_model, prompt, speculative="off")
+    before = drafter_counts(server, mtp_model, "mtp")
+    steps_before = drafts(server, mtp_model).get("inference_verify_steps_total", 0)
+    assert completion(client, mtp_model, prompt) == plain
+    fed, kept = (
+        a - b for a, b in zip(drafter_counts(server, mtp_model, "mtp"), before, strict=True)
+    )
+    steps = drafts(server, mtp_model)["inference_verify_steps_total"] - steps_before
+    assert kept >= 0.8 * fed > 0
+    assert 40 / steps > 1.4
+    health = httpx.get(f"{server.url}/health", headers=server.admin_headers, timeout=10).json()
+    speculation = health["models"][mtp_model]["speculation"]
+    assert speculation["drafters"]["mtp"]["accepted_draft_tokens"] >= kept
+    assert "MTP head" in speculation["mtp"]
+    pool = httpx.get(f"{server.url}/control/pool", headers=server.admin_headers, timeout=10)
+    model = next(m for m in pool.json()["models"] if m["id"] == mtp_model)
+    assert model["mtp_heads"] and "mtp" in model["drafters"]
+
+
+def test_mtp_ngram_and_plain_rows_beside_a_dense_model_keep_their_answers(client, mtp_model):
+    """The MTP hybrid's rows (mtp, n-gram, off) and the dense demo's (n-gram, off) at once:
+    every answer is its plain one."""
+    from tests.mtp_models import cycle_prompt
+
+    prompts = {"a": cycle_prompt(0, 10), "b": cycle_prompt(30, 64) + cycle_prompt(30, 8)}
+    plain = {
+        key: completion(client, mtp_model, ids, speculative="off") for key, ids in prompts.items()
+    }
+    dense = answer(client, DEMO_ID, "off")
+    asks = [("a", "mtp"), ("b", "ngram"), ("a", "off"), ("b", "mtp"), ("dense", "ngram")]
+
+    def ask(pair: tuple[str, str]) -> str:
+        key, speculative = pair
+        if key == "dense":
+            return answer(client, DEMO_ID, speculative)
+        return completion(client, mtp_model, prompts[key], speculative=speculative)
+
+    with concurrent.futures.ThreadPoolExecutor(len(asks)) as pool:
+        answers = list(pool.map(ask, asks))
+    assert answers == [dense if key == "dense" else plain[key] for key, _ in asks]

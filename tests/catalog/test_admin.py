@@ -1,3 +1,4 @@
+import io
 import json
 
 import pytest
@@ -120,6 +121,26 @@ def test_admin_checks_a_draft_model(admin_client, tiny_dir):
     assert response.status_code == 302, response.content
     spec = CatalogModel.objects.get(public_id="new-model").spec()
     assert spec.draft == drafter.spec()
+
+
+def test_admin_sets_mtp_only_where_the_files_ship_a_head(
+    admin_client, tiny_dir, smollm_dir, tmp_path
+):
+    """`speculative: mtp` is refused, saying why, for a model whose files have no MTP head;
+    add_model makes it the default where they have one, and leaves it off elsewhere."""
+    from django.core.management import call_command
+
+    from tests.mtp_models import trained_once
+
+    response = admin_client.post(ADD_URL, form(location=str(tiny_dir), speculative="mtp"))
+    assert b"No MTP head here: llama models ship no MTP head" in response.content
+    trained = trained_once(smollm_dir)
+    response = admin_client.post(ADD_URL, form(location=str(trained), speculative="mtp"))
+    assert response.status_code == 302, response.content
+    call_command("add_model", "with-head", "--local", str(trained), stdout=io.StringIO())
+    call_command("add_model", "without", "--local", str(tiny_dir), stdout=io.StringIO())
+    chosen = dict(CatalogModel.objects.values_list("public_id", "speculative"))
+    assert chosen == {"new-model": "mtp", "with-head": "mtp", "without": "off"}
 
 
 def test_family_form_validates_lists(admin_client):

@@ -1,24 +1,32 @@
-"""One sequence's MTP drafter: the model's own head guesses the tokens after the next.
+"""MTP drafters: the model's own head guesses the tokens after the next.
 
-The prompt reader and the decode batch hand it the target's hidden states with the tokens
-that followed them (`read`): the prompt's, then each step's kept positions (a verification's
-rejected ones never reach it, so its cache never holds them). It reads them into its head's
-cache only when asked for a draft, or once enough have gathered; the head's output at the last
-of them is the first guess, and each further guess feeds the head its own output and the
-guess before (`chain`). Those chained positions are cut from its cache before it reads on.
-Guesses are greedy (all probability on one token), the case the verification's acceptance
-rule assumes (speculative.py), so sampled rows keep the target's distribution.
+The prompt reader and the decode batch hand each row's drafter the target's hidden states with
+the tokens that followed them (`read`): the prompt's, then each step's kept positions (a
+verification's rejected ones never reach it, so no head cache ever holds them). The head's
+output at the last position read gives the first guess; each further guess feeds the head its
+own output and the guess before. Guesses are greedy (all probability on one token), the case
+the verification's acceptance rule assumes (speculative.py), so sampled rows keep the target's
+distribution.
+
+The rows of one decode batch draft together (`MtpBatch`): their heads' K/V live in one batched
+cache, a step reads every row's new positions in one forward (right-padded to the most any row
+has; the padding is then dropped as a verification's rejected positions are,
+speculative.roll_back) and each chained guess is one forward for all rows. So the output head,
+the largest read of a guess on a real model, is read once per guess for the whole batch, not
+once per row. A row reads its prompt alone, in its own cache, which joins the batch's when the
+batch first asks it for guesses; the chained guesses' positions are cut before the next read.
 """
 
 from __future__ import annotations
 
 import mlx.core as mx
+from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from inference.engine.drafter import Drafter
 from inference.engine.mtp.head import MtpHeads
+from inference.engine.speculative import roll_back
 
-READ_CHUNK = 256  # positions read per step when asked (a long prompt over several)
-GATHER = 64  # positions kept unread before they are read anyway (memory stays bounded)
+GATHER = 64  # positions a row leaves unread before they are read anyway (bounded memory)
 
 
 class MtpDrafter(Drafter):
@@ -29,65 +37,150 @@ class MtpDrafter(Drafter):
         self.target = heads.target
         self.length = length
         self.vocab_size = vocab_size  # the target's: a guess past it is never proposed
-        self.cache = heads.make_cache()
+        self.cache: KVCache | None = KVCache()  # its own until a batch adopts it
         self._unread: list[tuple[mx.array, list[int]]] = []  # (hidden (n, width), n tokens)
-        self._waiting = 0  # positions in _unread
-        self._chained = 0  # the last draft's positions in the cache, cut before reading on
-        # After the last position read: the head's output there (what a chained guess feeds
-        # on) and its guess (the token after the one that followed that position).
-        self._last: tuple[mx.array, mx.array] | None = None
+        self.waiting = 0  # positions in _unread
+        # At the last position read: the head's output there as a chained guess feeds on it,
+        # and as the output head reads it (each (1, 1, width)).
+        self.last: tuple[mx.array, mx.array] | None = None
+        self._alone: MtpBatch | None = None  # a batch of its own, when asked outside one
+
+    @staticmethod
+    def group(first: MtpDrafter) -> MtpBatch:
+        """What drafts for every MTP row of a decode batch at once."""
+        return MtpBatch(first)
 
     def read(self, hidden: mx.array, tokens: list[int]) -> None:
         if not tokens:
             return
         self._unread.append((hidden, tokens))
-        self._waiting += len(tokens)
-        if self._waiting >= GATHER:
-            self._catch_up(self._waiting)
+        self.waiting += len(tokens)
+        if self.cache is not None and self.waiting >= GATHER:  # its prompt, read alone
+            self._read_alone()
 
     def extend(self, tokens: list[int]) -> None:
         """The tokens come with their hidden states (read)."""
 
     def propose(self, limit: int) -> list[int]:
-        limit = min(limit, self.length)
-        if limit <= 0 or not self._catch_up(READ_CHUNK) or self._last is None:
-            return []
-        hidden, guess = self._last
-        guesses = [guess]
-        for _ in range(limit - 1):
-            hidden, logits = self.heads.forward(hidden, guesses[-1][None], self.cache)
+        """Guesses outside a decode batch: a batch of its own."""
+        if self._alone is None:
+            self._alone = MtpBatch(self)
+        return self._alone.propose([self], [limit])[0]
+
+    def take_all(self) -> tuple[mx.array | None, list[int]]:
+        """Every waiting position: (hidden states (n, width), the n tokens that followed)."""
+        parts, tokens = [h for h, _ in self._unread], [t for _, ids in self._unread for t in ids]
+        self._unread, self.waiting = [], 0
+        return (mx.concatenate(parts) if parts else None), tokens
+
+    def adopt(self) -> KVCache:
+        """Its cache, for a batch to hold from now on. Adopted once already (a row moved to
+        another batch), it starts again from what it reads next."""
+        cache, self.cache = self.cache, None
+        if cache is None:
+            cache, self.last = KVCache(), None
+        return cache
+
+    def _read_alone(self) -> None:
+        hidden, tokens = self.take_all()
+        chained, out = self.heads.head(
+            hidden[None], self.target.embed(mx.array([tokens])), self.cache
+        )
+        self.last = (chained[:, -1:], out[:, -1:])
+        mx.eval(self.last, self.cache.state)
+
+
+class MtpBatch:
+    def __init__(self, first: MtpDrafter) -> None:
+        self.heads = first.heads
+        self.vocab_size = first.vocab_size
+        self.drafters: list[MtpDrafter] = []  # in the decode batch's order
+        self.cache: BatchKVCache | None = None
+        self._chained = 0  # the last guesses' positions, cut before the next read
+
+    def propose(self, drafters: list[MtpDrafter], limits: list[int]) -> list[list[int]]:
+        """Each row's guesses, up to its limit (0: none; its positions are still read when
+        some row is asked, or once many have gathered)."""
+        self._cut_chain()
+        self._follow(drafters)
+        limits = [min(limit, d.length) for limit, d in zip(limits, drafters, strict=True)]
+        waiting = [d.waiting for d in drafters]
+        most = max(limits, default=0)
+        none: list[list[int]] = [[] for _ in drafters]
+        if (most <= 0 and max(waiting, default=0) < GATHER) or not any(
+            n or d.last is not None for n, d in zip(waiting, drafters, strict=True)
+        ):
+            return none
+        hidden, out = self._read(waiting)
+        if most <= 0:
+            return none
+        head, embed = self.heads.target.head, self.heads.target.embed
+        guesses = [mx.argmax(head(out)[:, -1, :], axis=-1)]
+        for _ in range(most - 1):
+            hidden, out = self.heads.head(hidden, embed(guesses[-1][:, None]), self.cache)
             self._chained += 1
-            guesses.append(mx.argmax(logits, axis=-1))
-        draft = []
-        for token in mx.concatenate(guesses).tolist():  # one wait for the whole chain
+            guesses.append(mx.argmax(head(out)[:, -1, :], axis=-1))
+        rows = mx.stack(guesses, axis=1).tolist()  # one wait for every row's chain
+        return [
+            self._usable(row[:limit]) if d.last is not None or n else []
+            for row, limit, d, n in zip(rows, limits, drafters, waiting, strict=True)
+        ]
+
+    def _usable(self, guesses: list[int]) -> list[int]:
+        """Up to the first id past the target's vocabulary (a padded output head's)."""
+        for n, token in enumerate(guesses):
             if token >= self.vocab_size:
-                break
-            draft.append(token)
-        return draft
+                return guesses[:n]
+        return guesses
 
-    def _catch_up(self, most: int) -> bool:
-        """Reads up to `most` waiting positions (the last draft's chained ones cut first);
-        whether none is left waiting."""
-        if self._chained:
+    def _cut_chain(self) -> None:
+        if self._chained and self.cache is not None:
             self.cache.trim(self._chained)
-            self._chained = 0
-        if not self._unread:
-            return True
-        hidden, tokens = self._take(most)
-        chained, logits = self.heads.forward(hidden[None], mx.array([tokens]), self.cache)
-        self._last = (chained[:, -1:, :], mx.argmax(logits, axis=-1))
-        mx.eval(self._last, self.cache.state)
-        return not self._unread
+        self._chained = 0
 
-    def _take(self, most: int) -> tuple[mx.array, list[int]]:
-        parts, tokens = [], []
-        while self._unread and len(tokens) < most:
-            hidden, ids = self._unread.pop(0)
-            room = most - len(tokens)
-            if len(ids) > room:  # the rest waits for the next step
-                self._unread.insert(0, (hidden[room:], ids[room:]))
-                hidden, ids = hidden[:room], ids[:room]
-            parts.append(hidden)
-            tokens.extend(ids)
-        self._waiting -= len(tokens)
-        return mx.concatenate(parts, axis=0), tokens
+    def _follow(self, drafters: list[MtpDrafter]) -> None:
+        """The rows as the decode batch's are now: those that left dropped (it keeps its
+        order), those that joined appended with their caches."""
+        now = {id(d) for d in drafters}
+        keep = [i for i, d in enumerate(self.drafters) if id(d) in now]
+        if len(keep) < len(self.drafters):
+            if not keep:
+                self.cache = None
+            elif self.cache is not None:
+                self.cache.filter(keep)
+            self.drafters = [self.drafters[i] for i in keep]
+        known = {id(d) for d in self.drafters}
+        for drafter in [d for d in drafters if id(d) not in known]:
+            joined = BatchKVCache.merge([drafter.adopt()])
+            if self.cache is None:
+                self.cache = joined
+            else:
+                self.cache.extend(joined)
+            self.drafters.append(drafter)
+        assert [id(d) for d in self.drafters] == [id(d) for d in drafters]
+
+    def _read(self, waiting: list[int]) -> tuple[mx.array, mx.array]:
+        """Every row's waiting positions read in one forward; the head's output at each row's
+        last position (what it read last, for a row with none waiting), each (B, 1, width)."""
+        width = max(waiting)
+        if width:
+            self._read_block(waiting, width)
+        size = self.heads.head.proj.weight.shape[0]
+        nothing = (mx.zeros((1, 1, size)),) * 2  # a row that has read nothing: not asked
+        last = [d.last or nothing for d in self.drafters]
+        return mx.concatenate([h for h, _ in last]), mx.concatenate([o for _, o in last])
+
+    def _read_block(self, waiting: list[int], width: int) -> None:
+        states, tokens = [], []
+        size = self.heads.head.proj.weight.shape[0]
+        for drafter, n in zip(self.drafters, waiting, strict=True):
+            hidden, ids = drafter.take_all()
+            pad = mx.zeros((width - n, size), dtype=mx.float32 if hidden is None else hidden.dtype)
+            states.append(pad if hidden is None else mx.concatenate([hidden, pad]))
+            tokens.append(ids + [0] * (width - n))
+        embedded = self.heads.target.embed(mx.array(tokens))
+        chained, out = self.heads.head(mx.stack(states), embedded, self.cache)
+        for i, (drafter, n) in enumerate(zip(self.drafters, waiting, strict=True)):
+            if n:
+                drafter.last = (chained[i : i + 1, n - 1 : n], out[i : i + 1, n - 1 : n])
+        roll_back([self.cache], [width - n for n in waiting], [None] * len(waiting))

@@ -161,4 +161,4 @@ def test_a_head_whose_guesses_fail_stops_being_asked(smollm_dir, tmp_path_factor
     fed, kept = runner.speculation.drafters["mtp"]
     assert kept < fed < 60  # asked far less than once a token
     drafter = sequence.drafter
-    assert isinstance(drafter, MtpDrafter) and drafter._waiting < 64
+    assert isinstance(drafter, MtpDrafter) and drafter.waiting < 64
