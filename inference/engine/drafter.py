@@ -3,9 +3,13 @@ choice of drafter; draft_model.py: a draft model's guesses; mtp/: the model's ow
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mlx.core as mx
+if TYPE_CHECKING:  # the catalog imports this module (drafting.py): no MLX at import
+    import mlx.core as mx
+
+
+MAX_DRAFT_TOKENS = 16  # past this a step's wasted positions cost more than drafts save
 
 
 class Drafter:

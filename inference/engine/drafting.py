@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from inference.engine.drafter import Drafter
+from inference.engine.drafter import MAX_DRAFT_TOKENS, Drafter
 from inference.engine.types import EngineError, ErrorKind, SamplingParams
 
 DRAFTERS = ("ngram", "draft_model", "mtp")
-MAX_DRAFT_TOKENS = 16  # past this a step's wasted positions cost more than drafts save
 
 
 class NgramDrafter(Drafter):

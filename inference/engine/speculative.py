@@ -30,7 +30,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import TokenBuffer
 
 from inference.engine.cpu.ext import ext
-from inference.engine.drafting import MAX_DRAFT_TOKENS
+from inference.engine.drafter import MAX_DRAFT_TOKENS
 from inference.engine.rewind import CUT, cut_layers, leaves
 from inference.engine.stepwise import one_by_one
 

@@ -100,15 +100,10 @@ class NextN(Family):
     model_types = ("deepseek_v3", "deepseek_v32", "glm4_moe", "glm4_moe_lite")
     chain_normed = False
 
+    own = ("enorm", "hnorm", "eh_proj", "shared_head.norm")
+
     def parts(self, args: Any, index: int) -> Parts:
-        layer = f"model.layers.{args.num_hidden_layers + index}"
-        return Parts(
-            f"{layer}.enorm",
-            f"{layer}.hnorm",
-            f"{layer}.eh_proj",
-            f"{layer}.shared_head.norm",
-            f"{layer}.",
-        )
+        return _in_layer(f"model.layers.{args.num_hidden_layers + index}.", self.own)
 
     def block(self, body: Any, args: Any) -> nn.Module:
         return type(body.layers[-1])(args, args.num_hidden_layers)  # a MoE layer's place
@@ -121,18 +116,18 @@ class MiMo(Family):
     model_types = ("mimo",)
     embed_first = False
 
+    own = ("token_layernorm", "hidden_layernorm", "input_proj", "final_layernorm")
+
     def parts(self, args: Any, index: int) -> Parts:
-        layer = f"model.mtp_layers.{index}"
-        return Parts(
-            f"{layer}.token_layernorm",
-            f"{layer}.hidden_layernorm",
-            f"{layer}.input_proj",
-            f"{layer}.final_layernorm",
-            f"{layer}.",
-        )
+        return _in_layer(f"model.mtp_layers.{index}.", self.own)
 
     def block(self, body: Any, args: Any) -> nn.Module:
         return type(body.layers[0])(args)
+
+
+def _in_layer(layer: str, own: tuple[str, str, str, str]) -> Parts:
+    """A head whose own parts sit in its layer beside its block's weights."""
+    return Parts(*(layer + name for name in own), block=layer)
 
 
 FAMILIES: tuple[Family, ...] = (QwenNext(), NextN(), MiMo())
