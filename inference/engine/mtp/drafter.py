@@ -165,14 +165,14 @@ class MtpBatch:
         width = max(waiting)
         if width:
             self._read_block(waiting, width)
-        size = self.heads.head.proj.weight.shape[0]
+        size = self.heads.width
         nothing = (mx.zeros((1, 1, size)),) * 2  # a row that has read nothing: not asked
         last = [d.last or nothing for d in self.drafters]
         return mx.concatenate([h for h, _ in last]), mx.concatenate([o for _, o in last])
 
     def _read_block(self, waiting: list[int], width: int) -> None:
         states, tokens = [], []
-        size = self.heads.head.proj.weight.shape[0]
+        size = self.heads.width
         for drafter, n in zip(self.drafters, waiting, strict=True):
             hidden, ids = drafter.take_all()
             pad = mx.zeros((width - n, size), dtype=mx.float32 if hidden is None else hidden.dtype)

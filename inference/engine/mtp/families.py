@@ -35,6 +35,7 @@ class Family:
     reference implementation does."""
 
     model_types: tuple[str, ...] = ()
+    own: tuple[str, ...] = ()  # the head's own parts' names inside its layer, where it has one
     embed_first = True
     chain_normed = True
 
@@ -85,11 +86,8 @@ class QwenNext(Family):
 
     def main_prefix(self, model: Any) -> str:
         # Qwen3.5's checkpoint keeps its text layers under model.language_model.
-        return (
-            "model.language_model.layers.0."
-            if hasattr(model, "language_model")
-            else ("model.layers.0.")
-        )
+        wrapped = hasattr(model, "language_model")
+        return "model.language_model.layers.0." if wrapped else "model.layers.0."
 
 
 class NextN(Family):

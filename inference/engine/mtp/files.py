@@ -8,8 +8,9 @@ import json
 import struct
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
-from inference.engine.mtp.families import family_of
+from inference.engine.mtp.families import Family, family_of
 
 
 def checkpoint_keys(folder: Path) -> dict[str, Path]:
@@ -30,11 +31,18 @@ def missing_heads(folder: Path) -> str:
         keys = checkpoint_keys(folder)
     except (OSError, ValueError, struct.error) as exc:
         return f"its files cannot be read ({exc})"
+    args = SimpleNamespace(**config.get("text_config", config))
+    return heads_in(config, set(keys), args)[2]
+
+
+def heads_in(config: dict, keys: set[str], args: Any) -> tuple[Family | None, int, str]:
+    """(the model's family layout, how many heads the weight files' `keys` hold, why none:
+    "" when there is one); `args`: the text model's config as attributes."""
     model_type = config.get("model_type", "")
     family = family_of(model_type)
     if family is None:
-        return f"{model_type or 'this'} models ship no MTP head this server reads"
-    args = SimpleNamespace(**config.get("text_config", config))
-    if not family.layers(set(keys), args):
-        return "its weight files hold no MTP head (converters to MLX drop them)"
-    return ""
+        return None, 0, f"{model_type or 'this'} models ship no MTP head this server reads"
+    layers = family.layers(keys, args)
+    if not layers:
+        return family, 0, "its weight files hold no MTP head (converters to MLX drop them)"
+    return family, layers, ""

@@ -15,7 +15,6 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask
-from mlx_lm.models.cache import KVCache
 
 from inference.engine.mtp.families import Family
 
@@ -80,13 +79,7 @@ class MtpHeads:
     family: str
     layers: int  # how many heads the checkpoint holds
 
-    def make_cache(self) -> KVCache:
-        return KVCache()
-
-    def forward(
-        self, hidden: mx.array, tokens: mx.array, cache: KVCache
-    ) -> tuple[mx.array, mx.array]:
-        """(chain hidden states, logits at the last position) after the head read `hidden`
-        (1, L, width) paired with `tokens` (1, L), the tokens that followed them."""
-        chained, out = self.head(hidden, self.target.embed(tokens), cache)
-        return chained, self.target.head(out[:, -1:, :])[:, -1, :]
+    @property
+    def width(self) -> int:
+        """The model's hidden size (what the head's projection gives back)."""
+        return self.head.proj.weight.shape[0]

@@ -16,10 +16,9 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_flatten
 
-from inference.engine.mtp.families import Family, Parts, family_of
-from inference.engine.mtp.files import checkpoint_keys
+from inference.engine.mtp.families import FAMILIES, Family, Parts, family_of
+from inference.engine.mtp.files import checkpoint_keys, heads_in
 from inference.engine.mtp.head import MtpHead, MtpHeads, Target, split
 
 log = logging.getLogger(__name__)
@@ -30,18 +29,16 @@ ROLES = ("embed_norm", "hidden_norm", "proj", "final_norm")
 
 def read_heads(folder: Path, model: Any, config: dict) -> tuple[MtpHeads | None, str]:
     """(the model's MTP heads, or None; what was found, or why there are none)."""
-    model_type = config.get("model_type", "")
-    family = family_of(model_type)
-    if family is None:
-        return None, f"{model_type or 'this'} models ship no MTP head this server reads"
-    target = split(model)
-    if target is None or not _same_logits(model, target):
-        return None, "its layers and output head are not where mlx-lm's models keep them"
+    if family_of(config.get("model_type", "")) is None:  # before any file is opened
+        return None, heads_in(config, set(), None)[2]
     args = getattr(model, "language_model", model).args
     keys = checkpoint_keys(folder)
-    layers = family.layers(set(keys), args)
-    if not layers:
-        return None, "its weight files hold no MTP head (converters to MLX drop them)"
+    family, layers, missing = heads_in(config, set(keys), args)
+    if family is None or missing:
+        return None, missing
+    target = split(model)  # probed only for a model whose files have a head
+    if target is None or not _same_logits(model, target):
+        return None, "its layers and output head are not where mlx-lm's models keep them"
     try:
         head = _build(family, family.parts(args, 0), keys, model, target, args)
     except Exception as exc:  # a checkpoint this layout does not fit: said, not raised
@@ -88,12 +85,7 @@ def _build(
 FLOATS = (mx.float16, mx.bfloat16, mx.float32)
 # Names inside a NextN or MiMo layer that are not its block's: the head's own parts and the
 # copies of the model's embedding and output head (the model's own are used).
-NOT_BLOCK = {"enorm", "hnorm", "eh_proj", "shared_head", "embed_tokens"} | {
-    "token_layernorm",
-    "hidden_layernorm",
-    "input_proj",
-    "final_layernorm",
-}
+NOT_BLOCK = {name.split(".")[0] for f in FAMILIES for name in f.own} | {"embed_tokens"}
 
 
 def _sanitized(family: Family, parts: Parts, keys: dict[str, Path], model: Any) -> dict:
@@ -137,9 +129,3 @@ def _shifted(before: mx.array, after: mx.array) -> bool:
 
 def _names(parts: Parts) -> tuple[str, ...]:
     return (parts.embed_norm, parts.hidden_norm, parts.proj, parts.final_norm)
-
-
-def parameter_bytes(heads: MtpHeads | None) -> int:
-    if heads is None:
-        return 0
-    return sum(v.nbytes for _, v in tree_flatten(heads.head.parameters()))
