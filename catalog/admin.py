@@ -211,9 +211,10 @@ class CatalogModelAdmin(admin.ModelAdmin):
         loaded = self._loaded(entry)
         if loaded is None:
             return f"({entry.compute_format})"
+        text = loaded.compute_format
         if loaded.activations:
-            return f"{loaded.compute_format}, {loaded.activations} activations"
-        return loaded.compute_format
+            text = f"{text}, {loaded.activations} activations"
+        return f"{text}; {loaded.q6k}" if loaded.q6k else text
 
     @admin.display(description="KV cache")
     def kv_in_use(self, entry: CatalogModel) -> str:

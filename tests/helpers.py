@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import queue
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -70,6 +71,75 @@ def build_tiny_model(
     mx.save_safetensors(
         str(destination / "model.safetensors"), dict(tree_flatten(model.parameters()))
     )
+    return destination
+
+
+SMALL_LLAMA = (256, 512, 2, 1024)  # hidden, ffn, layers, vocabulary: rows of 256
+
+
+def copy_gguf_tokenizer(writer, source: Path) -> None:
+    from gguf import GGUFReader
+
+    reader = GGUFReader(source)
+    for key, field in reader.fields.items():
+        if key.startswith("tokenizer."):
+            sub_type = field.types[-1] if len(field.types) > 1 else None
+            writer.add_key_value(key, field.contents(), field.types[0], sub_type)
+
+
+def write_small_llama(
+    path: Path, tokenizer_from: Path, seed: int = 0, shape: tuple = SMALL_LLAMA
+) -> Path:
+    """A random float32 Llama in GGUF with the rows K-quants need: shape (hidden, ffn,
+    layers, vocabulary), each a multiple of 256."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    HIDDEN, FFN, LAYERS, VOCAB = shape
+
+    rng = np.random.default_rng(seed)
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_name("small llama")
+    writer.add_block_count(LAYERS)
+    writer.add_context_length(512)
+    writer.add_embedding_length(HIDDEN)
+    writer.add_feed_forward_length(FFN)
+    writer.add_head_count(4)
+    writer.add_head_count_kv(2)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_dimension_count(HIDDEN // 4)
+    copy_gguf_tokenizer(writer, tokenizer_from)
+
+    def weight(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.05).astype(np.float32)
+
+    writer.add_tensor("token_embd.weight", weight(VOCAB, HIDDEN))
+    for i in range(LAYERS):
+        for name, shape in [
+            ("attn_q", (HIDDEN, HIDDEN)),
+            ("attn_k", (HIDDEN // 2, HIDDEN)),
+            ("attn_v", (HIDDEN // 2, HIDDEN)),
+            ("attn_output", (HIDDEN, HIDDEN)),
+            ("ffn_gate", (FFN, HIDDEN)),
+            ("ffn_up", (FFN, HIDDEN)),
+            ("ffn_down", (HIDDEN, FFN)),
+        ]:
+            writer.add_tensor(f"blk.{i}.{name}.weight", weight(*shape))
+        for norm in ("attn_norm", "ffn_norm"):
+            writer.add_tensor(f"blk.{i}.{norm}.weight", 1 + weight(HIDDEN))
+    writer.add_tensor("output_norm.weight", 1 + weight(HIDDEN))
+    writer.add_tensor("output.weight", weight(VOCAB, HIDDEN))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def quantize_gguf(tools: Path, source: Path, destination: Path, kind: str, *flags: str) -> Path:
+    """llama.cpp's llama-quantize (the `llama_tools` fixture's) of a GGUF to `kind` (Q4_K_M...)."""
+    command = [str(tools / "llama-quantize"), *flags, str(source), str(destination), kind, "2"]
+    subprocess.run(command, check=True, capture_output=True)
     return destination
 
 

@@ -28,9 +28,13 @@ from inference.conversion.gguf_file import GGUFFile, TensorInfo, UnsupportedGGUF
 from inference.conversion.gguf_registry import ARCHITECTURES, architecture_of
 from inference.conversion.gguf_tensors import (
     GROUP,
+    Q6K_GROUP,
+    Q6K_MODE,
+    Q6K_SUPER,
     SUPPORTED_TYPES,
     ErrorStats,
     Plan,
+    as_affine,
     common_plan,
     convert_blocks,
     output_layout,
@@ -282,7 +286,10 @@ class _Conversion:
         order = self.arch.columns(self.hyper, tensor.name)
         # columns move in whole quantization groups, or the tensor stays float
         quantizable = quantizable and not (order and (tensor.columns // len(order)) % GROUP)
-        return _Planned(name, plan_for(tensor, self.weights, quantizable), is_norm, columns=order)
+        plan = plan_for(tensor, self.weights, quantizable)
+        if order and (tensor.columns // len(order)) % Q6K_SUPER:  # Q6_K's blocks move whole
+            plan = as_affine(plan)
+        return _Planned(name, plan, is_norm, columns=order)
 
     def tensor(self, tensor: TensorInfo) -> None:
         tensor = self.arch.restore_shape(tensor)
@@ -343,14 +350,16 @@ def _special_ids(metadata: dict) -> dict:
 def quantization_config(plans: dict[str, Plan]) -> dict | None:
     """mlx-lm's per-module quantization, and the most common bits as the default."""
     per_module = {
-        module: {"group_size": GROUP, "bits": plan.bits}
+        module: {"group_size": Q6K_GROUP if plan.mode == Q6K_MODE else GROUP, "bits": plan.bits}
         | ({"mode": plan.mode} if plan.mode != "affine" else {})
         for module, plan in plans.items()
         if plan.quantized
     }
     if not per_module:
         return None
-    common = Counter(q["bits"] for q in per_module.values()).most_common(1)[0][0]
+    # The default is MLX's own (Q6_K's layout is the engine's: engine/q6k.py).
+    affine = [q["bits"] for q in per_module.values() if q.get("mode") != Q6K_MODE] or [8]
+    common = Counter(affine).most_common(1)[0][0]
     return {"group_size": GROUP, "bits": common, **per_module}
 
 

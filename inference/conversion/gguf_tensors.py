@@ -3,9 +3,11 @@
 GGUF types whose blocks are MLX's affine format in disguise (32 weights, w = scale * q + bias:
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, and Q4_K/Q5_K whose 256-weight super-blocks hold eight such
 groups) are repacked exactly, and so is MXFP4 (gpt-oss's experts), into MLX's own mxfp4 mode:
-the same 4-bit E2M1 codes and E8M0 scale per 32 weights. Every other type the `gguf` package
-can dequantize is dequantized and re-quantized to MLX affine of at least its bits, and the
-error that adds is measured.
+the same 4-bit E2M1 codes and E8M0 scale per 32 weights. Q6_K matrices are kept bit for bit in
+the CPU kernels' layout for them (mode "q6_k", kernels/src/k6.h; the engine turns them into
+MLX's 8-bit where the kernels do not compute them: engine/q6k.py). Every other type the `gguf`
+package can dequantize is dequantized and re-quantized to MLX affine of at least its bits, and
+the error that adds is measured.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ EXACT_BITS = {"Q4_0": 4, "Q4_1": 4, "Q5_0": 5, "Q5_1": 5, "Q8_0": 8, "Q4_K": 4, 
 SCALES_DTYPE = "float16"  # as mlx-lm's own quantized models
 # Types MLX holds exactly in a mode other than affine: type -> (mode, bits).
 EXACT_MODES = {"MXFP4": ("mxfp4", 4)}
+# GGUF's Q6_K matrices as the CPU kernels read them: 6-bit codes, an int8 scale per 16 and a
+# float16 one per 256 (kernels/src/k6.h); stacked experts stay MLX's 8-bit.
+Q6K_MODE, Q6K_GROUP, Q6K_SUPER = "q6_k", 16, 256
 
 
 def _dequantizable() -> set[str]:
@@ -86,6 +91,8 @@ def plan_for(tensor: TensorInfo, weights: str, quantizable: bool) -> Plan:
     if source in EXACT_MODES:
         mode, bits = EXACT_MODES[source]
         return Plan(source, bits=bits, exact=True, mode=mode)
+    if source == "Q6_K" and len(tensor.shape) == 2:
+        return Plan(source, bits=6, exact=True, mode=Q6K_MODE)
     # At least the source's bits, among the widths the CPU kernels run fast (4 and 8).
     return Plan(source, bits=4 if bits_per_weight(source) < 5 else 8)
 
@@ -95,10 +102,17 @@ def common_plan(plans: list[Plan]) -> Plan:
     widest of their bits re-quantized (or float32 where one stays float)."""
     if all(plan == plans[0] for plan in plans):
         return plans[0]
+    plans = [as_affine(plan) for plan in plans]
     source = "+".join(sorted({plan.source for plan in plans}))
     if all(plan.quantized and plan.mode == "affine" for plan in plans):
         return Plan(source, bits=max(plan.bits for plan in plans))
     return Plan(source, dtype="float32")
+
+
+def as_affine(plan: Plan) -> Plan:
+    """A Q6_K plan as MLX's 8-bit (re-quantized), where its rows cannot keep the kernels'
+    layout (merged with other types, columns moved in runs shorter than 256); others as they are."""
+    return Plan(plan.source, bits=8) if plan.mode == Q6K_MODE else plan
 
 
 @dataclass
@@ -135,6 +149,12 @@ def output_layout(tensor: TensorInfo, plan: Plan) -> dict[str, tuple[str, tuple[
     if not plan.quantized:
         return {"weight": (plan.dtype, tensor.shape)}
     weight = ("uint32", (*leading, columns * plan.bits // 32))
+    if plan.mode == Q6K_MODE:
+        return {
+            "weight": weight,
+            "scales": ("int8", (*leading, columns // Q6K_GROUP)),
+            "biases": ("float16", (*leading, columns // Q6K_SUPER)),
+        }
     if plan.mode == "mxfp4":  # one E8M0 exponent byte per group, no biases
         return {"weight": weight, "scales": ("uint8", (*leading, columns // GROUP))}
     groups = (SCALES_DTYPE, (*leading, columns // GROUP))
@@ -170,6 +190,9 @@ def _convert_rows(
         return
     if plan.mode == "mxfp4":
         yield from _mxfp4_rows(raw, values, error)
+        return
+    if plan.mode == Q6K_MODE:
+        yield from _q6k_rows(raw, values, error)
         return
     if plan.exact:
         codes, scales, biases = _affine_codes(raw, values, plan)
@@ -221,6 +244,64 @@ def _mxfp4_rows(
     error.add(values, np.array(restored.astype(mx.float32)))
     yield "weight", packed
     yield "scales", scales
+
+
+def _q6k_rows(
+    raw: np.ndarray, values: np.ndarray, error: ErrorStats
+) -> Iterator[tuple[str, object]]:
+    """Q6_K's 210-byte block: 128 bytes of low nibbles, 64 of top bit pairs (q6k_codes), 16
+    int8 scales, the float16 d; weight k of a block is d * scale[k / 16] * (code[k] - 32). The
+    codes go out in the kernels' layout (pack_q6k), the scales and d as they are."""
+    import mlx.core as mx
+
+    rows = raw.shape[0]
+    blocks = raw.reshape(rows, -1, 210)
+    codes = q6k_codes(blocks).reshape(rows, -1)
+    scales = np.ascontiguousarray(blocks[..., 192:208]).view(np.int8).reshape(rows, -1)
+    d = np.ascontiguousarray(blocks[..., 208:210]).view(np.float16).reshape(rows, -1)
+    packed = pack_q6k(codes)
+    error.add(values, dequantize_q6k(packed, scales, d))
+    yield "weight", mx.array(packed.view(np.uint32))
+    yield "scales", mx.array(scales)
+    yield "biases", mx.array(d)
+
+
+def q6k_codes(blocks: np.ndarray) -> np.ndarray:
+    """The 256 codes (0..63) of each Q6_K block [..., 210], in weight order: per half of 128
+    weights, 64 bytes of low nibbles (bytes 0-31 low halves: weights 0-31, high halves: 64-95;
+    bytes 32-63: 32-63 and 96-127) and 32 of top pairs (byte i: weights i, 32 + i, 64 + i,
+    96 + i at bits 0, 2, 4, 6)."""
+    lead = blocks.shape[:-1]
+    low = blocks[..., :128].reshape(*lead, 2, 2, 32)  # half, byte run, byte
+    top = blocks[..., 128:192].reshape(*lead, 2, 1, 32)
+    nibbles = np.stack([low & 0x0F, low >> 4], axis=-3)  # half, nibble, run, byte
+    pairs = (top >> np.array([0, 2, 4, 6], np.uint8).reshape(4, 1)) & 0x03  # half, 4, byte
+    pairs = pairs.reshape(*lead, 2, 2, 2, 32)  # half, nibble, run, byte (bits 2 * (2n + r))
+    return (nibbles | (pairs << 4)).reshape(*lead, 256)
+
+
+def pack_q6k(codes: np.ndarray) -> np.ndarray:
+    """Codes [rows, K] (0..63) in the kernels' layout, uint8 [rows, K * 3 / 4]: per 128, 64
+    bytes of low nibbles (byte i: codes i and 64 + i), then 32 of top pairs (byte i: codes i,
+    32 + i, 64 + i, 96 + i at bits 0, 2, 4, 6)."""
+    rows = codes.shape[0]
+    c = codes.reshape(rows, -1, 128).astype(np.uint8)
+    low = (c[..., :64] & 0x0F) | ((c[..., 64:] & 0x0F) << 4)
+    t = (c >> 4).reshape(rows, -1, 4, 32)
+    top = t[..., 0, :] | (t[..., 1, :] << 2) | (t[..., 2, :] << 4) | (t[..., 3, :] << 6)
+    return np.ascontiguousarray(np.concatenate([low, top], axis=-1).reshape(rows, -1))
+
+
+def dequantize_q6k(packed: np.ndarray, scales: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """pack_q6k's bytes back to float32 weights [rows, K]: d * scale * (code - 32)."""
+    rows = packed.shape[0]
+    b = packed.reshape(rows, -1, 96)
+    low = np.concatenate([b[..., :64] & 0x0F, b[..., :64] >> 4], axis=-1)
+    top = b[..., 64:, None] >> np.array([0, 2, 4, 6], np.uint8)
+    high = (top & 0x03).transpose(0, 1, 3, 2).reshape(rows, -1, 128)
+    codes = (low | (high << 4)).astype(np.float32).reshape(rows, -1, 16) - 32.0
+    scale = np.repeat(d.astype(np.float32), 16, axis=-1) * scales.astype(np.float32)
+    return (codes * scale[..., None]).reshape(rows, -1)
 
 
 def _affine_codes(

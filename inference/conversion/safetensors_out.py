@@ -10,8 +10,15 @@ from pathlib import Path
 
 import numpy as np
 
-DTYPES = {"uint8": "U8", "uint32": "U32", "float16": "F16", "bfloat16": "BF16", "float32": "F32"}
-ITEM_SIZE = {"uint8": 1, "uint32": 4, "float16": 2, "bfloat16": 2, "float32": 4}
+DTYPES = {
+    "int8": "I8",
+    "uint8": "U8",
+    "uint32": "U32",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "float32": "F32",
+}
+ITEM_SIZE = {"int8": 1, "uint8": 1, "uint32": 4, "float16": 2, "bfloat16": 2, "float32": 4}
 
 
 class SafetensorsOut:

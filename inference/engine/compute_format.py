@@ -50,6 +50,8 @@ class FormatChoice:
     # How the kernels' direct integer path rounds activations ("15bit", "8bit"); "" where no
     # quantized layer computes in the kernels (float formats, a GPU, no kernels).
     activations: str = ""
+    # What a GGUF import's Q6_K layers became (q6k.Q6KLoad.describe); "" where it has none.
+    q6k: str = ""
 
 
 class ActivationsRefused(ValueError):

@@ -7,7 +7,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,7 @@ from typing import Any
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from inference.engine import compute_format, lora
+from inference.engine import compute_format, cpu, lora
 from inference.engine.format_verdicts import weights_key
 from inference.engine.kv import KVFormat
 from inference.engine.loaders import download, load_weights, prepares_compute_format
@@ -40,6 +40,7 @@ class LoadedModel(TokenizerFacts):
     kernels: bool = False
     format_reason: str = ""
     activations: str = ""  # compute_format.FormatChoice.activations
+    q6k: str = ""  # compute_format.FormatChoice.q6k
     draft: Any = None  # the draft model's weights (spec.draft), read with this model's
     mtp: Any = None  # its MTP heads (mtp.head.MtpHeads) where its checkpoint ships them
     mtp_reason: str = ""  # what was found, or why it has none
@@ -100,7 +101,7 @@ def read_draft(spec: ModelSpec, tokenizer: Any, room: int, timed: bool) -> Any:
     vocabulary is not the drafted model's (its token ids would mean other text)."""
     if spec.purpose != "chat" or spec.vision or spec.draft is not None:
         raise EngineError(ErrorKind.INVALID_REQUEST, "its draft model must be a text chat model")
-    model, draft_tokenizer, _ = load_weights(spec)
+    model, draft_tokenizer, _, _ = load_weights(spec)
     if draft_tokenizer.get_vocab() != tokenizer.get_vocab():
         raise EngineError(
             ErrorKind.INVALID_REQUEST,
@@ -158,7 +159,8 @@ class Loading:
         return read
 
     def _read_whole(self, spec: ModelSpec) -> Read:
-        model, tokenizer, config = load_weights(spec)
+        refusal = q6k_refusal(spec)
+        model, tokenizer, config, kept = load_weights(spec, q6k_native=refusal is None)
         if not prepares_compute_format(spec):
             reason = "loaded as stored (not an mlx-lm chat model)"
             return model, tokenizer, config, compute_format.FormatChoice("stored", reason, False)
@@ -170,6 +172,9 @@ class Loading:
             timed=self.group is None,
             activations=spec.activations,
         )
+        if kept.layers:  # what the Q6_K layers became, and why, beside the format's reason
+            what = kept.describe(choice.format, refusal)
+            choice = replace(choice, reason=f"{choice.reason}; {what}", q6k=what)
         return model, tokenizer, config, choice
 
     def _read_adapter(self) -> Read:
@@ -182,7 +187,7 @@ class Loading:
             base = self.base
             model, tokenizer, config = base.model, base.tokenizer, base.config
             choice = compute_format.FormatChoice(
-                base.compute_format, base.format_reason, base.kernels, base.activations
+                base.compute_format, base.format_reason, base.kernels, base.activations, base.q6k
             )
         twin, self.adapter_bytes = lora.with_adapter(model, Path(self.spec.location))
         reason = f"its base {self.spec.base.model_id}'s: {choice.reason}"
@@ -190,8 +195,18 @@ class Loading:
             twin,
             tokenizer,
             config,
-            compute_format.FormatChoice(choice.format, reason, choice.kernels, choice.activations),
+            replace(choice, reason=reason),
         )
+
+
+def q6k_refusal(spec: ModelSpec) -> str | None:
+    """Why a model's Q6_K layers (engine/q6k.py) become MLX's 8-bit rather than staying 6-bit
+    in the CPU kernels (None: they stay)."""
+    if not prepares_compute_format(spec):
+        return "not an mlx-lm chat model"
+    if spec.compute_format not in ("auto", "quantized"):
+        return f"the catalog asks for {spec.compute_format}"
+    return cpu.kernel_status().q6k
 
 
 class ModelPool:
@@ -336,6 +351,7 @@ class ModelPool:
             choice.kernels,
             choice.reason,
             choice.activations,
+            choice.q6k,
             draft=load.draft,
             mtp=load.mtp,
             mtp_reason=load.mtp_reason,

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.utils import load_model, load_tokenizer
+from mlx_lm.utils import load_tokenizer
 
-from inference.engine import compute_format, cpu
+from inference.engine import compute_format, cpu, q6k
 from inference.engine.chunked import serve_within_first_chunk
 from inference.engine.compute_format import FormatChoice
 from inference.engine.types import EngineError, ErrorKind, ModelSpec
@@ -26,7 +26,8 @@ def load_sharded(
 ) -> tuple[Any, Any, dict, FormatChoice]:
     """(model, tokenizer, config.json, the format it computes in) of this rank's shard."""
     path = Path(spec.location)
-    model, config = load_model(path, lazy=True, strict=spec.parallel != "pipeline")
+    # Q6_K layers as MLX's 8-bit: the shards' projections are MLX's own (engine/q6k.py).
+    model, config, _ = q6k.load_model(path, lazy=True, strict=spec.parallel != "pipeline")
     serve_within_first_chunk(model)  # Llama 4: engine/chunked.py
     _check(spec, model, config, group.size())
     choice = _format(spec, model, room_bytes * group.size())

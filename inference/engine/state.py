@@ -42,6 +42,7 @@ class ModelState:
     # How the CPU kernels' integer decode path rounds its activations ("15bit", "8bit"); ""
     # where no quantized layer computes in them.
     activations: str = ""
+    q6k: str = ""  # what a GGUF import's Q6_K layers became ("" where it has none)
     context_length: int = 0  # the context it serves (the catalog's, else its config's)
 
     @property

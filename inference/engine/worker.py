@@ -423,6 +423,7 @@ class Engine:
             mtp_heads=loaded.mtp is not None,
             kv_cache=loaded.kv_cache,
             activations=loaded.activations,
+            q6k=loaded.q6k,
             context_length=loaded.context_length,
         )
 

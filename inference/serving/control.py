@@ -92,6 +92,8 @@ def health_document(health: EngineHealth) -> dict:
                 "compute_format": m.compute_format,
                 "cpu_kernels": m.kernels,
                 "activations": m.activations,
+                # A GGUF import's Q6_K layers: 6-bit in the CPU kernels, or MLX 8-bit and why.
+                "q6_k": m.q6k or None,
                 "kv_cache": m.kv_cache,
                 "context_length": m.context_length,
                 # Speculative decoding since it loaded (engine/speculative.py, rewind.py).

@@ -46,6 +46,10 @@ struct DirectInt8 {
 const DirectInt8* vnni_direct_int8();
 const DirectInt8* avx2_direct_int8();
 
+// The direct path for Q6_K's weights (bits 6, k6.h, k6_vnni.cpp), nullptr where this CPU
+// lacks AVX-512 VNNI.
+const DirectInt8* vnni_k6();
+
 // The direct path that goes with a float instruction set (nullptr: none, e.g. generic).
 const DirectInt8* direct_kernels_for(const Kernels& kernels);
 

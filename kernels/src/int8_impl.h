@@ -83,9 +83,28 @@ inline void transpose_dwords(const uint8_t* rows, size_t stride, int kq0, int kq
   }
 }
 
-// One column's weights as bytes in k order (4-bit: low nibble first).
+// One column's weights as bytes in k order (4-bit: low nibble first; Q6_K's codes, k6.h:
+// per 128, 64 bytes of low nibbles and 32 of top pairs).
 template <bool OFFSET8>
 void unpack_column(const uint8_t* src, int K, int bits, uint8_t* row) {
+  if (bits == 6) {
+    const __m256i low = _mm256_set1_epi8(0x0f), pair = _mm256_set1_epi8(0x30);
+    const __m256i flip = _mm256_set1_epi8(OFFSET8 ? char(0x80) : 0);
+    for (int k = 0; k < K; k += 128, src += 96, row += 128) {
+      const __m256i n0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+      const __m256i n1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 32));
+      const __m256i top = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 64));
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(n0, low), _mm256_and_si256(_mm256_slli_epi16(top, 4), pair)),
+          _mm256_or_si256(_mm256_and_si256(n1, low), _mm256_and_si256(_mm256_slli_epi16(top, 2), pair)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n0, 4), low), _mm256_and_si256(top, pair)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n1, 4), low), _mm256_and_si256(_mm256_srli_epi16(top, 2), pair))};
+      for (int i = 0; i < 4; i++) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + 32 * i), _mm256_xor_si256(q[i], flip));
+      }
+    }
+    return;
+  }
   if (bits == 4) {
     // 16 packed bytes to 16 words (low nibble in the low byte, high nibble in the high one),
     // which in memory are 32 bytes in k order. K is a multiple of 32.
@@ -120,9 +139,16 @@ void pack_tile(const Problem& p, const Packed& P, int t, uint8_t* rows) {
     unpack_column<T::offset8>(p.w + size_t(n) * row_bytes, K, p.bits, row);
     for (int g = 0; g < G; g++) {
       const size_t i = size_t(n) * G + g;
-      const float s = param(p, p.scales, i), b = param(p, p.biases, i);
+      float s, b;
+      if (p.bits == 6) {  // Q6_K: d * scales[g], and the codes' offset of 32 as the bias
+        s = param(p, p.biases, size_t(n) * (K / 256) + g / 16) * float(static_cast<const int8_t*>(p.scales)[i]);
+        b = -32.0f * s;
+      } else {
+        s = param(p, p.scales, i);
+        b = param(p, p.biases, i);
+      }
       wd[g * TN + c] = s;
-      wb[g * TN + c] = T::offset8 && p.bits == 8 ? b + 128.0f * s : b;
+      wb[g * TN + c] = T::offset8 && p.bits != 4 ? b + 128.0f * s : b;
     }
   }
   int kq = 0;
@@ -262,6 +288,7 @@ void product(const Problem& p) {
   if (p.bits == 8 && p.group == 32) return run<T, 8, 32>(p);
   if (p.bits == 8 && p.group == 64) return run<T, 8, 64>(p);
   if (p.bits == 8 && p.group == 128) return run<T, 8, 128>(p);
+  if (p.bits == 6 && p.group == 16) return run<T, 8, 16>(p);  // Q6_K's codes as bytes, per 16
 }
 
 }  // namespace cpu_kernels::int8

@@ -87,6 +87,12 @@ void check_linear(const char* op, const Linear& l, int in_features, const char* 
     msg << "takes " << K << " features, given " << in_features;
     refuse(op, msg.str());
   }
+  if (l.bits == 6) {
+    const std::string why = k6_refusal(l.w, l.scales, l.biases, K);
+    if (!why.empty()) refuse(op, msg.str() + why);
+    check_x_bytes(op, l.x_bytes);
+    return;
+  }
   mx::Shape params{l.w.shape(0), K / l.group_size};
   if (l.scales.shape() != params || l.biases.shape() != params ||
       l.scales.dtype() != l.biases.dtype()) {
@@ -110,7 +116,7 @@ Problem problem(const std::vector<mx::array>& in, size_t at, int group, int bits
   }
   const int K = in[at].shape(1) * 32 / bits;
   return Problem{x, in[at].data<uint8_t>(), in[at + 1].data<void>(), in[at + 2].data<void>(),
-                 scale_type(in[at + 1].dtype()), out, M, in[at].shape(0), K, group, bits, x_bytes};
+                 params_type(in[at + 1], bits), out, M, in[at].shape(0), K, group, bits, x_bytes};
 }
 
 void product(const std::vector<mx::array>& in, size_t at, int group, int bits, int x_bytes,

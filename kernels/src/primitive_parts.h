@@ -30,6 +30,12 @@ void check_x_bytes(const char* op, int x_bytes);
 // The kernels' name for a scales/biases dtype (refuses anything but float32/16, bfloat16).
 ScaleType scale_type(mx::Dtype dtype);
 
+// Why these arrays are not Q6_K's weights for K in_features (k6.h), "" when they are.
+std::string k6_refusal(const mx::array& w, const mx::array& scales, const mx::array& biases, int K);
+// The type the kernels read a product's scale parameters in: Q6_K's (bits 6) super-block
+// scales are float16; otherwise the scales' dtype.
+ScaleType params_type(const mx::array& scales, int bits);
+
 // A float32 or float16 K/V array [B, H, S, D] as the attention kernels read it.
 KVSide plain_side(const mx::array& x, std::vector<uint8_t>& buffer);
 

@@ -107,6 +107,25 @@ void check_x_bytes(const char* op, int x_bytes) {
   if (x_bytes != 1 && x_bytes != 2) refuse(op, "x_bytes must be 1 or 2");
 }
 
+std::string k6_refusal(const mx::array& w, const mx::array& scales, const mx::array& biases, int K) {
+  if (K % 256 != 0) return "Q6_K weights (bits 6) take a multiple of 256 in_features";
+  mx::Shape per16 = w.shape(), per256 = w.shape();
+  per16.back() = K / 16;
+  per256.back() = K / 256;
+  if (scales.dtype() != mx::int8 || scales.shape() != per16) {
+    return "Q6_K's scales (bits 6) must be int8, one per 16 in_features";
+  }
+  if (biases.dtype() != mx::float16 || biases.shape() != per256) {
+    return "Q6_K's super-block scales (bits 6, as biases) must be float16, one per 256 in_features";
+  }
+  if (!supports_k6(active_kernels())) return "Q6_K weights (bits 6) need AVX-512 VNNI, which this CPU lacks";
+  return "";
+}
+
+ScaleType params_type(const mx::array& scales, int bits) {
+  return bits == 6 ? ScaleType::F16 : scale_type(scales.dtype());
+}
+
 ScaleType scale_type(mx::Dtype dtype) {
   if (dtype == mx::float32) return ScaleType::F32;
   if (dtype == mx::float16) return ScaleType::F16;
@@ -136,16 +155,22 @@ void require_dense_weights(const std::vector<mx::array>& in, size_t first, const
 int check_weights(const char* op, const mx::array& w, const mx::array& scales,
                   const mx::array& biases, int group_size, int bits, int ndim,
                   const char* layout) {
-  if (!supported(bits, group_size)) {
+  if (!supported(bits, group_size) || (bits == 6 && ndim != 2)) {
     std::ostringstream msg;
     msg << "bits " << bits << " with group size " << group_size
-        << " is not supported (bits 4 or 8; groups 32, 64 or 128)";
+        << " is not supported (bits 4 or 8; groups 32, 64 or 128; or Q6_K's bits 6 with group 16"
+        << " for one matrix)";
     refuse(op, msg.str());
   }
   if (w.dtype() != mx::uint32 || w.ndim() != ndim) {
     refuse(op, "w must be a " + std::to_string(ndim) + "-D uint32 array");
   }
   const int K = w.shape(-1) * 32 / bits;
+  if (bits == 6) {
+    const std::string why = k6_refusal(w, scales, biases, K);
+    if (!why.empty()) refuse(op, why);
+    return K;
+  }
   mx::Shape params_shape = w.shape();
   params_shape.back() = K / group_size;
   if (scales.shape() != params_shape || biases.shape() != params_shape) {
@@ -190,7 +215,7 @@ mx::array quantized_matmul(
         in[1].data<uint8_t>(),
         in[2].data<void>(),
         in[3].data<void>(),
-        scale_type(in[2].dtype()),
+        params_type(in[2], bits),
         out.data<float>(),
         int(in[0].size() / K),
         out.shape(-1),

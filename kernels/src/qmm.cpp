@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -52,7 +53,24 @@ bool enough_rows(const Problem& p, int min_rows_4bit, int min_rows_8bit) {
 }  // namespace
 
 bool supported(int bits, int group) {
+  if (bits == 6) return group == 16;  // GGUF's Q6_K (k6.h)
   return (bits == 4 || bits == 8) && (group == 32 || group == 64 || group == 128);
+}
+
+bool supports_k6(const Kernels& kernels) {
+  return k6_direct_for(kernels) != nullptr;
+}
+
+const DirectInt8* k6_direct_for(const Kernels& kernels) {
+#ifndef CPU_KERNELS_GENERIC_ONLY
+  // AVX-512 VNNI only: on AVX2 the unpacking made them compute-bound, slower than MLX's 8-bit
+  // (2048x6144 from memory, two cores: 712-733 against 661-706 us at one row, 1296-1566
+  // against 956-1203 at four), so there the engine keeps Q6_K as 8-bit.
+  if (std::string(kernels.isa) == "avx512") return vnni_k6();
+#else
+  (void)kernels;
+#endif
+  return nullptr;
 }
 
 void prepare(const Problem& p, int lanes, float* xk) {
@@ -213,8 +231,40 @@ void run_product(const Problem& p, const Kernels& kernels) {
   run_products(&p, 1, kernels);
 }
 
+namespace {
+
+// Q6_K's weights: the direct path up to its row bound, the integer tiles past it (or as a
+// mode forces either); they have no float path.
+void run_k6(const Problem* ps, int count, const Kernels& kernels) {
+  const DirectInt8* direct = k6_direct_for(kernels);
+  const Int8Kernels* tiles = int8_kernels_for(kernels);
+  if (direct == nullptr || tiles == nullptr) {
+    throw std::runtime_error("[cpu_kernels] Q6_K weights need AVX-512 VNNI (this build or CPU has none)");
+  }
+  if (count > 1 && !same_activations(ps, count, true)) {  // other formats among them too
+    for (int i = 0; i < count; i++) run_products(&ps[i], 1, kernels);
+    return;
+  }
+  const Int8Mode mode = int8_mode();
+  const int bound = ps[0].x_bytes == 1 ? direct->max_rows_one_byte : direct->max_rows;
+  const bool many = deciding_rows(ps[0]) > bound;
+  if (mode != Int8Mode::Direct && (many || mode == Int8Mode::Always)) {
+    for (int i = 0; i < count; i++) tiles->product(ps[i]);
+    return;
+  }
+  thread_local std::vector<uint8_t> staging;  // staged in the calling thread, read by the workers
+  staging.resize(direct->row_bytes(ps[0]) * ps[0].M);
+  direct->stage(ps[0], staging.data());
+  std::vector<StagedProduct> parts;
+  for (int i = 0; i < count; i++) parts.push_back({&ps[i], direct, staging.data()});
+  split_columns(parts.data(), parts.size(), kernels);
+}
+
+}  // namespace
+
 void run_products(const Problem* ps, int count, const Kernels& kernels) {
   if (count < 1) return;
+  if (ps[0].bits == 6) return run_k6(ps, count, kernels);
   // Few rows: the direct integer path where there is one; many: the float panels (AVX2) or
   // the integer tiles (VNNI); else floats.
   const DirectInt8* direct = direct_choice(ps[0], kernels);

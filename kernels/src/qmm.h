@@ -57,7 +57,12 @@ const Kernels* kernels_named(const char* isa);
 const Kernels& active_kernels();
 bool force_isa(const char* isa);
 
+// The formats the products take: MLX's affine 4 and 8 bits (groups 32, 64, 128), and bits 6
+// with group 16, GGUF's Q6_K as k6.h lays it out (only where supports_k6: AVX-512 VNNI).
 bool supported(int bits, int group);
+bool supports_k6(const Kernels& kernels);
+struct DirectInt8;
+const DirectInt8* k6_direct_for(const Kernels& kernels);
 
 // Whole product, split over the pool's threads by output columns.
 void run_product(const Problem& p, const Kernels& kernels);

@@ -114,7 +114,7 @@ def test_a_load_reads_the_tokenizer_once_and_the_engine_computes_with_its_own_co
     )
     spec = ModelSpec("copied", str(shutil.copytree(tiny_dir, tmp_path / "copied")))
     served = vocabulary.vocabularies.get(spec).tokenizer
-    _, engines, _ = loaders.load_weights(spec)
+    _, engines, _, _ = loaders.load_weights(spec)
     assert len(reads) == 1
     assert engines is not served and engines._tokenizer is not served._tokenizer
     text = "Hello there, how are you?"

@@ -30,6 +30,7 @@ from mlx_lm.models.cache import BatchKVCache, KVCache
 from inference.engine.cpu import layers
 from inference.engine.cpu.ext import ext
 from inference.engine.cpu.layers import KernelLinear, KernelRMSNorm, KernelRoPE
+from inference.engine.cpu.q6k_weights import Q6KLinear
 from inference.engine.cpu.status import in_use
 from inference.engine.kv import Float16BatchKVCache, Float16KVCache
 
@@ -39,6 +40,7 @@ _SINGLE = (KVCache, Float16KVCache)
 _BATCHED = (BatchKVCache, Float16BatchKVCache)
 _KV_DTYPES = (mx.float16, mx.float32)
 _switch = {"on": True}
+_FUSED_LINEARS = (KernelLinear, Q6KLinear)  # the linears the fused primitives take
 
 
 def use_fused(on: bool) -> None:
@@ -61,7 +63,7 @@ def _parts(block: nn.Module) -> tuple | None:
     linears = []
     for m in (attn["q_proj"], attn["k_proj"], attn["v_proj"], attn["o_proj"],
               mlp.get("gate_proj"), mlp.get("up_proj"), mlp.get("down_proj")):  # fmt: skip
-        if type(m) is not KernelLinear or "bias" in m:
+        if type(m) not in _FUSED_LINEARS or "bias" in m:
             break
         linears.append((m["weight"], m["scales"], m["biases"], m.group_size, m.bits))
     if len(linears) < 4:

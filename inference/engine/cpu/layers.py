@@ -60,6 +60,12 @@ class QuantizedKernelLayer(nn.Module):
         self.x_bytes = 2
         self.freeze()
 
+    def dequantized(self) -> mx.array:
+        """The weights in float32."""
+        return mx.dequantize(
+            self["weight"], self["scales"], self["biases"], self.group_size, self.bits
+        ).astype(mx.float32)
+
 
 # Every quantized layer a model may hold: MLX's own and the kernels'.
 QUANTIZED_LAYERS = (nn.QuantizedLinear, nn.QuantizedEmbedding, *STACKED, QuantizedKernelLayer)
@@ -276,14 +282,17 @@ def _dense(module: nn.Module) -> nn.Module | None:
     layer's weights."""
     if not isinstance(module, QUANTIZED_LAYERS):
         return None
-    weight = mx.dequantize(
-        module["weight"],
-        module["scales"],
-        module.get("biases"),
-        module.group_size,
-        module.bits,
-        mode=getattr(module, "mode", "affine"),
-    ).astype(mx.float32)
+    if isinstance(module, QuantizedKernelLayer):
+        weight = module.dequantized()
+    else:
+        weight = mx.dequantize(
+            module["weight"],
+            module["scales"],
+            module.get("biases"),
+            module.group_size,
+            module.bits,
+            mode=getattr(module, "mode", "affine"),
+        ).astype(mx.float32)
     if isinstance(module, (KernelEmbedding, nn.QuantizedEmbedding)):
         dense = nn.Embedding(*weight.shape)
     elif isinstance(module, (KernelSwitchLinear, QuantizedSwitchLinear)):

@@ -27,6 +27,16 @@ class KernelStatus:
     direct: str = "none"
     prompts: str = "float"
 
+    @property
+    def q6k(self) -> str | None:
+        """Why GGUF's Q6_K weights cannot stay 6-bit in the kernels here (None: they can):
+        their path needs AVX-512 VNNI (kernels/src/qmm.cpp says why)."""
+        if not self.available:
+            return f"the CPU kernels are off ({self.reason})"
+        if self.direct != "avx512vnni":
+            return f"the kernels' 6-bit path needs AVX-512 VNNI, not {self.direct}"
+        return None
+
     def describe(self) -> str:
         if self.available:
             plural = "s" if self.threads != 1 else ""

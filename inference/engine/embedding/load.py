@@ -72,9 +72,9 @@ def _load_encoder(folder: Path) -> tuple[Any, EmbeddingTokenizer]:
 
 
 def _load_decoder(folder: Path) -> tuple[Any, EmbeddingTokenizer]:
-    from mlx_lm import load
+    from inference.engine import q6k
 
-    inner, wrapper = load(str(folder))
+    inner, wrapper = q6k.load(folder)
     hf = wrapper._tokenizer
 
     def encode(text: str, special: bool) -> list[int]:

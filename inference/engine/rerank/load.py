@@ -133,9 +133,9 @@ def _cross_encoder(folder: Path, config: dict) -> CrossEncoder:
 
 
 def _decoder(folder: Path) -> YesNoReranker:
-    from mlx_lm import load
+    from inference.engine import q6k
 
-    inner, wrapper = load(str(folder))
+    inner, wrapper = q6k.load(folder)
     hf = wrapper._tokenizer
     yes, no = hf.convert_tokens_to_ids("yes"), hf.convert_tokens_to_ids("no")
     if yes is None or no is None or yes == hf.unk_token_id or no == hf.unk_token_id:

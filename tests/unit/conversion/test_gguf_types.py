@@ -14,15 +14,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
+from gguf import GGMLQuantizationType, GGUFWriter
 from gguf import quants as gguf_quants
 
 from inference.conversion.gguf import REPORT_FILE, convert_gguf
 from inference.conversion.gguf_architectures import ARCHITECTURES
 from inference.conversion.gguf_file import TensorInfo, open_gguf, read_metadata, read_rows
-from tests.helpers import ROOT
+from inference.engine import q6k
+from tests.helpers import ROOT, SMALL_LLAMA, copy_gguf_tokenizer, write_small_llama
+from tests.helpers import quantize_gguf as quantize
 
-HIDDEN, FFN, LAYERS, VOCAB = 256, 512, 2, 1024  # rows of 256: every K-quant applies
+HIDDEN, FFN, LAYERS, VOCAB = SMALL_LLAMA  # rows of 256: every K-quant applies
 # llama-quantize type -> what each 2-D tensor holds with --pure
 PURE_TYPES = {
     "F16": "F16",
@@ -46,61 +48,6 @@ TOLERANCE = {"exact": 2e-3, 4: 0.12, 8: 0.01}
 MEAN_ERRORS: dict[str, float] = {}
 
 
-def _copy_tokenizer(writer: GGUFWriter, source: Path) -> None:
-    reader = GGUFReader(source)
-    for key, field in reader.fields.items():
-        if key.startswith("tokenizer."):
-            sub_type = field.types[-1] if len(field.types) > 1 else None
-            writer.add_key_value(key, field.contents(), field.types[0], sub_type)
-
-
-def write_small_llama(path: Path, tokenizer_from: Path, seed: int = 0) -> Path:
-    """A random float32 Llama in GGUF with the rows K-quants need."""
-    rng = np.random.default_rng(seed)
-    writer = GGUFWriter(str(path), "llama")
-    writer.add_name("small llama")
-    writer.add_block_count(LAYERS)
-    writer.add_context_length(512)
-    writer.add_embedding_length(HIDDEN)
-    writer.add_feed_forward_length(FFN)
-    writer.add_head_count(4)
-    writer.add_head_count_kv(2)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_rope_dimension_count(HIDDEN // 4)
-    _copy_tokenizer(writer, tokenizer_from)
-
-    def weight(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape) * 0.05).astype(np.float32)
-
-    writer.add_tensor("token_embd.weight", weight(VOCAB, HIDDEN))
-    for i in range(LAYERS):
-        for name, shape in [
-            ("attn_q", (HIDDEN, HIDDEN)),
-            ("attn_k", (HIDDEN // 2, HIDDEN)),
-            ("attn_v", (HIDDEN // 2, HIDDEN)),
-            ("attn_output", (HIDDEN, HIDDEN)),
-            ("ffn_gate", (FFN, HIDDEN)),
-            ("ffn_up", (FFN, HIDDEN)),
-            ("ffn_down", (HIDDEN, FFN)),
-        ]:
-            writer.add_tensor(f"blk.{i}.{name}.weight", weight(*shape))
-        for norm in ("attn_norm", "ffn_norm"):
-            writer.add_tensor(f"blk.{i}.{norm}.weight", 1 + weight(HIDDEN))
-    writer.add_tensor("output_norm.weight", 1 + weight(HIDDEN))
-    writer.add_tensor("output.weight", weight(VOCAB, HIDDEN))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
-
-
-def quantize(tools: Path, source: Path, destination: Path, kind: str, *flags: str) -> Path:
-    command = [str(tools / "llama-quantize"), *flags, str(source), str(destination), kind, "2"]
-    subprocess.run(command, check=True, capture_output=True)
-    return destination
-
-
 @pytest.fixture(scope="module")
 def small_f32(tmp_path_factory, demo_gguf: Path) -> Path:
     return write_small_llama(tmp_path_factory.mktemp("small") / "small-f32.gguf", demo_gguf)
@@ -112,6 +59,9 @@ def _imported_weight(folder: Path, arrays: dict, mlx_name: str, bits: int | None
     if bits is None:
         return np.array(arrays[mlx_name].astype(mx.float32))
     module = mlx_name.removesuffix(".weight")
+    if bits == 6:  # Q6_K, kept in the CPU kernels' layout
+        parts = (arrays[f"{module}.{k}"] for k in ("weight", "scales", "biases"))
+        return np.array(q6k.dequantize(*parts))
     scales, biases = (arrays[f"{module}.{k}"].astype(mx.float32) for k in ("scales", "biases"))
     restored = mx.dequantize(arrays[mlx_name], scales, biases, group_size=32, bits=bits)
     return np.array(restored)
@@ -242,9 +192,9 @@ def smollm_q4km_dir(smollm_q4km: Path) -> Path:
 
 
 def test_smollm_q4_k_m_answers_paris(smollm_q4km_dir: Path):
-    from mlx_lm import generate, load
+    from mlx_lm import generate
 
-    model, tokenizer = load(str(smollm_q4km_dir))
+    model, tokenizer = q6k.load(smollm_q4km_dir)
     # Q4_1 re-quantized to Q4_K_M is a lossy copy of a lossy copy: llama.cpp on this file
     # rambles about "L'Étoile" when asked "What is the capital...?" as the import does.
     messages = [{"role": "user", "content": "Name the capital of France."}]
@@ -278,9 +228,8 @@ def _in_float32(model):
 
 def _top1(folder: Path, ids: list[int]) -> np.ndarray:
     import mlx.core as mx
-    from mlx_lm import load
 
-    model = _in_float32(load(str(folder))[0])
+    model = _in_float32(q6k.load(folder)[0])
     return np.array(model(mx.array([ids]))[0].argmax(axis=-1))
 
 
@@ -383,7 +332,7 @@ def test_refusals_name_what_is_supported(tmp_path: Path, demo_gguf: Path):
 
     path = tmp_path / "q8k.gguf"
     writer = GGUFWriter(str(path), "llama")
-    _copy_tokenizer(writer, demo_gguf)
+    copy_gguf_tokenizer(writer, demo_gguf)
     writer.add_tensor(
         "token_embd.weight", np.zeros((4, 292), np.uint8), raw_dtype=GGMLQuantizationType.Q8_K
     )

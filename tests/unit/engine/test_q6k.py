@@ -1,0 +1,124 @@
+"""GGUF's Q6_K weights in the CPU kernels' own layout (kernels/src/k6.h): the import's packing
+is gguf's dequantization bit for bit, the products (direct path for decode's rows, integer
+tiles for prompts) equal the float product of those weights within the activations' rounding,
+a row computes alike in any batch, and where the kernels have no path for them (they have one
+on AVX-512 VNNI only) the primitives refuse them, saying so: on such a CPU that is what these
+tests check instead."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType
+from gguf import quants as gguf_quants
+
+from inference.conversion.gguf_tensors import dequantize_q6k, pack_q6k, q6k_codes
+from inference.engine import cpu, q6k
+from inference.engine.cpu.ext import ext
+
+pytestmark = pytest.mark.database_independent
+VNNI = cpu.kernel_status().q6k is None  # this CPU runs the 6-bit path (else: refusals)
+
+
+def _raw_blocks(rows: int, columns: int, seed: int) -> np.ndarray:
+    """Random Q6_K blocks (210 bytes per 256 weights) with sane float16 super-block scales."""
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, (rows, columns // 256, 210), dtype=np.uint8)
+    d = rng.uniform(1e-4, 1e-2, (rows, columns // 256)).astype(np.float16)
+    raw[..., 208:210] = d.view(np.uint8).reshape(rows, -1, 2)
+    return raw
+
+
+def _weights(rows: int, columns: int, seed: int = 0):
+    """(packed uint32, int8 scales, float16 d) as the import writes them, and the float32
+    weights they hold."""
+    blocks = _raw_blocks(rows, columns, seed)
+    packed = pack_q6k(q6k_codes(blocks).reshape(rows, -1))
+    scales = np.ascontiguousarray(blocks[..., 192:208]).view(np.int8).reshape(rows, -1)
+    d = np.ascontiguousarray(blocks[..., 208:210]).view(np.float16).reshape(rows, -1)
+    arrays = (mx.array(packed.view(np.uint32)), mx.array(scales), mx.array(d))
+    return arrays, dequantize_q6k(packed, scales, d)
+
+
+def test_the_import_layout_holds_ggufs_values_bit_for_bit():
+    rows, columns = 6, 768
+    blocks = _raw_blocks(rows, columns, seed=3)
+    reference = gguf_quants.dequantize(blocks.reshape(rows, -1), GGMLQuantizationType.Q6_K)
+    arrays, ours = _weights(rows, columns, seed=3)
+    assert np.array_equal(ours, reference.reshape(rows, columns))
+    # The engine's MLX reading of the same bytes (embedding rows, float32 twins, 8-bit).
+    assert np.array_equal(np.array(q6k.dequantize(*arrays)), ours)
+    q, s, b = q6k.to_affine8(*arrays)
+    restored = mx.dequantize(q, s.astype(mx.float32), b.astype(mx.float32), group_size=32, bits=8)
+    assert np.abs(np.array(restored) - ours).mean() / np.abs(ours).mean() < 0.01
+
+
+def _product(x: np.ndarray, arrays, x_bytes: int = 2) -> np.ndarray:
+    return np.array(ext.quantized_matmul(mx.array(x), *arrays, 16, 6, x_bytes=x_bytes))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 9, 16, 40])
+@pytest.mark.parametrize("x_bytes", [2, 1])
+def test_products_equal_the_float_product_within_the_rounding(rows: int, x_bytes: int):
+    """Direct path up to 8 rows (16 with one-byte activations), tiles past it; 37 columns
+    (not a multiple of the kernels' 4 or 16) over 1,024 features."""
+    arrays, w = _weights(37, 1024, seed=rows)
+    x = np.random.default_rng(rows).standard_normal((rows, 1024)).astype(np.float32)
+    if not VNNI:  # no path for them here: refused (test_without_avx512_vnni_...)
+        with pytest.raises(ValueError, match="need AVX-512 VNNI"):
+            _product(x, arrays, x_bytes)
+        return
+    reference = x @ w.T
+    error = np.abs(_product(x, arrays, x_bytes) - reference).max() / np.abs(reference).max()
+    assert error < (1e-4 if x_bytes == 2 else 1.5e-2), error
+
+
+def test_a_row_computes_alike_in_any_batch():
+    """As the 4- and 8-bit paths: speculative verification decides the path by its plain
+    step's row count, and each row's result does not depend on the others."""
+    arrays, _ = _weights(64, 512, seed=5)
+    x = np.random.default_rng(5).standard_normal((6, 512)).astype(np.float32)
+    if not VNNI:
+        with pytest.raises(ValueError, match="need AVX-512 VNNI"):
+            _product(x, arrays)
+        return
+    for decided in (6, 12):  # the direct path, then the tiles
+        ext.use_int8_rows(decided)
+        try:
+            together = _product(x, arrays)
+            alone = np.concatenate([_product(x[i : i + 1], arrays) for i in range(6)])
+        finally:
+            ext.use_int8_rows(0)
+        assert np.array_equal(together, alone), decided
+
+
+def test_refusals_name_the_layout():
+    arrays, _ = _weights(16, 512)
+    x = mx.zeros((1, 512))
+    with pytest.raises(ValueError, match="int8, one per 16"):
+        ext.quantized_matmul(x, arrays[0], arrays[2], arrays[2], 16, 6)
+    with pytest.raises(ValueError, match="group size 32 is not supported"):
+        ext.quantized_matmul(x, *arrays, 32, 6)
+    with pytest.raises(ValueError, match="for one matrix"):
+        stacked = tuple(a[None] for a in arrays)
+        ext.gather_quantized_matmul(x, mx.zeros((1,), dtype=mx.int32), *stacked, 16, 6)
+
+
+def test_without_avx512_vnni_the_kernels_refuse_them():
+    """On AVX2 the unpacking made these products slower than MLX's 8-bit (qmm.cpp), so there
+    the kernels have no path for them and the engine converts them at load (the status says
+    why). Forced here to AVX2 on a VNNI machine; on an AVX2 machine it is the truth."""
+    arrays, _ = _weights(16, 512)
+    before = ext.isa()
+    assert ext.use_isa("avx2")
+    try:
+        with pytest.raises(ValueError, match="need AVX-512 VNNI"):
+            ext.quantized_matmul(mx.zeros((1, 512)), *arrays, 16, 6)
+    finally:
+        ext.use_isa(before)
+    status = cpu.kernel_status()
+    if VNNI:
+        assert status.direct == "avx512vnni"
+    else:
+        assert "needs AVX-512 VNNI" in status.q6k
