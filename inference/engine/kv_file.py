@@ -21,7 +21,7 @@ import json
 import mmap
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,9 +138,10 @@ def prepare(tokens: list[int], cache: list[Any]) -> Prepared:
     return Prepared(header, views)
 
 
-def write(path: Path, prepared: Prepared) -> int:
+def write(path: Path, prepared: Prepared, pause: Callable[[], None] = lambda: None) -> int:
     """Writes the entry at `path` (owner-only), whole or not at all: into a temporary file in
-    the same folder, renamed over `path` once complete. Returns the file's size."""
+    the same folder, renamed over `path` once complete; `pause()` before each array (a
+    layer's keys or values) may hold the writing up. Returns the file's size."""
     header = json.dumps({**prepared.header, "payload": prepared.nbytes}).encode()
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -149,6 +150,7 @@ def write(path: Path, prepared: Prepared) -> int:
             out.write(MAGIC + struct.pack("<I", len(header)) + bytes(16) + header)
             digest = xxhash.xxh3_128(header)
             for array in prepared.arrays:
+                pause()
                 for block in _blocks(array):
                     data = memoryview(block).cast("B")
                     digest.update(data)

@@ -47,7 +47,7 @@ class Supervisor:
 
     def health(self) -> EngineHealth:
         engine = self.engine
-        state = engine.state
+        state = engine.live_state()
         return EngineHealth(
             state=state,
             alive=engine.alive,

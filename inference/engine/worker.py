@@ -172,6 +172,8 @@ class Engine:
                 self.heartbeat = time.monotonic()
                 self._publish()
                 busy = any(r.busy for r in self._runners.values())
+                if self._disk is not None:  # its writes wait while this engine computes
+                    self._disk.busy(id(self), busy)
                 # Sleep on the inbox only when there is nothing to generate.
                 turn = self.link.share(self._decide(block=not busy))
                 self.heartbeat = time.monotonic()
@@ -189,6 +191,12 @@ class Engine:
         finally:
             self._close()
 
+    def live_state(self) -> EngineState:
+        """Any thread: the published state, with the disk tier's counts read now (its writer
+        writes while this engine sleeps on an empty inbox, publishing nothing)."""
+        state = self.state
+        return state if self._disk is None else replace(state, prefix_disk=self._disk.state())
+
     def _close(self) -> None:
         self._loads.close()
         # On this thread: MLX generators must be closed where they ran.
@@ -204,6 +212,7 @@ class Engine:
         if clear_streams is not None:
             clear_streams()
         if self._disk is not None:  # prompts read just before a stop are worth keeping
+            self._disk.busy(id(self), False)
             self._disk.flush(timeout=10)
 
     def _decide(self, block: bool) -> Turn:

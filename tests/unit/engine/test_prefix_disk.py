@@ -197,6 +197,26 @@ def test_writes_are_atomic_and_owner_only(tmp_path):
     assert sorted(folder.iterdir()) == [path]
 
 
+def test_a_file_waits_while_an_engine_computes(tmp_path, monkeypatch):
+    """Written beside a step, a file slowed it (the kernels' threads wait for each other): a
+    write goes on only while no engine says it is busy, or after WRITE_DEFER_SECONDS."""
+    monkeypatch.setattr(prefix_disk, "WRITE_DEFER_SECONDS", 30.0)
+    store = PrefixDisk(tmp_path / "store", 2**30, min_tokens=16)
+    store.busy(1, True)
+    store.busy(2, True)
+    assert store.offer(KEY, list(range(20)), kv_cache(20))
+    assert not store.flush(timeout=0.5) and not stored(store.folder)
+    store.busy(1, False)  # the other engine still computes
+    assert not store.flush(timeout=0.3)
+    store.busy(2, False)
+    assert store.flush(timeout=10) and len(stored(store.folder)) == 1
+    monkeypatch.setattr(prefix_disk, "WRITE_DEFER_SECONDS", 0.2)  # never idle: written anyway
+    store.busy(1, True)
+    assert store.offer(KEY, list(range(40)), kv_cache(40))
+    assert store.flush(timeout=30) and len(stored(store.folder)) == 2
+    store.close()
+
+
 @contextmanager
 def files_under(limit: int) -> Iterator[None]:
     """The OS refuses to let any file of this process grow past `limit` bytes, as a full
