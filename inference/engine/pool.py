@@ -156,6 +156,8 @@ class Loading:
             self.draft = read_draft(spec.draft, read[1], self.room, timed=self.group is None)
         if prepares_compute_format(spec) and self.group is None:
             self.mtp, self.mtp_reason = read_mtp(spec, read[0], read[2])
+            if self.mtp is not None and read[3].kernels:  # the head computes as its model does
+                cpu.accelerate(self.mtp.head)
         return read
 
     def _read_whole(self, spec: ModelSpec) -> Read:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from inference.engine import cpu
 from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
 from inference.engine.mtp.drafter import MtpDrafter
@@ -60,6 +61,9 @@ def test_each_family_reads_its_head_and_its_drafts_keep_the_text(
     assert missing_heads(folder) == ""
     loaded = load(folder, name)
     assert loaded.mtp is not None, loaded.mtp_reason
+    if loaded.kernels:  # the head computes as its model does, in the CPU kernels' layers
+        kinds = {type(m).__name__ for _, m in loaded.mtp.head.named_modules()}
+        assert "KernelRMSNorm" in kinds and not cpu.on_mlx_path(loaded.mtp.head), kinds
     ids = cycle_prompt(0, 12)
     plain = run(ModelRunner(loaded, NO_CACHE), make_sequence(loaded, ids, greedy(16)))[0]
     runner = ModelRunner(loaded, NO_CACHE)
