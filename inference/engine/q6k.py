@@ -2,7 +2,7 @@
 CPU kernels' layout of kernels/src/k6.h), read at load. Engine thread only.
 
 Where the CPU kernels compute the stored weights and have the path for them (AVX-512 VNNI),
-each such linear or embedding becomes the kernels' own layer (cpu/layers.py: Q6KLinear,
+each such linear or embedding becomes the kernels' own layer (cpu/q6k_weights.py: Q6KLinear,
 Q6KEmbedding), 6.56 bits a weight as in the GGUF. Anywhere else (Metal, CUDA, the kernels off
 or without that path, a float compute format, a sharded group, encoders) it becomes MLX's
 8-bit affine at group 32, what the import wrote for Q6_K before it kept it (`to_affine8`).
@@ -92,10 +92,12 @@ def _handing_over(model_class: type, paths: list[str], native: bool) -> type:
     def sanitize(self, weights: dict) -> dict:
         if hasattr(model_class, "sanitize"):
             weights = model_class.sanitize(self, weights)
+        # The family's sanitize may drop some (Gemma 4's values shared with its keys).
+        held = [p for p in paths if f"{p}.weight" in weights]
         if native:
-            _swap_in(self, weights, paths)
+            _swap_in(self, weights, held)
             return weights
-        for p in (p for p in paths if f"{p}.weight" in weights):  # sanitize may drop some
+        for p in held:
             q, s, b = to_affine8(
                 weights[f"{p}.weight"], weights[f"{p}.scales"], weights[f"{p}.biases"]
             )
@@ -118,8 +120,6 @@ def _swap_in(model: nn.Module, weights: dict, paths: list[str]) -> None:
     modules = dict(model.named_modules())
     swaps = []
     for p in paths:
-        if f"{p}.weight" not in weights:  # the family's sanitize dropped it (Gemma 4's shared V)
-            continue
         arrays = (weights[f"{p}.weight"], weights[f"{p}.scales"], weights[f"{p}.biases"])
         old = modules[p]
         if isinstance(old, nn.Embedding):

@@ -135,10 +135,7 @@ class KernelMultiLinear(QuantizedKernelLayer):
     def __call__(self, x: mx.array, transpose: bool = True) -> mx.array:
         if transpose:
             return _gathered(self, x, mx.arange(self["weight"].shape[0]))
-        w = mx.dequantize(
-            self["weight"], self["scales"], self["biases"], self.group_size, self.bits
-        )
-        return x.astype(mx.float32) @ w.astype(mx.float32)
+        return x.astype(mx.float32) @ self.dequantized()
 
 
 class KernelRMSNorm(nn.Module):
