@@ -290,10 +290,11 @@ class CatalogModel(models.Model):
         choices=[(c, c) for c in ACTIVATION_ROUNDINGS],
         default="15bit",
         help_text="How the CPU kernels round activations where they meet the stored 4/8-bit "
-        "weights in integers (decode's few rows a product). 15bit: two bytes a value, within "
-        "~1e-4 of float32. 8bit: one byte, as llama.cpp's Q8 activations: half the integer "
-        "products, decode ~10-17% faster at 1-2B on two cores, next-token choices further from "
-        "float32's. Refused where it cannot apply (float formats, a GPU, no kernels).",
+        "weights in integers (decode's few rows, and prompts on AVX-512 VNNI). 15bit: two bytes "
+        "a value, within ~1e-4 of float32. 8bit: one byte, as llama.cpp's Q8 activations: half "
+        "the integer products, decode ~10-17% faster at 1-2B on two cores, prompts up to 2x, "
+        "next-token choices further from float32's. Refused where it cannot apply (float "
+        "formats, a GPU, no kernels).",
     )
     kv_cache = models.CharField(
         "KV cache",

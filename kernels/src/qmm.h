@@ -23,10 +23,9 @@ struct Problem {
   ScaleType scale_type;
   float* out;  // [M, N] row-major
   int M, N, K, group, bits;
-  // Bytes each activation is rounded to on the direct integer path (int8.h): 2 (a high byte
-  // and what rounding left, 15 bits) or 1 (the high byte alone, as llama.cpp's Q8
-  // activations: half the integer products, on AVX2 only). The other paths ignore it: they
-  // compute in floats, or (the tiles) with two bytes.
+  // Bytes each activation is rounded to on the integer paths (int8.h): 2 (a high byte and
+  // what rounding left, 15 bits) or 1 (the high byte alone, as llama.cpp's Q8 activations:
+  // half the integer products). The float paths ignore it.
   int x_bytes = 2;
 };
 

@@ -50,8 +50,8 @@ def _matmul(module: nn.Module, x: mx.array) -> mx.array:
 
 class QuantizedKernelLayer(nn.Module):
     """A quantized layer computed by the kernels (packed weight, scales, biases as MLX's).
-    `x_bytes`: the bytes its direct integer path (decode's few rows) rounds each activation
-    to, 2 (15 bits) unless round_activations made it 1 (8 bits, llama.cpp's Q8)."""
+    `x_bytes`: the bytes its integer paths (decode's few rows, prompts' tiles) round each
+    activation to, 2 (15 bits) unless round_activations made it 1 (8 bits, llama.cpp's Q8)."""
 
     def __init__(self, source: nn.Module) -> None:
         super().__init__()
@@ -260,7 +260,7 @@ def accelerate(model: nn.Module) -> Counter:
 
 
 def round_activations(model: nn.Module, bits: int) -> int:
-    """Sets how the kernels' direct integer path rounds the activations of every quantized
+    """Sets how the kernels' integer paths round the activations of every quantized
     layer it holds: 15 bits (two bytes, the default) or 8 (one byte, as llama.cpp's Q8
     activations: half the integer products a weight). Returns the layers set; the fused
     blocks read their linears' setting."""

@@ -1,7 +1,8 @@
-"""8-bit activations on the direct integer path (x_bytes=1, the catalog's `activations: 8bit`):
-each activation rounded per block to one byte, as llama.cpp's Q8 activations, instead of two.
-Exact for what it rounds, a row alike in any batch (speculative verification), the other paths
-untouched, refused values refused, and the layers, fused blocks and experts all passing it."""
+"""8-bit activations on the integer paths (x_bytes=1, the catalog's `activations: 8bit`): each
+activation rounded per block to one byte, as llama.cpp's Q8 activations, instead of two. Exact
+for what it rounds, a row alike in any batch (speculative verification), the prompts' integer
+tiles rounding alike, the float paths untouched, refused values refused, and the layers, fused
+blocks and experts all passing it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from inference.engine import cpu
 from tests.unit.engine.test_fused_layer import QWEN3_ARGS, QWEN3_MOE_ARGS
-from tests.unit.engine.test_int8_matmul import DIRECT, ISAS, quantized, relative
+from tests.unit.engine.test_int8_matmul import DIRECT, INT8_ISAS, ISAS, quantized, relative
 
 DTYPES = (mx.float16, mx.bfloat16, mx.float32)
 ROWS = (1, 2, 3, 4, 5, 8, 15)
@@ -74,13 +75,43 @@ def test_one_byte_computes_a_row_alike_in_any_batch(direct, bits):
             assert mx.array_equal(together[i : i + 1], alone[i]).item(), (m, i)
 
 
-def test_many_rows_take_their_own_path_whatever_x_bytes():
-    """Prompts (the panels, the tiles) and the float path never round to one byte."""
+@pytest.mark.parametrize("bits", [4, 8])
+def test_the_tiles_round_to_one_byte_when_asked(bits):
+    """Prompts' integer tiles round as the direct path does with x_bytes=1 (half their integer
+    products): exact for what they round, a row alike in any batch and on either path."""
+    w, s, b = quantized(203, 2048, bits, 32, mx.float16, seed=5)
+    x = mx.random.normal((67, 2048), key=mx.random.key(8)) * 3
+    for isa in INT8_ISAS:
+        assert ck.use_isa(isa)
+        ck.use_int8("always")
+        try:
+            ours = evaluated(ck.quantized_matmul(x, w, s, b, 32, bits, x_bytes=1))
+            rows = [
+                evaluated(ck.quantized_matmul(x[:m], w, s, b, 32, bits, x_bytes=1)) for m in (5, 17)
+            ]
+        finally:
+            ck.use_int8("auto")
+        exact = mx.quantized_matmul(rounded8(x, 32), w, s, b, group_size=32, bits=bits)
+        assert relative(ours, exact) < 5e-5, isa
+        for part in rows:
+            assert mx.array_equal(part, ours[: part.shape[0]]).item(), isa
+        if isa in DIRECT:
+            ck.use_int8("direct")
+            try:
+                direct = evaluated(ck.quantized_matmul(x[:4], w, s, b, 32, bits, x_bytes=1))
+            finally:
+                ck.use_int8("auto")
+            assert relative(direct, ours[:4]) < 1e-6, isa
+    ck.use_isa(ISAS[0])
+
+
+def test_float_paths_ignore_x_bytes():
+    """The float panels (AVX2's prompts) and the float path never round to one byte."""
     w, s, b = quantized(64, 2048, 4, 32, mx.float16, seed=2)
     x = mx.random.normal((64, 2048))
     for isa in ISAS:
         assert ck.use_isa(isa)
-        for mode in ("auto", "never"):
+        for mode in ("panels", "never"):
             ck.use_int8(mode)
             try:
                 one = evaluated(ck.quantized_matmul(x, w, s, b, 32, 4, x_bytes=1))
