@@ -62,6 +62,26 @@ class LoadedModel(TokenizerFacts):
     def token_text(self) -> TokenText:
         return TokenText(self.tokenizer)
 
+    @cached_property
+    def vocab_size(self) -> int:
+        """The ids a prompt, a bias or a draft may hold: the tokenizer's, never past the model's
+        embedding rows. A tokenizer that outgrew its model's embedding would have MLX's gather
+        read past the rows, which it does not check: garbage, or a segfault that ends the
+        process."""
+        size = len(self.vocab)
+        rows = embedding_rows(self.config)
+        return min(size, rows) if rows else size
+
+
+def embedding_rows(config: dict) -> int:
+    """The model's vocabulary size as its config gives it (a multimodal model's in its text
+    config); 0 where it gives none."""
+    for place in (config, config.get("text_config") or {}):
+        rows = place.get("vocab_size") if isinstance(place, dict) else None
+        if isinstance(rows, int) and rows > 0:
+            return rows
+    return 0
+
 
 def weights_size(spec: ModelSpec) -> int:
     """Bytes of weights on disk, its draft model's included; 0 when unknown (a hub repo not
