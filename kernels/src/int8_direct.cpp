@@ -226,28 +226,33 @@ void block(const Problem& p, const Layout& L, const uint8_t* xs, int m0, int n) 
   finish<R, C>(p, L, xs, m0, n, acc);
 }
 
-inline void prefetch_columns(const Problem& p, size_t row_bytes, int n, int count) {
+// How far ahead of the column in hand the prefetches ask for its weights and scales, in bytes.
+constexpr size_t AHEAD = 16384;
+
+inline void prefetch_column(const Problem& p, size_t row_bytes, int n) {
   const char* at = reinterpret_cast<const char*>(p.w + size_t(n) * row_bytes);
-  for (size_t b = 0; b < size_t(count) * row_bytes; b += 64) __builtin_prefetch(at + b, 0, 3);
+  for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(at + b, 0, 3);
+  const size_t param_bytes = size_t(p.K / p.group) * (p.scale_type == ScaleType::F32 ? 4 : 2);
+  const char* scales = static_cast<const char*>(p.scales) + size_t(n) * param_bytes;
+  const char* biases = static_cast<const char*>(p.biases) + size_t(n) * param_bytes;
+  for (size_t b = 0; b < param_bytes; b += 64) {
+    __builtin_prefetch(scales + b, 0, 3);
+    __builtin_prefetch(biases + b, 0, 3);
+  }
 }
 
-// Columns [n0, n1) of rows [m0, m0 + R), C at a time (a lone row needs independent chains).
+// Columns [n0, n1) of rows [m0, m0 + R), one column at a time: its weights are one stretch of
+// memory, so the product reads one stream. Four columns side by side (four streams 1 KiB
+// apart, prefetched 64 lines at a time) read 17 GB/s from memory where one reads 24-30 (2048x
+// 6144 at one row, 2-core Zen 5, the float path 23-26); at 2 / 4 rows two columns side by side
+// read 9 / 8 GB/s, one 16 / 11. The lone row's one accumulator chain does not bind: a chunk's
+// float step waits on 4 cycles, its bytes on memory.
 template <int BITS, int GROUP, int R>
 void rows_block(const Problem& p, const Layout& L, const uint8_t* xs, int m0, int n0, int n1, int ahead_to) {
-  constexpr int C = R == 1 ? 4 : 2;
   const size_t row_bytes = size_t(p.K) * BITS / 8;
-  int n = n0;
-  for (; n + C <= n1; n += C) {
-    // The block after next: its loads overlap this block's arithmetic (as rows_impl.h does;
-    // further ahead measured no better on the demo model's weights, streamed from memory).
-    if (n + 3 * C <= ahead_to) prefetch_columns(p, row_bytes, n + 2 * C, C);
-    if (L.one_byte) {
-      block<BITS, GROUP, R, C, true>(p, L, xs, m0, n);
-    } else {
-      block<BITS, GROUP, R, C, false>(p, L, xs, m0, n);
-    }
-  }
-  for (; n < n1; n++) {
+  const int ahead = std::max(1, int(AHEAD / row_bytes));
+  for (int n = n0; n < n1; n++) {
+    if (n + ahead < ahead_to) prefetch_column(p, row_bytes, n + ahead);
     if (L.one_byte) {
       block<BITS, GROUP, R, 1, true>(p, L, xs, m0, n);
     } else {

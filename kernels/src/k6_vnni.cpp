@@ -98,21 +98,23 @@ constexpr int MAX_R = 4;  // rows a block takes at once
 constexpr int SPAN = 16;  // columns every block of rows goes over before the next run: their
                           // weights come from memory for the first block, from cache after
 
-inline void prefetch_columns(const Problem& p, size_t row_bytes, int n, int count) {
+// How far ahead of the column in hand the prefetches ask for its weights, in bytes.
+constexpr size_t AHEAD = 16384;
+
+inline void prefetch_column(const Problem& p, size_t row_bytes, int n) {
   const char* at = reinterpret_cast<const char*>(p.w) + size_t(n) * row_bytes;
-  for (size_t b = 0; b < size_t(count) * row_bytes; b += 64) __builtin_prefetch(at + b, 0, 3);
+  for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(at + b, 0, 3);
 }
 
+// One column at a time, one stream from memory, as int8_direct.cpp's rows_block (why there).
 template <int R, bool ONE>
 void rows_block(const Problem& p, const K6Layout& L, const uint8_t* xs, int m0, int n0, int n1, int ahead_to) {
-  constexpr int C = R == 1 ? 4 : 2;
   const size_t row_bytes = size_t(p.K) * K6_BITS / 8;
-  int n = n0;
-  for (; n + C <= n1; n += C) {
-    if (n + 3 * C <= ahead_to) prefetch_columns(p, row_bytes, n + 2 * C, C);  // the block after next
-    block<R, C, ONE>(p, L, xs, m0, n);
+  const int ahead = std::max(1, int(AHEAD / row_bytes));
+  for (int n = n0; n < n1; n++) {
+    if (n + ahead < ahead_to) prefetch_column(p, row_bytes, n + ahead);
+    block<R, 1, ONE>(p, L, xs, m0, n);
   }
-  for (; n < n1; n++) block<R, 1, ONE>(p, L, xs, m0, n);
 }
 
 template <bool ONE>
