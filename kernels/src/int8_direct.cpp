@@ -141,97 +141,28 @@ __m512i lane_groups() {
   return _mm512_load_si512(idx);
 }
 
-// Adds the bias term (b_w times the rows' block sums) to a block's accumulators and stores
-// one sum per row and column. Inlined: called, the accumulators went through memory (~15%).
-template <int R, int C>
+// Adds the bias term (b_w times the rows' block sums) to a column's accumulators and stores
+// one sum per row. Inlined: called, the accumulators went through memory (~15%).
+template <int R>
 __attribute__((always_inline)) inline void finish(const Problem& p, const Layout& L,
                                                   const uint8_t* xs, int m0, int n,
-                                                  __m512 (&acc)[R][C]) {
+                                                  __m512 (&acc)[R]) {
   for (int g = 0; g < L.G; g += 16) {
-    __m512 b[C];
-    for (int c = 0; c < C; c++) b[c] = params16(p, p.biases, size_t(n + c) * L.G + g, L.G - g);
+    const __m512 b = params16(p, p.biases, size_t(n) * L.G + g, L.G - g);
     for (int r = 0; r < R; r++) {
       const __m512 sums = _mm512_loadu_ps(reinterpret_cast<const float*>(xs + L.stride * (m0 + r) + L.sums_at) + g);
-      for (int c = 0; c < C; c++) acc[r][c] = _mm512_fmadd_ps(b[c], sums, acc[r][c]);
+      acc[r] = _mm512_fmadd_ps(b, sums, acc[r]);
     }
   }
-  for (int r = 0; r < R; r++) {
-    float* out = p.out + size_t(m0 + r) * p.N + n;
-    // One fixed order of the sums whether a pass takes 4 columns or fewer: a column's
-    // result does not depend on its neighbours, so a row computes alike in any batch.
-    if constexpr (C == 4) {
-      sum4_avx512(acc[r], out);
-    } else {
-      for (int c = 0; c < C; c++) out[c] = sum_avx512(acc[r][c]);
-    }
-  }
+  for (int r = 0; r < R; r++) p.out[size_t(m0 + r) * p.N + n] = sum_avx512(acc[r]);
 }
 
-// R staged rows times C columns from n: integer sums per chunk, one float step per chunk.
-// A chunk's groups lie inside one run of 16 groups, whose scales are converted once.
-template <int BITS, int GROUP, int R, int C, bool ONE>
-void block(const Problem& p, const Layout& L, const uint8_t* xs, int m0, int n) {
-  const size_t row_bytes = size_t(p.K) * BITS / 8;
-  const __m512i idx = lane_groups<BITS, GROUP>();
-  const __m512i nibble = _mm512_set1_epi8(0x0f);
-  const int tail = int(row_bytes - size_t(L.chunks - 1) * 64);  // bytes in the last chunk
-  const __mmask64 tail_mask = tail == 64 ? ~__mmask64(0) : (__mmask64(1) << tail) - 1;
-  __m512 acc[R][C], scales[C];
-  for (int r = 0; r < R; r++)
-    for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();
-  for (int ch = 0; ch < L.chunks; ch++) {
-    const int g0 = ch * L.chunk_values / GROUP;
-    if (ch == 0 || (g0 % 16 == 0 && (ch - 1) * L.chunk_values / GROUP != g0)) {
-      for (int c = 0; c < C; c++) scales[c] = params16(p, p.scales, size_t(n + c) * L.G + g0, L.G - g0);
-    }
-    const __m512i at = _mm512_add_epi32(idx, _mm512_set1_epi32(g0 % 16));
-    __m512i lo[C], hi[C];
-    __m512 scale[C];
-    for (int c = 0; c < C; c++) {
-      const uint8_t* w = p.w + size_t(n + c) * row_bytes + size_t(ch) * 64;
-      const __m512i v = ch + 1 < L.chunks ? _mm512_loadu_si512(w) : _mm512_maskz_loadu_epi8(tail_mask, w);
-      if constexpr (BITS == 4) {
-        lo[c] = _mm512_and_si512(v, nibble);
-        hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
-      } else {
-        lo[c] = v;
-      }
-      scale[c] = _mm512_permutexvar_ps(at, scales[c]);
-    }
-    for (int r = 0; r < R; r++) {
-      const uint8_t* row = xs + L.stride * (m0 + r);
-      const uint8_t* x = row + size_t(ch) * L.x_bytes;
-      const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(row + L.lanes_at) + ch * 16);
-      for (int c = 0; c < C; c++) {
-        __m512i high, low, sum;
-        if constexpr (ONE && BITS == 4) {  // one byte: the high bytes' products are the sum
-          sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[c], _mm512_loadu_si512(x));
-          sum = _mm512_dpbusd_epi32(sum, hi[c], _mm512_loadu_si512(x + 64));
-        } else if constexpr (ONE) {
-          sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[c], _mm512_loadu_si512(x));
-        } else if constexpr (BITS == 4) {
-          high = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[c], _mm512_loadu_si512(x));
-          high = _mm512_dpbusd_epi32(high, hi[c], _mm512_loadu_si512(x + 64));
-          low = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[c], _mm512_loadu_si512(x + 128));
-          low = _mm512_dpbusd_epi32(low, hi[c], _mm512_loadu_si512(x + 192));
-        } else {
-          high = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[c], _mm512_loadu_si512(x));
-          low = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[c], _mm512_loadu_si512(x + 64));
-        }
-        if constexpr (!ONE) sum = _mm512_add_epi32(_mm512_slli_epi32(high, 7), low);
-        acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale[c], d), acc[r][c]);
-      }
-    }
-  }
-  finish<R, C>(p, L, xs, m0, n, acc);
-}
-
-// How far ahead of the column in hand the prefetches ask for its weights and scales, in bytes.
+// How far ahead of the chunk in hand the prefetches ask for the weights, in bytes.
 constexpr size_t AHEAD = 16384;
 
-inline void prefetch_column(const Problem& p, size_t row_bytes, int n) {
-  const char* at = reinterpret_cast<const char*>(p.w + size_t(n) * row_bytes);
-  for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(at + b, 0, 3);
+// Column n's scales and biases into cache.
+inline void prefetch_params(const Problem& p, int n) {
+  if (n >= p.N) return;
   const size_t param_bytes = size_t(p.K / p.group) * (p.scale_type == ScaleType::F32 ? 4 : 2);
   const char* scales = static_cast<const char*>(p.scales) + size_t(n) * param_bytes;
   const char* biases = static_cast<const char*>(p.biases) + size_t(n) * param_bytes;
@@ -241,22 +172,74 @@ inline void prefetch_column(const Problem& p, size_t row_bytes, int n) {
   }
 }
 
-// Columns [n0, n1) of rows [m0, m0 + R), one column at a time: its weights are one stretch of
-// memory, so the product reads one stream. Four columns side by side (four streams 1 KiB
-// apart, prefetched 64 lines at a time) read 17 GB/s from memory where one reads 24-30 (2048x
-// 6144 at one row, 2-core Zen 5, the float path 23-26); at 2 / 4 rows two columns side by side
-// read 9 / 8 GB/s, one 16 / 11. The lone row's one accumulator chain does not bind: a chunk's
-// float step waits on 4 cycles, its bytes on memory.
-template <int BITS, int GROUP, int R>
-void rows_block(const Problem& p, const Layout& L, const uint8_t* xs, int m0, int n0, int n1, int ahead_to) {
+// R staged rows times column n: integer sums per chunk, one float step per chunk. A chunk's
+// groups lie inside one run of 16 groups, whose scales are converted once.
+//
+// One column at a time, so that a product reads its weights as one stream, each line
+// prefetched AHEAD bytes before its chunk. Four columns side by side, chunk by chunk (four
+// streams 1 KiB apart, prefetched 64 lines at a time, as rows_impl.h's float kernel reads)
+// read 17 GB/s from memory where this reads 24-30 (2048x6144 at one row, 2-core Zen 5), and
+// at 2 / 4 rows two columns side by side 9 / 8 GB/s against 16 / 11. So did four or two
+// columns walked one after another, sharing the final sums (0.49 against 0.34 ms per product
+// at one row, though from cache they ran 0.21 against 0.22). A lone row's one accumulator
+// chain does not bind: a chunk's float step waits 4 cycles, its bytes far longer.
+template <int BITS, int GROUP, int R, bool ONE>
+void block(const Problem& p, const Layout& L, const uint8_t* xs, int m0, int n) {
   const size_t row_bytes = size_t(p.K) * BITS / 8;
-  const int ahead = std::max(1, int(AHEAD / row_bytes));
+  const __m512i idx = lane_groups<BITS, GROUP>();
+  const __m512i nibble = _mm512_set1_epi8(0x0f);
+  const int tail = int(row_bytes - size_t(L.chunks - 1) * 64);  // bytes in the last chunk
+  const __mmask64 tail_mask = tail == 64 ? ~__mmask64(0) : (__mmask64(1) << tail) - 1;
+  const uint8_t* column = p.w + size_t(n) * row_bytes;
+  prefetch_params(p, n + int(AHEAD / row_bytes));
+  __m512 acc[R], scales = _mm512_setzero_ps();
+  for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+  for (int ch = 0; ch < L.chunks; ch++) {
+    __builtin_prefetch(column + size_t(ch) * 64 + AHEAD, 0, 3);
+    const int g0 = ch * L.chunk_values / GROUP;
+    if (ch == 0 || (g0 % 16 == 0 && (ch - 1) * L.chunk_values / GROUP != g0)) {
+      scales = params16(p, p.scales, size_t(n) * L.G + g0, L.G - g0);
+    }
+    const __m512 scale = _mm512_permutexvar_ps(_mm512_add_epi32(idx, _mm512_set1_epi32(g0 % 16)), scales);
+    const uint8_t* w = column + size_t(ch) * 64;
+    const __m512i v = ch + 1 < L.chunks ? _mm512_loadu_si512(w) : _mm512_maskz_loadu_epi8(tail_mask, w);
+    const __m512i lo = BITS == 4 ? _mm512_and_si512(v, nibble) : v;
+    const __m512i hi = BITS == 4 ? _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble) : v;
+    for (int r = 0; r < R; r++) {
+      const uint8_t* row = xs + L.stride * (m0 + r);
+      const uint8_t* x = row + size_t(ch) * L.x_bytes;
+      const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(row + L.lanes_at) + ch * 16);
+      __m512i high, low, sum;
+      if constexpr (ONE && BITS == 4) {  // one byte: the high bytes' products are the sum
+        sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(x));
+        sum = _mm512_dpbusd_epi32(sum, hi, _mm512_loadu_si512(x + 64));
+      } else if constexpr (ONE) {
+        sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(x));
+      } else if constexpr (BITS == 4) {
+        high = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(x));
+        high = _mm512_dpbusd_epi32(high, hi, _mm512_loadu_si512(x + 64));
+        low = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(x + 128));
+        low = _mm512_dpbusd_epi32(low, hi, _mm512_loadu_si512(x + 192));
+      } else {
+        high = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(x));
+        low = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(x + 64));
+      }
+      if constexpr (!ONE) sum = _mm512_add_epi32(_mm512_slli_epi32(high, 7), low);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale, d), acc[r]);
+    }
+  }
+  finish<R>(p, L, xs, m0, n, acc);
+}
+
+// Columns [n0, n1) of rows [m0, m0 + R), one at a time (block says why). Prefetches may look
+// past n1 (into the next thread's columns, or past the weights: prefetches do not fault).
+template <int BITS, int GROUP, int R>
+void rows_block(const Problem& p, const Layout& L, const uint8_t* xs, int m0, int n0, int n1, int) {
   for (int n = n0; n < n1; n++) {
-    if (n + ahead < ahead_to) prefetch_column(p, row_bytes, n + ahead);
     if (L.one_byte) {
-      block<BITS, GROUP, R, 1, true>(p, L, xs, m0, n);
+      block<BITS, GROUP, R, true>(p, L, xs, m0, n);
     } else {
-      block<BITS, GROUP, R, 1, false>(p, L, xs, m0, n);
+      block<BITS, GROUP, R, false>(p, L, xs, m0, n);
     }
   }
 }

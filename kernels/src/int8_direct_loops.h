@@ -2,8 +2,8 @@
 // int8_direct.cpp (AVX-512 VNNI) and int8_direct_avx2.cpp. Each of those defines, in its own
 // anonymous namespace, its `Layout`, `stage_row<BITS>(x, group, L, row)` (one row's
 // activations rounded and laid out) and `rows_block<BITS, GROUP, R>(p, L, xs, m0, n0, n1,
-// ahead_to)` (R staged rows over columns [n0, n1), prefetching no further than ahead_to),
-// then includes this file there: the loops compile with that file's instruction set and call
+// ahead_to)` (R staged rows over columns [n0, n1), prefetching no further than ahead_to where
+// the file bounds its prefetches), then includes this file there: the loops compile with that file's instruction set and call
 // its kernels.
 
 // Bytes between two staged rows (a product's staged rows take M of them).
