@@ -171,9 +171,7 @@ class Engine:
             while not self._abandoned:
                 self.heartbeat = time.monotonic()
                 self._publish()
-                busy = any(r.busy for r in self._runners.values())
-                if self._disk is not None:  # its writes wait while this engine computes
-                    self._disk.busy(id(self), busy)
+                busy = self._tell_disk()
                 # Sleep on the inbox only when there is nothing to generate.
                 turn = self.link.share(self._decide(block=not busy))
                 self.heartbeat = time.monotonic()
@@ -181,6 +179,9 @@ class Engine:
                     break
                 self._apply(turn)
                 self._adopt_loads()
+                # Again before stepping: a request that arrived while idle (an agent's next
+                # turn, read in one step) computes while the writer is told to wait.
+                self._tell_disk()
                 if self._crash_requested:
                     raise InjectedFault("engine crash requested through /control/engine/fault")
                 for runner in list(self._runners.values()):
@@ -190,6 +191,14 @@ class Engine:
             log.exception("the engine thread stopped on an error")
         finally:
             self._close()
+
+    def _tell_disk(self) -> bool:
+        """Whether this engine has sequences to compute, told to the disk tier (its writes
+        wait while an engine computes)."""
+        busy = any(r.busy for r in self._runners.values())
+        if self._disk is not None:
+            self._disk.busy(id(self), busy)
+        return busy
 
     def live_state(self) -> EngineState:
         """Any thread: the published state, with the disk tier's counts read now (its writer
