@@ -155,10 +155,6 @@ def write(path: Path, prepared: Prepared, pause: Callable[[], None] = lambda: No
                     data = memoryview(block).cast("B")
                     digest.update(data)
                     out.write(data)
-                # Onto the disk now, by this thread, while pause() holds the engines idle:
-                # left to the kernel's flusher threads, the writeback ran beside their steps.
-                out.flush()
-                os.fdatasync(out.fileno())
             out.seek(len(MAGIC) + 4)
             out.write(digest.digest())
         os.replace(temporary, path)

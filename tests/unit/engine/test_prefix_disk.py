@@ -217,19 +217,6 @@ def test_a_file_waits_while_an_engine_computes(tmp_path, monkeypatch):
     store.close()
 
 
-def test_each_array_reaches_the_disk_before_the_next_pause(tmp_path, monkeypatch):
-    """Left to the kernel's flusher threads, a file's writeback ran beside the engines' steps
-    after the writer had paused for them: each array is synced by the writer itself."""
-    synced: list[int] = []
-    at_pause: list[int] = []
-    monkeypatch.setattr(kv_file.os, "fdatasync", lambda fd: synced.append(fd))
-    prepared = kv_file.prepare(list(range(20)), kv_cache(20))
-    kv_file.write(tmp_path / "entry.kv", prepared, pause=lambda: at_pause.append(len(synced)))
-    assert at_pause == list(range(len(prepared.arrays)))
-    assert len(synced) == len(prepared.arrays)
-    assert len(kv_file.read(tmp_path / "entry.kv", list(range(20)))) == len(kv_cache(20))
-
-
 @contextmanager
 def files_under(limit: int) -> Iterator[None]:
     """The OS refuses to let any file of this process grow past `limit` bytes, as a full
