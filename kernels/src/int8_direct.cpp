@@ -261,6 +261,8 @@ const DirectInt8* vnni_direct_int8() {
   // / 12 rows 0.16 / 0.27 against 0.19 / 0.25, 1536x576 0.12 / 0.21 against 0.18 / 0.21: up to 8
   // rows. With one-byte activations 2048x6144 at 16 / 24 / 32 rows 2.51 / 4.29 / 5.60 against
   // auto's 3.88 / 4.79 / 5.67, the demo's at 16 0.30 / 0.17 against 0.32 / 0.27: up to 16.
+  // These bounds were measured with the four-column walk block() replaced; the one-column
+  // walk read 2 / 4 rows from memory 1.7x / 1.4x faster, so they may now be low.
   static const DirectInt8 k{"avx512vnni", 8, 16, 0, row_bytes, stage, columns};
   return vnni_int8_kernels() != nullptr ? &k : nullptr;  // the same instructions
 }

@@ -32,9 +32,9 @@ def disk_engine(tmp_path):
 
 
 def test_every_step_runs_while_the_writer_is_told_to_wait(disk_engine, tiny_spec, monkeypatch):
-    """A request that reaches an idle engine (an agent's next turn, read in one step) was
-    read and answered while the writer, told the engine was idle, wrote the last turn's
-    file beside it: 16 new tokens on a 2,000-token prefix took 1.4-1.6 s instead of 0.3."""
+    """A request that reached an idle engine (an agent's next turn, read in one step) was
+    read while the writer, last told the engine was idle, wrote the previous turn's file
+    beside it (seen with py-spy: the writer in write() through a whole next turn)."""
     disk = prefix_disk.shared(disk_engine.config)
     told_busy: list[bool] = []
     step = ModelRunner.step
