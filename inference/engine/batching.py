@@ -16,11 +16,12 @@ from collections import deque
 from typing import Any
 
 import mlx.core as mx
+from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
 from inference.engine.config import EngineConfig
 from inference.engine.copies import Copies
 from inference.engine.decode import DecodeBatch
-from inference.engine.kv import KVFormat
+from inference.engine.kv import KVFormat, grows_only
 from inference.engine.pool import LoadedModel
 from inference.engine.prefill import PrefillBatch
 from inference.engine.prefixes import PrefixCache, share
@@ -33,16 +34,22 @@ log = logging.getLogger(__name__)
 RATE_WINDOW = 10.0  # seconds of decode steps behind tokens/s
 
 
-def compact(cache: list) -> None:
+def compact(cache: list, copy_whole: bool = False) -> None:
     """Gives each layer's KV its own buffer, cut to the tokens it holds. What the batch hands
     back are views into the whole batch's preallocated KV: kept as they were, every cached
     prefix pinned a batch-sized buffer while the prefix cache counted only the view (soak:
-    RSS +2.6 GB in a minute, against 0.5 GB of weights)."""
+    RSS +2.6 GB in a minute, against 0.5 GB of weights). A layer handed back `whole` (a
+    batch of one's, kv.single_of) owns its buffers and keeps its room to grow, unless
+    `copy_whole` (a copy must not share them)."""
     for layer in cache:
         inner = getattr(layer, "caches", None)
         if inner is not None:  # a CacheList, or a packed window's parts (kv_window.py)
-            compact(list(inner))
+            compact(list(inner), copy_whole)
             continue
+        if getattr(layer, "whole", False):
+            if not copy_whole:
+                continue
+            layer.whole = False
         keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
         if isinstance(keys, mx.array) and isinstance(values, mx.array):
             end = layer.offset
@@ -54,6 +61,11 @@ def compact(cache: list) -> None:
             layer.keys = tuple(mx.contiguous(x[..., :end, :]) for x in keys)
             layer.values = tuple(mx.contiguous(x[..., :end, :]) for x in values)
             mx.eval(layer.keys, layer.values)
+
+
+def cut(cache: list[Any], length: int) -> None:
+    """Cuts a cache that can be cut back to its first `length` tokens."""
+    trim_prompt_cache(cache, max(layer.size() for layer in cache) - length)
 
 
 class ModelRunner:
@@ -121,7 +133,9 @@ class ModelRunner:
         if sequence.embeddings is not None or self._prefixes is None:
             cache, rest = None, sequence.prompt  # images: same tokens, other pictures
         else:
-            cache, rest = self._prefixes.fetch(sequence.prompt)
+            cache, rest = self._prefixes.fetch(
+                sequence.prompt, id(sequence), lambda n: self._copy_of(sequence, n)
+            )
         sequence.cached_tokens = len(sequence.prompt) - len(rest)
         self._prefix_hits[id(sequence)] = (cache, rest)
         self._waiting.append(sequence)
@@ -208,8 +222,10 @@ class ModelRunner:
                     break
             out.append((sequence, events))
             if sequence.finished:
+                if self._prefixes is not None:
+                    self._prefixes.forget(id(sequence))
                 if self._prefixes is not None and sequence.embeddings is None:
-                    self._finished.append((sequence, self._decode.extract(index)))
+                    self._finished.append((sequence, self._decode.extract(index, leaving=True)))
                 self._release()
             else:
                 keep.append(index)
@@ -217,24 +233,53 @@ class ModelRunner:
         return out
 
     def _snapshot(self, sequence: Sequence, cache: list[Any]) -> None:
-        """Keeps the KV of a prompt just read, by reference (merging it into the batch copies
-        it; nothing writes to these arrays again). A cache that cannot be cut back (a sliding
-        window past its size) is reusable only from here: the next turn extends the prompt,
-        while the answer's tokens come back re-rendered. For others it is the answer's entry,
-        once inserted, that stands for it (the trie drops cut-able prefixes), and a request
-        that stops early still leaves its prompt behind."""
-        if self._prefixes is not None and sequence.embeddings is None and sequence.prompt[1:]:
-            tokens, kept = sequence.prompt[:-1], [share(layer) for layer in cache]
-            self._prefixes.insert(tokens, kept, to_disk=True)
+        """Makes the KV of a prompt just read findable by later prompts. A cache that only
+        grows is left where it is, in the decode batch, and copied out only if a lookup wants
+        it before the sequence ends (PrefixCache.expect); once it ends, its answer's entry
+        stands for the prompt (the trie drops cut-able prefixes), and a request that stops
+        early still leaves its prompt behind. Any other (a sliding window, a recurrent
+        state) is kept now, by reference: once decoding went on it could not be cut back,
+        while the next turn extends the prompt (the answer's tokens come back re-rendered)."""
+        if self._prefixes is None or sequence.embeddings is not None or not sequence.prompt[1:]:
+            return
+        tokens = sequence.prompt[:-1]
+        if grows_only(cache):
+            self._prefixes.expect(id(sequence), tokens, lambda n: self._copy_of(sequence, n))
+        else:
+            self._prefixes.insert(tokens, [share(layer) for layer in cache], to_disk=True)
+
+    def _copy_of(self, sequence: Sequence, length: int) -> list[Any] | None:
+        """The first `length` tokens of a running sequence's KV, copied out of wherever it
+        is now (waiting with a prefix-cache hit, reading its prompt, or decoding)."""
+        if any(row is sequence for row in self._decode.rows):
+            index = next(i for i, row in enumerate(self._decode.rows) if row is sequence)
+            layers = self._decode.extract(index)
+        else:
+            cache = self._prefill.cache_for(sequence)
+            if cache is None:
+                cache = self._prefix_hits.get(id(sequence), (None, []))[0]
+            if cache is None:
+                return None
+            layers = [share(layer) for layer in cache]
+        cut(layers, length)
+        compact(layers, copy_whole=True)
+        return layers
 
     def _settle(self) -> None:
-        """Keeps finished conversations' KV for their later turns. Done after their last
-        events went out (copying a row out of the batch takes ~50 ms at 5k tokens, which the
-        answer's last token, or with max_tokens 1 its first, would otherwise wait for)."""
+        """Keeps finished conversations' KV for their later turns, and their prompts' on disk
+        (where the cache can be cut back to them: otherwise _snapshot offered it). Done after
+        their last events went out (copying a row out of the batch takes ~50 ms at 5k tokens,
+        which the answer's last token, or with max_tokens 1 its first, would otherwise wait
+        for)."""
         finished, self._finished = self._finished, []
         for sequence, cache in finished:
             compact(cache)
-            self._prefixes.insert(sequence.prompt[:-1] + sequence.fed, cache)
+            tokens = sequence.prompt[:-1] + sequence.fed
+            self._prefixes.insert(tokens, cache)
+            if self._prefixes.disk is not None and can_trim_prompt_cache(cache):
+                prompt = [share(layer) for layer in cache]
+                cut(prompt, len(sequence.prompt) - 1)
+                self._prefixes.offer(sequence.prompt[:-1], prompt, tokens)
 
     def _count(self, tokens: int) -> None:
         now = time.monotonic()
@@ -246,9 +291,16 @@ class ModelRunner:
         now = time.monotonic()
         return sum(n for t, n in self._recent if t >= now - RATE_WINDOW) / RATE_WINDOW
 
-    def cancel(self, sequences: list[Sequence]) -> None:
-        """Drops the sequences wherever they are now; their KV memory goes with them."""
+    def cancel(self, sequences: list[Sequence], keep_prompts: bool = True) -> None:
+        """Drops the sequences wherever they are now; their KV memory goes with them, but for
+        what the prefix cache expects of them (a prompt read, an entry handed over), kept
+        unless not `keep_prompts` (the runner closes)."""
         gone = {id(s) for s in sequences}
+        if self._prefixes is not None:
+            for sequence in sequences:
+                if keep_prompts:
+                    self._prefixes.realize(id(sequence), to_disk=True)
+                self._prefixes.forget(id(sequence))
         copies = self._copies.forget(gone)
         for leader in sequences:  # its copies, if still wanted, queue on their own
             for copy in self._copies.release(leader):
@@ -272,4 +324,9 @@ class ModelRunner:
         self.loaded.last_used = time.monotonic()
 
     def close(self) -> None:
-        self.cancel(self.sequences)
+        """Drops every sequence; with a disk tier, what the prefix cache has or expects of
+        them is kept there first (prompts read just before a stop or an eviction)."""
+        if self._prefixes is not None:
+            self._settle()
+        keep = self._prefixes is not None and self._prefixes.disk is not None
+        self.cancel(self.sequences, keep_prompts=keep)

@@ -17,6 +17,7 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
+from inference.engine.kv import single_of
 from inference.engine.rewind import Rewind, cut_layers, state_layers
 from inference.engine.sampling import RowSampler, sample, sample_unseen, samples_unseen
 from inference.engine.sequence import Sequence
@@ -388,7 +389,13 @@ class DecodeBatch:
         tokens = self._ahead.tokens[mx.array(inside)] if inside else None
         self._ahead = Ahead(len(inside), tokens) if tokens is not None else None
 
-    def extract(self, index: int) -> list[Any]:
-        """Row `index`'s cache as a single sequence's (for the prefix cache)."""
+    def extract(self, index: int, leaving: bool = False) -> list[Any]:
+        """Row `index`'s cache as a single sequence's (for the prefix cache): a copy, or when
+        the row `leaving` is the batch's only one, its own arrays handed over (kv.single_of),
+        where every layer has that form."""
+        if leaving and len(self.rows) == 1 and self._orders[0] is None:
+            whole = [single_of(layer) for layer in self.cache]
+            if all(layer is not None for layer in whole):
+                return whole
         layers = [layer.extract(index) for layer in self.cache]
         return in_order(self.cache, layers, self._orders[index])

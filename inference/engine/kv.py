@@ -70,10 +70,44 @@ def _retype(cache: Any, cls: type) -> Any:
     return cache
 
 
+STEP = KVCache.step
+
+
+def capacity(needed: int) -> int:
+    """The positions a cache that must hold `needed` is given when it grows: a quarter more,
+    rounded up to whole steps. Each growth is a new buffer (its pages faulted in) and a copy
+    of the old: mlx-lm's KVCache grows 256 positions at a time, a copy of the whole cache
+    for every 256-token chunk of a prompt read, and for nearly every agent turn (hundreds of
+    new tokens); a quarter's room makes that a turn in several, at most a quarter spare."""
+    return -(-(needed + needed // 4) // STEP) * STEP
+
+
+def _room(
+    keys: mx.array | None, values: mx.array | None, held: int, new_k: mx.array, new_v: mx.array
+):
+    """`keys` and `values` (float16, held positions in use) with room for the new ones."""
+    needed = held + new_k.shape[2]
+    if keys is not None and needed <= keys.shape[2]:
+        return keys, values
+    size = capacity(needed)
+
+    def grown(old: mx.array | None, new: mx.array) -> mx.array:
+        batch, heads, _, width = new.shape
+        if old is None or held == 0:
+            return mx.zeros((batch, heads, size, width), mx.float16)
+        tail = mx.zeros((batch, heads, size - held, width), mx.float16)
+        return mx.concatenate([old[..., :held, :], tail], axis=2)
+
+    return grown(keys, new_k), grown(values, new_v)
+
+
 class Float16KVCache(KVCache):
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         # mlx-lm allocates its buffers in the incoming dtype: cast first, they are float16.
-        return super().update_and_fetch(_half(keys), _half(values))
+        # Room is made first (capacity), so mlx-lm's own growth never runs.
+        keys, values = _half(keys), _half(values)
+        self.keys, self.values = _room(self.keys, self.values, self.offset, keys, values)
+        return super().update_and_fetch(keys, values)
 
     @classmethod
     def merge(cls, caches: list[Any]) -> Float16BatchKVCache:
@@ -82,7 +116,9 @@ class Float16KVCache(KVCache):
 
 class Float16BatchKVCache(BatchKVCache):
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        return super().update_and_fetch(_half(keys), _half(values))
+        keys, values = _half(keys), _half(values)
+        self.keys, self.values = _room(self.keys, self.values, self._idx, keys, values)
+        return super().update_and_fetch(keys, values)
 
     @classmethod
     def merge(cls, caches: list[Any]) -> Float16BatchKVCache:
@@ -129,6 +165,38 @@ def batch_of_one(layer: Any) -> Any:
     batch.offset += layer.offset
     batch._idx = layer.offset
     return batch
+
+
+def grows_only(cache: list[Any]) -> bool:
+    """Whether every layer only appends K/V (plain or quantized, nested ones included): such
+    a cache can always be cut back to any earlier length, however far it has decoded. A
+    sliding window (once past its size), a chunked window or a recurrent state cannot."""
+    for layer in cache:
+        if isinstance(layer, CacheList):
+            if not grows_only(list(layer.caches)):
+                return False
+        elif not isinstance(layer, (KVCache, QuantizedKV)):
+            return False
+    return True
+
+
+_SINGLE_OF = {BatchKVCache: KVCache, Float16BatchKVCache: Float16KVCache}
+
+
+def single_of(batch: Any) -> Any | None:
+    """A batch of one's layer as that sequence's own, its arrays handed over as they are (the
+    reverse of batch_of_one), room to grow included; marked `whole` (arrays of its own, not
+    views into a batch's: compacting would only copy them). None where it cannot be: a kind
+    with no such form, or a row padded on the left."""
+    single = _SINGLE_OF.get(type(batch))
+    if single is None or batch.keys is None or batch.keys.shape[0] != 1:
+        return None
+    if batch.left_padding.tolist() != [0]:
+        return None
+    layer = single()
+    layer.keys, layer.values, layer.offset = batch.keys, batch.values, batch._idx
+    layer.whole = True
+    return layer
 
 
 def computes_in_float32(loaded: Any) -> bool:

@@ -185,6 +185,10 @@ class PrefillBatch:
         """Reading `index`'s cache (shared, not copied: batching a cache copies it)."""
         return self._readings[index].cache
 
+    def cache_for(self, sequence: Sequence) -> list[Any] | None:
+        """The cache of `sequence`'s reading, if it is one of them (shared, not copied)."""
+        return next((r.cache for r in self._readings if r.sequence is sequence), None)
+
     def ready(self) -> list[int]:
         return [i for i, r in enumerate(self._readings) if not r.todo]
 

@@ -53,6 +53,12 @@ WRITER_NICENESS = 10
 WRITE_DEFER_SECONDS = 10.0
 STALE_TEMPORARY = 600.0  # seconds after which a temporary file is a crashed writer's
 _STOP = object()
+WITHDRAW_WAIT_SECONDS = 0.25  # how long a withdrawal waits for the writer to let go
+PAUSE_SLICE_SECONDS = 0.02  # the writer's idle wait, in slices that see a withdrawal
+
+
+class Withdrawn(Exception):
+    """The entry being written was taken back (PrefixDisk.withdraw)."""
 
 
 @dataclass
@@ -116,6 +122,10 @@ class PrefixDisk:
         self._lengths: dict[str, dict[int, set[str]]] = {}  # key -> length -> digests
         self._bytes = 0
         self._queued: set[str] = set()
+        self._waiting: dict[str, kv_file.Prepared] = {}  # queued, not yet being written
+        self._writing: str | None = None  # the entry being written now
+        self._withdrawn: set[str] = set()  # entries to stop writing
+        self._let_go = threading.Condition(self._lock)  # the writer dropped an entry
         self._queue: queue.Queue = queue.Queue(QUEUE_SIZE)
         self._writer: threading.Thread | None = None
         self._busy: set[int] = set()  # the engines computing now (busy())
@@ -248,7 +258,26 @@ class PrefixDisk:
             return False
         with self._lock:
             self._queued.add(name)
+            self._waiting[name] = prepared
         return True
+
+    def withdraw(self, key: str, tokens: list[int]) -> bool:
+        """Engine thread: takes back the queued entry of `tokens` (its views keep the cache's
+        arrays shared, and the engine is about to grow them in place: a shared array is
+        copied whole first). One being written is stopped before its next array, waiting up
+        to WITHDRAW_WAIT_SECONDS for the writer to let go. Whether nothing holds it now."""
+        name = entry_name(key, len(tokens), kv_file.token_digest(tokens))
+        with self._lock:
+            prepared = self._waiting.pop(name, None)
+            if prepared is not None:  # not begun: the writer skips it (_write)
+                self._queued.discard(name)
+                prepared.arrays = []
+                return True
+            if self._writing != name:
+                return True  # written (or never queued)
+            self._withdrawn.add(name)
+            self._let_go.wait_for(lambda: self._writing != name, WITHDRAW_WAIT_SECONDS)
+            return self._writing != name
 
     def busy(self, engine: int, busy: bool) -> None:
         """An engine (its id) says whether it has sequences to compute: writes wait until
@@ -260,9 +289,15 @@ class PrefixDisk:
             else:
                 self._idle.set()
 
-    def _until_idle(self) -> None:
-        """Writer thread, before each piece of a file: waits while an engine computes."""
-        self._idle.wait(WRITE_DEFER_SECONDS)
+    def _until_idle(self, name: str) -> None:
+        """Writer thread, before each piece of the file of `name`: waits while an engine
+        computes (up to WRITE_DEFER_SECONDS); raises Withdrawn if it was taken back."""
+        deadline = time.monotonic() + WRITE_DEFER_SECONDS
+        while name not in self._withdrawn:
+            if self._idle.wait(PAUSE_SLICE_SECONDS) or time.monotonic() > deadline:
+                break
+        if name in self._withdrawn:
+            raise Withdrawn(name)
 
     def _start_writer(self) -> None:
         if self._writer is None or not self._writer.is_alive():
@@ -292,8 +327,26 @@ class PrefixDisk:
                 self._queue.task_done()
 
     def _write(self, name: str, prepared: kv_file.Prepared) -> None:
+        with self._lock:
+            if self._waiting.pop(name, None) is None:  # withdrawn
+                return
+            self._writing = name
         try:
-            size = kv_file.write(self.folder / name, prepared, pause=self._until_idle)
+            self._write_file(name, prepared)
+        finally:
+            prepared.arrays = []  # the views go before the engine is told
+            with self._lock:
+                self._writing = None
+                self._withdrawn.discard(name)
+                self._let_go.notify_all()
+
+    def _write_file(self, name: str, prepared: kv_file.Prepared) -> None:
+        try:
+            size = kv_file.write(self.folder / name, prepared, pause=lambda: self._until_idle(name))
+        except Withdrawn:
+            with self._lock:
+                self._queued.discard(name)
+            return
         except Exception:
             log.exception("writing prefix cache entry %s failed", name)
             self.failed_writes += 1

@@ -217,6 +217,28 @@ def test_a_file_waits_while_an_engine_computes(tmp_path, monkeypatch):
     store.close()
 
 
+def test_an_entry_taken_back_before_it_is_written_never_is(tmp_path, monkeypatch):
+    """A conversation's next turn grows its KV in the entry's own arrays: the entry's disk
+    write is taken back first (its views would make the engine copy the arrays whole),
+    whether its writing had begun (stopped before its next array) or it still waited."""
+    monkeypatch.setattr(prefix_disk, "WRITE_DEFER_SECONDS", 30.0)
+    store = PrefixDisk(tmp_path / "store", 2**30, min_tokens=16)
+    store.busy(1, True)
+    begun, waiting = list(range(20)), list(range(30))
+    assert store.offer(KEY, begun, kv_cache(20)) and store.offer(KEY, waiting, kv_cache(30))
+    time.sleep(0.2)  # the writer has begun the first, and waits for the engine to be idle
+    started = time.monotonic()
+    assert store.withdraw(KEY, begun) and store.withdraw(KEY, waiting)
+    assert time.monotonic() - started < prefix_disk.WITHDRAW_WAIT_SECONDS
+    store.busy(1, False)
+    assert store.flush(timeout=10) and not stored(store.folder)
+    assert store.offer(KEY, begun, kv_cache(20))  # offered again (its next turn's end)
+    assert store.flush(timeout=10) and len(stored(store.folder)) == 1
+    assert store.withdraw(KEY, begun)  # written: nothing holds its arrays any more
+    assert len(stored(store.folder)) == 1
+    store.close()
+
+
 @contextmanager
 def files_under(limit: int) -> Iterator[None]:
     """The OS refuses to let any file of this process grow past `limit` bytes, as a full
@@ -324,6 +346,8 @@ def generate(runner: ModelRunner, loaded: LoadedModel, ids: list[int]) -> tuple[
         if sequence.finished:
             break
         events += [e for s, batch in runner.step() if s is sequence for e in batch]
+    while runner.busy:  # as the engine does: the finished turn's KV is kept (and offered)
+        runner.step()
     assert isinstance(events[-1], Done)
     return sequence, events[-1]
 

@@ -177,8 +177,8 @@ def finished_caches(runner: ModelRunner) -> list[tuple[Sequence, list[Any], bool
     whether roll_back had moved some of its positions."""
     captured, extract = [], runner._decode.extract
 
-    def capture(index: int) -> list[Any]:
-        layers = extract(index)
+    def capture(index: int, leaving: bool = False) -> list[Any]:
+        layers = extract(index, leaving)
         moved = runner._decode._orders[index] is not None
         captured.append((runner._decode.rows[index], layers, moved))
         return layers
