@@ -1,14 +1,17 @@
 """The prefix cache of one loaded model: the KV of prompts (and answers) read before, found by
 the longest shared token prefix, so a conversation's next turn reads only its new tokens.
 
-mlx-lm's LRUPromptCache keeps the entries (a token trie, LRU by bytes); what it hands out is
-not its deep copy but a shallow one sharing the stored arrays: MLX arrays are values (a write
-into a cache makes a new array, and never reuses a buffer another array still holds), so a
-request extending a cached prefix copies the prefix at most once, when its cache first grows,
-instead of once on every lookup.
+mlx-lm's LRUPromptCache keeps the entries (a token trie, LRU by bytes). A request that
+continues an entry (a conversation's next turn) is handed the entry itself, and writes its new
+tokens into the entry's buffers (`_hand_over`); any other gets not a deep copy but a shallow
+one sharing the stored arrays: MLX arrays are values (a write into a cache makes a new array,
+and never reuses a buffer another array still holds), so it copies the prefix at most once,
+when its cache is first written. While a request holds an entry, or a prompt it has read, the
+cache knows them as the request's (`expect`): a lookup that wants them copies them out of it.
 
 Behind the memory sits the disk tier (`prefix_disk`, when configured): prompts of at least its
-minimum length are written there as they are read, and a lookup reads from disk when memory has
+minimum length are written there once their answer ends (or as they are read, for caches that
+cannot be cut back to them later), and a lookup reads from disk when memory has
 no prefix of the prompt, or a shorter one than disk; what it reads joins the memory tier. So a
 prefix outlives the process (a restart) and the model's runner (the pool's evictions).
 """
