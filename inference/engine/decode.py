@@ -77,12 +77,16 @@ class DecodeBatch:
         self._groups: dict[Any, Any] = {}
         # The step queued and not yet read; its rows' next inputs are its tokens, not _inputs.
         self._ahead: Ahead | None = None
+        # Whether the batch has held one row since it began: only then are its arrays that
+        # row's own (rows joined, or filtered out, leave views into a shared buffer).
+        self._alone = False
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def join(self, rows: list[Sequence], cache: list[Any], last_tokens: list[int]) -> None:
         """Rows whose prompts are read, all but `last_tokens`, with their batched cache."""
+        self._alone = not self.rows and len(rows) == 1
         if not self.rows:
             self.cache = cache
         else:
@@ -391,9 +395,9 @@ class DecodeBatch:
 
     def extract(self, index: int, leaving: bool = False) -> list[Any]:
         """Row `index`'s cache as a single sequence's (for the prefix cache): a copy, or when
-        the row `leaving` is the batch's only one, its own arrays handed over (kv.single_of),
-        where every layer has that form."""
-        if leaving and len(self.rows) == 1 and self._orders[0] is None:
+        the row `leaving` is the only one the batch ever held, its own arrays handed over
+        (kv.single_of), where every layer has that form."""
+        if leaving and self._alone and self._orders[0] is None:
             whole = [single_of(layer) for layer in self.cache]
             if all(layer is not None for layer in whole):
                 return whole

@@ -186,10 +186,13 @@ _SINGLE_OF = {BatchKVCache: KVCache, Float16BatchKVCache: Float16KVCache}
 def single_of(batch: Any) -> Any | None:
     """A batch of one's layer as that sequence's own, its arrays handed over as they are (the
     reverse of batch_of_one), room to grow included; marked `whole` (arrays of its own, not
-    views into a batch's: compacting would only copy them). None where it cannot be: a kind
-    with no such form, or a row padded on the left."""
+    views into a batch's: compacting would only copy them). None where it cannot be, or
+    should not: a kind with no such form, a row padded on the left, or more room than a
+    quarter (what rows that left needed; kept, it would pin their memory)."""
     single = _SINGLE_OF.get(type(batch))
     if single is None or batch.keys is None or batch.keys.shape[0] != 1:
+        return None
+    if batch.keys.shape[2] > capacity(batch._idx):  # room left by longer rows gone: a copy
         return None
     if batch.left_padding.tolist() != [0]:
         return None

@@ -120,3 +120,17 @@ def test_a_cancelled_turn_leaves_what_it_had_read_or_been_handed(loaded: LoadedM
     (again,) = run(runner, make_sequence(loaded, later, greedy(4)))
     assert again.done.cached_tokens == kept
     assert again.tokens == alone(loaded, later, 4).tokens
+
+
+def test_a_row_that_shared_its_batch_is_copied_out_to_its_own(loaded: LoadedModel):
+    """Handed back whole, a short row that outlived a long one would keep a view into the
+    batch's buffer, the long one's room pinned in the prefix cache."""
+    runner = ModelRunner(loaded, EngineConfig())
+    short, long = ids_of(loaded, "Hello there."), ids_of(loaded, LONG)
+    outcomes = run(
+        runner, make_sequence(loaded, short, greedy(30)), make_sequence(loaded, long, greedy(2))
+    )
+    settle(runner)
+    kept = entry(runner, short + outcomes[0].tokens)
+    assert all(layer.keys.shape[2] == layer.offset for layer in kept)  # exact: a copy
+    assert outcomes[0].tokens == alone(loaded, short, 30).tokens
