@@ -82,14 +82,14 @@ def capacity(needed: int) -> int:
     return -(-(needed + needed // 4) // STEP) * STEP
 
 
-def _room(
-    keys: mx.array | None, values: mx.array | None, held: int, new_k: mx.array, new_v: mx.array
-):
-    """`keys` and `values` (float16, held positions in use) with room for the new ones."""
+def _room(cache: Any, held: int, new_k: mx.array, new_v: mx.array) -> None:
+    """Gives `cache` (float16 keys and values, `held` positions in use) room for the new
+    ones: grown to the capacity of what it needs, or of what it `expects` (reserve), if
+    more."""
     needed = held + new_k.shape[2]
-    if keys is not None and needed <= keys.shape[2]:
-        return keys, values
-    size = capacity(needed)
+    if cache.keys is not None and needed <= cache.keys.shape[2]:
+        return
+    size = capacity(max(needed, getattr(cache, "expected", 0)))
 
     def grown(old: mx.array | None, new: mx.array) -> mx.array:
         batch, heads, _, width = new.shape
@@ -98,7 +98,18 @@ def _room(
         tail = mx.zeros((batch, heads, size - held, width), mx.float16)
         return mx.concatenate([old[..., :held, :], tail], axis=2)
 
-    return grown(keys, new_k), grown(values, new_v)
+    cache.keys, cache.values = grown(cache.keys, new_k), grown(cache.values, new_v)
+
+
+def reserve(cache: list[Any], positions: int) -> None:
+    """Tells a sequence's float16 K/V layers how many positions it expects to hold (its
+    prompt and some answer), so that reading a prompt allocates its buffers once, not once
+    per chunk. Other layers grow as their classes do."""
+    for layer in cache:
+        if isinstance(layer, CacheList):
+            reserve(list(layer.caches), positions)
+        elif isinstance(layer, Float16KVCache):
+            layer.expected = positions
 
 
 class Float16KVCache(KVCache):
@@ -106,7 +117,7 @@ class Float16KVCache(KVCache):
         # mlx-lm allocates its buffers in the incoming dtype: cast first, they are float16.
         # Room is made first (capacity), so mlx-lm's own growth never runs.
         keys, values = _half(keys), _half(values)
-        self.keys, self.values = _room(self.keys, self.values, self.offset, keys, values)
+        _room(self, self.offset, keys, values)
         return super().update_and_fetch(keys, values)
 
     @classmethod
@@ -117,7 +128,7 @@ class Float16KVCache(KVCache):
 class Float16BatchKVCache(BatchKVCache):
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         keys, values = _half(keys), _half(values)
-        self.keys, self.values = _room(self.keys, self.values, self._idx, keys, values)
+        _room(self, self._idx, keys, values)
         return super().update_and_fetch(keys, values)
 
     @classmethod

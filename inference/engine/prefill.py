@@ -21,9 +21,12 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
-from inference.engine.kv import batch_of_one
+from inference.engine.kv import batch_of_one, reserve
 from inference.engine.scheduling import MIN_CHUNK, group_of
 from inference.engine.sequence import Sequence
+
+# The answer's positions a prompt's KV is given room for from its first chunk, at most.
+ANSWER_ROOM = 256
 
 
 def merge(caches: list[list[Any]]) -> list[Any]:
@@ -74,6 +77,7 @@ class PrefillBatch:
     def add(self, sequence: Sequence, cache: list[Any] | None, rest: list[int]) -> None:
         """`rest`: the prompt's tokens past what `cache` (a prefix-cache hit) already holds."""
         cache = cache if cache is not None else self._make_cache()
+        reserve(cache, len(sequence.prompt) + min(sequence.max_tokens, ANSWER_ROOM))
         start = len(sequence.prompt) - len(rest)
         self._readings.append(Reading(sequence, cache, list(rest[:-1]), start))
 

@@ -1,5 +1,6 @@
 """The prefix cache hands a conversation's entry to its next turn instead of sharing it: the
-turn grows its KV in the entry's own buffers (KV caches keep a quarter's room), and the
+turn grows its KV in the entry's own buffers (KV caches keep a quarter's room, a prompt's
+sized from its first chunk), and the
 prompt a decoding sequence has read is found by other prompts without being copied until one
 wants it. Texts always equal the same prompt read alone."""
 
@@ -134,3 +135,20 @@ def test_a_row_that_shared_its_batch_is_copied_out_to_its_own(loaded: LoadedMode
     kept = entry(runner, short + outcomes[0].tokens)
     assert all(layer.keys.shape[2] == layer.offset for layer in kept)  # exact: a copy
     assert outcomes[0].tokens == alone(loaded, short, 30).tokens
+
+
+def test_a_prompt_read_in_chunks_allocates_its_kv_once(loaded: LoadedModel):
+    """Room for the prompt and some answer from the first chunk: grown chunk by chunk, each
+    growth was a new buffer and a copy of the old."""
+    runner = ModelRunner(loaded, EngineConfig(prefill_step=32))
+    ids = ids_of(loaded, LONG)
+    sequence = make_sequence(loaded, ids, greedy(8))
+    runner.add(sequence)
+    shapes = []
+    for _ in range(200):
+        runner.step()
+        cache = runner._prefill.cache_for(sequence)
+        if cache is None:
+            break
+        shapes.append(cache[0].keys.shape[2])
+    assert len(shapes) > 3 and set(shapes) == {kv.capacity(len(ids) + 8)}  # one buffer
