@@ -1,8 +1,8 @@
 """The prefix cache hands a conversation's entry to its next turn instead of sharing it: the
 turn grows its KV in the entry's own buffers (KV caches keep a quarter's room, a prompt's
-sized from its first chunk), and the
-prompt a decoding sequence has read is found by other prompts without being copied until one
-wants it. Texts always equal the same prompt read alone."""
+sized from its first chunk), and the prompt a decoding sequence has read is found by other
+prompts without being copied until one wants it. Texts always equal the same prompt read
+alone."""
 
 from __future__ import annotations
 
