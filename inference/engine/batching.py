@@ -224,8 +224,9 @@ class ModelRunner:
             if sequence.finished:
                 if self._prefixes is not None:
                     self._prefixes.forget(id(sequence))
-                if self._prefixes is not None and sequence.embeddings is None:
-                    self._finished.append((sequence, self._decode.extract(index, leaving=True)))
+                    if sequence.embeddings is None:
+                        cache = self._decode.extract(index, leaving=True)
+                        self._finished.append((sequence, cache))
                 self._release()
             else:
                 keep.append(index)
@@ -251,8 +252,8 @@ class ModelRunner:
     def _copy_of(self, sequence: Sequence, length: int) -> list[Any] | None:
         """The first `length` tokens of a running sequence's KV, copied out of wherever it
         is now (waiting with a prefix-cache hit, reading its prompt, or decoding)."""
-        if any(row is sequence for row in self._decode.rows):
-            index = next(i for i, row in enumerate(self._decode.rows) if row is sequence)
+        index = next((i for i, row in enumerate(self._decode.rows) if row is sequence), None)
+        if index is not None:
             layers = self._decode.extract(index)
         else:
             cache = self._prefill.cache_for(sequence)
@@ -299,8 +300,9 @@ class ModelRunner:
         if self._prefixes is not None:
             for sequence in sequences:
                 if keep_prompts:
-                    self._prefixes.realize(id(sequence), to_disk=True)
-                self._prefixes.forget(id(sequence))
+                    self._prefixes.realize(id(sequence), to_disk=True)  # and forgets it
+                else:
+                    self._prefixes.forget(id(sequence))
         copies = self._copies.forget(gone)
         for leader in sequences:  # its copies, if still wanted, queue on their own
             for copy in self._copies.release(leader):

@@ -191,7 +191,7 @@ def grows_only(cache: list[Any]) -> bool:
     return True
 
 
-_SINGLE_OF = {BatchKVCache: KVCache, Float16BatchKVCache: Float16KVCache}
+_SINGLE_OF = {batch: single for single, batch in _BATCH_OF.items()}
 
 
 def single_of(batch: Any) -> Any | None:
