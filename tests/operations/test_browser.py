@@ -40,6 +40,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
         # Filled by the import test; the folders are read when the page is.
         OLLAMA_MODELS_DIR=str(var / "ollama"),
         LMSTUDIO_MODELS_DIR=str(var / "lmstudio"),
+        # Keep-alive comments after 1 ms of quiet: the playground's streams carry some.
+        SSE_KEEPALIVE_SECONDS="0.001",
     ) as server:
         yield server
 
@@ -207,12 +209,27 @@ def test_playground_streams_an_answer(page, tiny_model, shots):
     assert page.locator("pre#answer").text_content(), "the answer stayed empty"
     expect(page.locator("button#send")).to_be_enabled()
     screenshot(page, shots, "07-playground-answer")
+    # The stream the page parsed did carry keep-alive comments (before, they broke it).
+    assert ": keep-alive" in raw_stream(page, tiny_model, "Say hello. " * 120)
 
     page.goto("/")
     request = page.locator("#recent-requests tbody tr", has_text="/dashboard/chat")
     expect(request.first).to_contain_text(tiny_model, timeout=WAIT_MS)
     expect(request.first).to_contain_text(f"staff:{USERNAME}")
     screenshot(page, shots, "08-dashboard-recent-requests")
+
+
+def raw_stream(page: Page, model: str, prompt: str) -> str:
+    """The playground's stream for `prompt` as the page receives it, unparsed."""
+    script = """async ([model, prompt]) => {
+      const csrf = (document.cookie.match(/(?:^|; )csrftoken=([^;]+)/) || [])[1] || "";
+      const response = await fetch("/dashboard/chat", {method: "POST", credentials: "same-origin",
+        headers: {"Content-Type": "application/json", "X-CSRFToken": csrf},
+        body: JSON.stringify({model, max_tokens: 8, stream: true,
+                              messages: [{role: "user", content: prompt}]})});
+      return await response.text();
+    }"""
+    return page.evaluate(script, [model, prompt])
 
 
 def test_admin_imports_a_model_from_ollama(page, server, shots, demo_gguf):

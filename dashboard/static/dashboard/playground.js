@@ -42,24 +42,16 @@ async function send(event) {
   }
 }
 
+// Parsed as SSE (sse.js): the server's keep-alive comments while a long prompt is read, or a
+// request waits, are skipped instead of read as JSON.
 async function readEvents(reader, answer) {
-  const decoder = new TextDecoder();
-  let buffer = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) return;
-    buffer += decoder.decode(value, { stream: true });
-    let end;
-    while ((end = buffer.indexOf("\n\n")) >= 0) {
-      const data = buffer.slice(0, end).replace(/^data: /, "");
-      buffer = buffer.slice(end + 2);
-      if (data === "[DONE]") return;
-      const chunk = JSON.parse(data);
-      if (chunk.error) throw new Error(chunk.error.message);
-      for (const choice of chunk.choices) answer.textContent += choice.delta.content || "";
-      if (chunk.usage) {
-        $("status").textContent = `done · ${chunk.usage.prompt_tokens} prompt + ${chunk.usage.completion_tokens} generated tokens`;
-      }
+  for await (const { data } of sseEvents(reader)) {
+    if (data === "[DONE]") return;
+    const chunk = JSON.parse(data);
+    if (chunk.error) throw new Error(chunk.error.message);
+    for (const choice of chunk.choices) answer.textContent += choice.delta.content || "";
+    if (chunk.usage) {
+      $("status").textContent = `done · ${chunk.usage.prompt_tokens} prompt + ${chunk.usage.completion_tokens} generated tokens`;
     }
   }
 }
