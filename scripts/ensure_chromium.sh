@@ -1,5 +1,5 @@
 #!/bin/sh
-# Headless Chromium for the browser tests (tests/operations/test_browser.py): Playwright drives Debian's
+# Headless Chromium for the browser tests (tests/operations/browser/): Playwright drives Debian's
 # package through executable_path, so no browser is ever downloaded. Installs Debian's package
 # when run as root; never fails the build (the browser tests then fail and say why).
 [ "$(uname -s)" = Linux ] || exit 0

@@ -1,151 +1,17 @@
-"""The operator's pages in a real browser: Debian's headless Chromium driven by Playwright.
-
-A live server with a staff login; the admin adds the tiny model, the dashboard warms it, the
-playground streams an answer from it, the admin imports the demo model from an Ollama folder.
-Screenshots land in $SCREENSHOT_DIR (var/screenshots by
-default). Chromium comes from scripts/ensure_chromium.sh: Playwright never downloads a browser.
+"""The operator's pages in a real browser: the admin adds the tiny model, the dashboard warms it,
+the playground streams an answer from it, the admin imports the demo model from an Ollama folder.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from tests.gguf_layouts import SMOLLM_SYSTEM, add_smollm
-from tests.helpers import ROOT
-from tests.live_server import LiveServer, live_server
-
-# Debian's chromium by default; CHROMIUM names another build (e.g. on a Mac).
-CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-USERNAME, PASSWORD = "admin", "pw-for-tests"
-MODEL = "tiny"
-WAIT_MS = 30_000  # for the engine: loading a model, generating
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    superuser = ("createsuperuser", "--noinput", "--username", USERNAME, "--email", "a@example.com")
-    var = tmp_path_factory.mktemp("browser-var")
-    with live_server(
-        var,
-        superuser,
-        DJANGO_SUPERUSER_PASSWORD=PASSWORD,
-        # Filled by the import test; the folders are read when the page is.
-        OLLAMA_MODELS_DIR=str(var / "ollama"),
-        LMSTUDIO_MODELS_DIR=str(var / "lmstudio"),
-        # Keep-alive comments after 1 ms of quiet: the playground's streams carry some.
-        SSE_KEEPALIVE_SECONDS="0.001",
-    ) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(
-            f"{CHROMIUM} is missing: the browser tests drive Debian's Chromium "
-            "(run `sh scripts/ensure_chromium.sh` as root, or `apt-get install chromium`)"
-        )
-    with sync_playwright() as playwright:
-        # Root (CI containers) cannot use Chromium's sandbox.
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=["--no-sandbox"]
-        )
-        yield browser
-        browser.close()
-
-
-@pytest.fixture(scope="module")
-def shots() -> Path:
-    directory = Path(os.environ.get("SCREENSHOT_DIR") or ROOT / "var/screenshots")
-    directory.mkdir(parents=True, exist_ok=True)
-    return directory
-
-
-def screenshot(page: Page, shots: Path, name: str) -> None:
-    path = shots / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    print(f"screenshot: {path}")
-
-
-class Problems:
-    """What the pages reported: uncaught errors, alert()s and console errors."""
-
-    def __init__(self) -> None:
-        self.page_errors: list[str] = []
-        self.console_errors: list[str] = []
-
-    def watch(self, page: Page) -> Page:
-        page.on("pageerror", lambda error: self.page_errors.append(f"{page.url}: {error}"))
-        page.on(
-            "dialog", lambda dialog: self.page_errors.append(f"{page.url}: alert {dialog.message}")
-        )
-        page.on("console", self._console)
-        return page
-
-    def _console(self, message) -> None:
-        location = message.location
-        # The browser asks for /favicon.ico by itself; the pages have none (a harmless 404).
-        if message.type == "error" and not location.get("url", "").endswith("/favicon.ico"):
-            self.console_errors.append(
-                f"{location.get('url')}:{location.get('lineNumber')}: {message.text}"
-            )
-
-
-@pytest.fixture(scope="module")
-def problems() -> Problems:
-    return Problems()
-
-
-@pytest.fixture(autouse=True)
-def no_page_errors(problems: Problems) -> Iterator[None]:
-    yield
-    errors = problems.page_errors + problems.console_errors
-    problems.page_errors.clear()
-    problems.console_errors.clear()
-    assert not errors, "the pages reported errors:\n" + "\n".join(errors)
-
-
-@pytest.fixture(scope="module")
-def context(browser: Browser, server: LiveServer) -> Iterator[BrowserContext]:
-    context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 900})
-    yield context
-    context.close()
-
-
-@pytest.fixture(scope="module")
-def page(context: BrowserContext, problems: Problems, shots: Path) -> Page:
-    """Logged in as staff through the admin login form."""
-    page = problems.watch(context.new_page())
-    page.goto("/admin/login/")
-    page.fill("#id_username", USERNAME)
-    page.fill("#id_password", PASSWORD)
-    screenshot(page, shots, "01-admin-login")
-    page.click("input[type=submit]")
-    expect(page).to_have_url(re.compile(r"/admin/$"))
-    return page
-
-
-@pytest.fixture(scope="module")
-def tiny_model(page: Page, server: LiveServer, shots: Path, tiny_dir: Path) -> str:
-    """The tiny model, added to the catalog through the admin form."""
-    page.goto("/admin/catalog/catalogmodel/add/")
-    page.fill("#id_public_id", MODEL)
-    page.select_option("#id_source", "local")
-    page.fill("#id_location", str(tiny_dir))
-    screenshot(page, shots, "02-admin-add-model")
-    page.click("input[name=_save]")
-    errors = page.locator(".errorlist, .errornote")
-    assert not errors.count(), f"the admin refused the model: {errors.all_inner_texts()}"
-    expect(page).to_have_url(re.compile(r"/admin/catalog/catalogmodel/$"))
-    return MODEL
+from tests.operations.browser.support import USERNAME, WAIT_MS, screenshot
 
 
 def test_admin_adds_the_model_to_the_catalog(page, tiny_model, server, shots):
