@@ -117,6 +117,52 @@ def _glob_ties(entry: Aliased, other: Aliased) -> list[str]:
     ]
 
 
+# Ollama's default tag: `smollm2` and `smollm2:latest` are one name there, so at every door here.
+LATEST = ":latest"
+
+
+def same_names(model_id: str) -> tuple[str, str]:
+    """The name as sent, then its twin with or without Ollama's `:latest`."""
+    if model_id.endswith(LATEST):
+        return model_id, model_id.removesuffix(LATEST)
+    return model_id, model_id + LATEST
+
+
+def named_by(model_id: str, entries: Iterable[Entry]) -> Entry | None:
+    """The entry `model_id` names, as every door resolves it: a model's own id (the name or
+    its `:latest` twin), else an exact alias (likewise), else the most specific glob matching
+    the name as sent. The default for unknown ids is the caller's to add."""
+    rows = list(entries)
+    names = same_names(model_id)
+    for name in names:
+        own = next((entry for entry in rows if entry.public_id == name), None)
+        if own is not None:
+            return own
+    for name in names:
+        exact = next((entry for entry in rows if name in entry.aliases), None)
+        if exact is not None:
+            return exact
+    return best_match(model_id, rows)
+
+
+def source_aliases(names: Iterable[str], entry: Aliased, others: Iterable[Aliased]) -> list[str]:
+    """Of the names an import's source calls a model by (Ollama's `smol:135m`, LM Studio's
+    `publisher/repo/file.gguf`), those that can be aliases of `entry`: valid, not its id (nor
+    its id's `:latest` twin) nor one of its aliases, and naming no other model."""
+    rows = list(others)
+    taken = {row.public_id for row in rows} | {a for row in rows for a in row.aliases}
+    kept: list[str] = []
+    for name in names:
+        # A twin counts: `x:latest` beside another model's id `x` would name that model, and
+        # beside this model's own id `x` it names it already.
+        twins = same_names(name)
+        free = not taken.intersection(twins) and entry.public_id not in twins
+        new = name not in entry.aliases and name not in kept
+        if ALIAS.match(name) and not is_glob(name) and free and new:
+            kept.append(name)
+    return kept
+
+
 def best_match(model_id: str, entries: Iterable[Entry]) -> Entry | None:
     """The entry `model_id` names through an alias: an exact one, else the most specific
     glob (the caller has already looked for a model whose own id it is)."""

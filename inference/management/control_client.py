@@ -6,6 +6,7 @@ import json
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 
@@ -36,14 +37,18 @@ def call(url: str, token: str, method: str, path: str, timeout: float = 600) -> 
 
 
 def _error_message(exc: urllib.error.HTTPError) -> str:
+    """The server's own sentence, then its status: what an operator reads first is what went
+    wrong, not a number."""
     try:
-        return f"{exc.code}: {json.load(exc)['error']['message']}"
+        message = json.load(exc)["error"]["message"]
     except (ValueError, KeyError, TypeError):
-        return f"{exc.code}: {exc.reason}"
+        message = str(exc.reason)
+    return f"{message} (HTTP {exc.code})"
 
 
 def with_progress(label: str, work: Callable[[], dict], write: Callable[[str], None]) -> dict:
-    """Runs `work` while showing the time it has taken so far."""
+    """Runs `work` while showing the time it has taken so far; the line is wiped when it ends,
+    so that what follows (the result, or Django's "CommandError: ...") starts a clean line."""
     outcome: dict = {}
 
     def run() -> None:
@@ -55,13 +60,26 @@ def with_progress(label: str, work: Callable[[], dict], write: Callable[[str], N
     thread = threading.Thread(target=run, daemon=True)
     started = time.monotonic()
     thread.start()
+    shown = ""
     while thread.is_alive():
-        write(f"\r{label}… {time.monotonic() - started:5.1f}s")
+        shown = f"{label}… {time.monotonic() - started:5.1f}s"
+        write(f"\r{shown}")
         thread.join(0.2)
-    write("\r")
+    write("\r" + " " * len(shown) + "\r")
     if "error" in outcome:
         raise outcome["error"]
     return outcome["result"]
+
+
+def named(model: str, resolved: str) -> str:
+    """How a result names its model: `alias (model id)` when the name was an alias."""
+    return model if model == resolved else f"{model} ({resolved})"
+
+
+def quote(model: str) -> str:
+    """A model name as one segment of a /control URL (a name with `/` in it cannot be one:
+    Django decodes %2F before it routes)."""
+    return urllib.parse.quote(model, safe=":")
 
 
 def mib(nbytes: int) -> str:

@@ -18,9 +18,11 @@ from catalog.models import CatalogModel
 from inference.engine.handle import EngineHandle
 from inference.engine.state import EngineHealth, ModelState, PrefixDiskState
 from inference.engine.types import EngineError
+from inference.observability.history import history, sampler
 from inference.protocol.errors import model_not_found
 from inference.serving.drain import drain
 from inference.serving.errors import api_error
+from inference.serving.resolve import named_model
 
 if TYPE_CHECKING:
     from inference.engine.worker import Engine
@@ -29,10 +31,12 @@ T = TypeVar("T")
 
 
 async def _catalog_entry(model_id: str, enabled_only: bool) -> CatalogModel:
-    entries = CatalogModel.objects.select_related(*CatalogModel.RELATED).filter(public_id=model_id)
+    """The row `model_id` names by id or alias, exactly as the API's doors resolve it
+    (serving/resolve.py; the default for unknown ids aside: an operator's typo loads nothing)."""
+    entries = CatalogModel.objects.select_related(*CatalogModel.RELATED)
     if enabled_only:
         entries = entries.filter(enabled=True)
-    entry = await entries.afirst()
+    entry = await named_model(model_id, entries)
     if entry is None:
         raise model_not_found(model_id)
     return entry
@@ -53,9 +57,9 @@ async def warm_model(engine: EngineHandle, model_id: str) -> dict:
 
 
 async def unload_model(engine: EngineHandle, model_id: str) -> dict:
-    await _catalog_entry(model_id, enabled_only=False)
-    unloaded = await _on_engine(engine, methodcaller("unload", model_id))
-    return {"id": model_id, "unloaded": unloaded}
+    entry = await _catalog_entry(model_id, enabled_only=False)
+    unloaded = await _on_engine(engine, methodcaller("unload", entry.public_id))
+    return {"id": entry.public_id, "unloaded": unloaded}
 
 
 async def preload_models(engine: EngineHandle) -> list[str]:
@@ -176,6 +180,7 @@ async def pool_document(health: EngineHealth) -> dict:
         "catalog": [
             {
                 "id": entry.public_id,
+                "aliases": entry.aliases,  # `manage.py pool NAME` resolves them as the API does
                 "enabled": entry.enabled,
                 "loaded": entry.public_id in loaded,
                 "pinned": entry.pinned,
@@ -207,4 +212,12 @@ async def dashboard_document(health: EngineHealth, recent: list[dict]) -> dict:
         },
         "pool": await pool_document(health),
         "recent": recent,
+        "series_interval_seconds": history.interval,  # how often /dashboard/series changes
     }
+
+
+def dashboard_series() -> dict:
+    """The dashboard's charts: this instance's samples of the last hour (observability's
+    series.py); looking starts the sampler if no request has yet."""
+    sampler.start()
+    return history.document()

@@ -1,15 +1,18 @@
 """From the `model` a client sent to what the engine loads. Only enabled catalog rows resolve:
-the model whose id it is, else the one with that exact alias, else the one whose glob alias
-matches it with the most literal characters (catalog/aliases.py), else the model ticked as the
-default for unknown ids of the endpoint's purpose. Replies name the id the client sent."""
+the model whose id it is, else the one with that exact alias (Ollama's `x` and `x:latest` are
+one name), else the one whose glob alias matches it with the most literal characters
+(catalog/aliases.py), else the model ticked as the default for unknown ids of the endpoint's
+purpose. Replies name the id the client sent. A key refused a model it names is told so."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
 
+from django.db.models import QuerySet
+
 from apikeys.auth import Caller
-from catalog.aliases import best_match
+from catalog.aliases import named_by, same_names
 from catalog.families import detect_family
 from catalog.last_used import touch_last_used
 from catalog.models import CatalogModel, ModelFamily
@@ -53,17 +56,42 @@ async def resolve_model(model_id: str, caller: Caller, purpose: str = "chat") ->
 async def find_model(model_id: str, caller: Caller, purpose: str = "chat") -> CatalogModel | None:
     """The enabled catalog row `model_id` names, or None. The id is only ever a key into the
     catalog: never a path or a repo to fetch. A key's model list holds public ids, and applies
-    to the model an alias or the default leads to: a model the key may not use is reported
-    exactly like one that does not exist."""
+    to the model an id or alias names: naming one the key may not use is refused as such
+    (key_refused), never answered as a typo; an unknown id the default would take is only
+    "not found" for a key that may not use the default."""
     enabled = CatalogModel.objects.select_related(*CatalogModel.RELATED).filter(enabled=True)
-    entry = await enabled.filter(public_id=model_id).afirst()
-    if entry is None:
-        entry = best_match(model_id, [e async for e in enabled.exclude(aliases=[])])
-    if entry is None:
-        entry = await enabled.filter(default_for_unknown_ids=True, purpose=purpose).afirst()
+    entry = await named_model(model_id, enabled)
+    if entry is not None:
+        if not caller.may_use(entry.public_id):
+            raise key_refused(model_id, caller)
+        return entry
+    entry = await enabled.filter(default_for_unknown_ids=True, purpose=purpose).afirst()
     if entry is None or not caller.may_use(entry.public_id):
         return None
     return entry
+
+
+async def named_model(model_id: str, rows: QuerySet[CatalogModel]) -> CatalogModel | None:
+    """The row of `rows` that `model_id` names by id or alias, as catalog/aliases.named_by
+    decides it (Ollama's `:latest` twin included); the aliased rows are read only when no
+    row has the id itself."""
+    own = [entry async for entry in rows.filter(public_id__in=same_names(model_id))]
+    if own:
+        return named_by(model_id, own)
+    return named_by(model_id, [entry async for entry in rows.exclude(aliases=[])])
+
+
+def key_refused(model_id: str, caller: Caller) -> APIError:
+    """A model that exists but is not on the key's list, worded as OpenAI words a project's
+    refusal ("Project `p` does not have access to model `m`": 403, code model_not_found), so
+    that it never reads like a typo. Anthropic's dialect makes a 403 its permission_error."""
+    return APIError(
+        f"The API key `{caller.name}` does not have access to model `{model_id}`: the "
+        "server's operator chose the models this key may use (GET /v1/models lists them).",
+        status=403,
+        param="model",
+        code="model_not_found",
+    )
 
 
 def check_purpose(entry: CatalogModel, purpose: str) -> None:

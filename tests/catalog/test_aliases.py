@@ -132,12 +132,12 @@ def test_key_limits_apply_to_the_model_an_alias_reaches(client, pair):
     auth = bearer(secret)
     assert served_by(client, "claude-haiku-4-5", **auth) == "small"
     assert served_by(client, "gpt-5-codex", **auth) == "small"
-    assert served_by(client, SONNET, **auth) == 404  # big's glob: not this key's model
-    assert served_by(client, "mistral-large", **auth) == 404  # big is the default
-    assert served_by(client, "big", **auth) == 404
+    assert served_by(client, SONNET, **auth) == 403  # big's glob: not this key's model
+    assert served_by(client, "mistral-large", **auth) == 404  # big is only the default
+    assert served_by(client, "big", **auth) == 403
     ids = [m["id"] for m in client.get("/v1/models", **auth).json()["data"]]
     assert ids == ["small", "gpt-5-codex"]
-    assert client.get(f"/v1/models/{SONNET}", **auth).status_code == 404
+    assert client.get(f"/v1/models/{SONNET}", **auth).status_code == 403
 
 
 @pytest.mark.parametrize(

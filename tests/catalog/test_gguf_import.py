@@ -92,7 +92,7 @@ def test_import_command_registers_the_model(demo_gguf: Path, tmp_path: Path, set
     entry = CatalogModel.objects.get(public_id="smol")
     assert entry.default_temperature == 0.2
     assert entry.aliases == ["gpt-*"]
-    assert entry.display_name == "Smollm2 135M 8k Lc100K Mix1 Ep2"
+    assert entry.display_name == "smol"  # the id: the GGUF's general.name is its base model's
     assert entry.source == CatalogModel.Source.GGUF
     assert entry.family.slug == "chatml"  # read off the chat template
     assert Path(entry.location) == tmp_path / "smol"

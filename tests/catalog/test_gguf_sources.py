@@ -165,7 +165,8 @@ def test_import_from_ollama_by_name(folders, settings):
     assert (entry.default_temperature, entry.default_top_p) == (0.2, 0.9)
     assert entry.default_max_tokens == 256
     assert entry.system_prompt == SMOLLM_SYSTEM
-    assert entry.display_name  # the GGUF's general.name
+    assert entry.display_name == "smollm2:latest"  # as `ollama list` shows it
+    assert entry.aliases == []  # `smollm2:latest` is its id's twin: it resolves already
     folder = Path(entry.location)
     assert folder == settings.MODEL_STORAGE_DIR / "smollm2"
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
@@ -184,6 +185,7 @@ def test_command_options_win_over_ollamas(folders):
     )  # fmt: skip
     entry = CatalogModel.objects.get(public_id="someone-smollm2-135m-q4_1")
     assert entry.family.slug == "llama" and entry.display_name == "Mine"
+    assert entry.aliases == ["someone/smollm2:135m-q4_1"]  # what Ollama's clients send
     assert (entry.default_temperature, entry.default_max_tokens) == (0.7, 64)
     assert entry.default_top_p == 0.9 and entry.system_prompt == SMOLLM_SYSTEM  # Ollama's
 
@@ -204,6 +206,8 @@ def test_import_from_lmstudio_by_repo(folders, settings):
     assert entry.default_temperature is None and entry.system_prompt == ""
     assert (Path(entry.location) / "model.safetensors").is_file()
     assert "imported SmolLM2-135M-Instruct-Q4_1.gguf as smollm2-135m-instruct-q4_1" in out
+    assert entry.aliases == [LMSTUDIO_FILE, LMSTUDIO_REPO]  # what LM Studio's clients send
+    assert entry.display_name == LMSTUDIO_FILE
 
 
 def test_list_shows_both_folders(folders, ollama_dir, lmstudio_dir):

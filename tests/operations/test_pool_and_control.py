@@ -168,6 +168,7 @@ def test_warm_status_unload(client, tiny_entry, settings):
     assert model["context_length"] == 512  # the tiny model's max_position_embeddings
     assert {
         "id": "tiny-ctl",
+        "aliases": [],
         "enabled": True,
         "loaded": True,
         "pinned": False,

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.timezone import now
 from tqdm import tqdm
 
-from catalog.aliases import add_alias_argument
+from catalog.aliases import ALIAS, add_alias_argument, same_names, source_aliases
 from catalog.gguf_sources import (
     Found,
     OllamaModel,
@@ -28,11 +28,19 @@ from inference.conversion.gguf import UnsupportedGGUF, convert_gguf
 
 @dataclass(frozen=True)
 class Source:
-    """The GGUF file to convert, the id it gets, and Ollama's settings when it came from there."""
+    """The GGUF file to convert, the id it gets, and Ollama's settings when it came from there.
+    `names`: what Ollama or LM Studio call it, which its clients send (aliases, if free);
+    `display_name`: the one it is shown by, the first of those names else the id (the GGUF's
+    own general.name is the base model's, e.g. "Smollm2 135M 8k Lc100K Mix1 Ep2")."""
 
     gguf: Path
     model_id: str
     ollama: OllamaModel | None = None
+    names: tuple[str, ...] = ()
+
+    @property
+    def display_name(self) -> str:
+        return self.names[0] if self.names else self.model_id
 
 
 class Command(BaseCommand):
@@ -66,7 +74,9 @@ class Command(BaseCommand):
             help="public model id (required for a path; --ollama/--lmstudio default to the name)",
         )
         parser.add_argument("--family", help="family slug (default: from the chat template)")
-        parser.add_argument("--name", help="display name (default: the GGUF's general.name)")
+        parser.add_argument(
+            "--name", help="display name (default: the Ollama or LM Studio name, else the id)"
+        )
         add_alias_argument(parser)
         parser.add_argument("--max-tokens", type=int, help="default max_tokens for requests")
         parser.add_argument("--temperature", type=float, help="default temperature")
@@ -142,7 +152,6 @@ class Command(BaseCommand):
             )
         except UnsupportedGGUF as exc:
             raise CommandError(f"cannot import {source.gguf.name}: {exc}") from None
-        entry.display_name = entry.display_name or converted.name
         # Ollama's template is the one Ollama prompts the model with: it comes first.
         ollama_family = source.ollama.family_slug if source.ollama else None
         entry.family = entry.family or detected_family(ollama_family, converted.family_slug)
@@ -166,10 +175,13 @@ class Command(BaseCommand):
             if ollama:
                 found = read_ollama(settings.OLLAMA_MODELS_DIR, ollama)
                 self._note_ollama(found)
-                return Source(found.gguf, model_id or default_model_id("ollama", found.name), found)
+                model_id = model_id or default_model_id("ollama", found.name)
+                return Source(found.gguf, model_id, found, (found.name,))
             if lmstudio:
                 gguf = read_lmstudio(settings.LMSTUDIO_MODELS_DIR, lmstudio)
-                return Source(gguf, model_id or default_model_id("lmstudio", gguf.name))
+                names = lmstudio_names(Path(settings.LMSTUDIO_MODELS_DIR), gguf)
+                model_id = model_id or default_model_id("lmstudio", gguf.name)
+                return Source(gguf, model_id, None, names)
         except SourceError as exc:
             raise CommandError(str(exc)) from None
         if not model_id:
@@ -194,19 +206,34 @@ class Command(BaseCommand):
         ollama = source.ollama.catalog_defaults() if source.ollama else {}
         entry = CatalogModel(
             public_id=source.model_id,
-            display_name=name or "",
+            display_name=name or source.display_name,
             source=CatalogModel.Source.GGUF,
             location=str(Path(settings.MODEL_STORAGE_DIR) / source.model_id),
             family=family_by_slug(family),
-            aliases=options["aliases"],
+            aliases=list(options["aliases"]),
             **{**ollama, **{key: value for key, value in explicit.items() if value is not None}},
         )
+        self._add_source_names(entry, source.names)
         try:  # everything but the weights, which do not exist yet
             entry.clean_fields(exclude=["location"])
             entry.clean_aliases()
         except ValidationError as exc:
             raise CommandError(f"not imported: {error_messages(exc)}") from None
         return entry
+
+    def _add_source_names(self, entry: CatalogModel, names: tuple[str, ...]) -> None:
+        """Ollama's and LM Studio's names for the model become aliases, so that their clients'
+        `model` reaches it at every door; a name another model holds stays that model's."""
+        others = CatalogModel.objects.only("public_id", "aliases")
+        added = source_aliases(names, entry, others)
+        entry.aliases += added
+        for left in (n for n in names if n not in entry.aliases):
+            if entry.public_id in same_names(left):  # its own id already, `:latest` or not
+                continue
+            why = "another model has it" if ALIAS.match(left) else "not a valid id"
+            self._notes.append(f"{left!r} is not an alias of {entry.public_id}: {why}")
+        if added:
+            self.stdout.write(f"{entry.public_id} answers to {', '.join(added)} too")
 
     def _list(self) -> None:
         folders = [
@@ -236,6 +263,19 @@ class Command(BaseCommand):
     def _update(self, **fields) -> None:
         if self._job is not None:
             GGUFImport.objects.filter(pk=self._job.pk).update(**fields)
+
+
+def lmstudio_names(models_dir: Path, gguf: Path) -> tuple[str, ...]:
+    """What LM Studio's clients name a file by: PUBLISHER/REPO/FILE.gguf, and PUBLISHER/REPO
+    when the repo holds only that model."""
+    parts = gguf.relative_to(models_dir).parts
+    names = ["/".join(parts)]
+    try:
+        if read_lmstudio(models_dir, "/".join(parts[:2])) == gguf:
+            names.append("/".join(parts[:2]))
+    except SourceError:  # several models there: the repo alone names none of them
+        pass
+    return tuple(names)
 
 
 def detected_family(*slugs: str | None) -> ModelFamily | None:

@@ -1,18 +1,51 @@
-from django.core.management.base import BaseCommand, CommandParser
+from dataclasses import dataclass
 
-from inference.management.control_client import add_server_arguments, call, mib
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from catalog.aliases import named_by
+from inference.management.control_client import add_server_arguments, call, mib, named
 
 COLUMNS = ("model", "memory", "format", "active", "queued", "tok/s", "idle", "pinned")
 
 
+@dataclass(frozen=True)
+class Listed:
+    """A catalog row of the pool document, as catalog/aliases.named_by reads one."""
+
+    public_id: str
+    aliases: list[str]
+
+
 class Command(BaseCommand):
-    help = "Show the running server's model pool."
+    help = "Show the running server's model pool (or one model of it: its id or an alias)."
 
     def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "model", nargs="?", help="only this model: its catalog id, or an alias the API accepts"
+        )
         add_server_arguments(parser)
 
-    def handle(self, *args, url: str, token: str, **options) -> None:
+    def handle(self, *args, model: str | None, url: str, token: str, **options) -> None:
         status = call(url, token, "GET", "/control/pool")
+        models = status["models"]
+        if model is not None:
+            model_id = resolve(model, status["catalog"])
+            models = [m for m in models if m["id"] == model_id]
+            if not models:
+                self.stdout.write(f"{named(model, model_id)} is not loaded.")
+                return
+        self._table(models)
+        if model is not None:
+            return
+        self.stdout.write(
+            f"\n{mib(status['used_bytes'])} of {mib(status['budget_bytes'])} budget in use; "
+            f"{status['running_sequences']} sequences running."
+        )
+        idle = [c["id"] for c in status["catalog"] if c["enabled"] and not c["loaded"]]
+        if idle:
+            self.stdout.write(f"Enabled but not loaded: {', '.join(idle)}")
+
+    def _table(self, models: list[dict]) -> None:
         rows = [
             (
                 m["id"],
@@ -24,17 +57,19 @@ class Command(BaseCommand):
                 f"{m['idle_seconds']:.0f}s",
                 "yes" if m["pinned"] else "",
             )
-            for m in status["models"]
+            for m in models
         ]
         widths = [max(len(str(x)) for x in column) for column in zip(COLUMNS, *rows, strict=False)]
         for row in (COLUMNS, *rows):
             self.stdout.write("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)))
         if not rows:
             self.stdout.write("(no model loaded)")
-        self.stdout.write(
-            f"\n{mib(status['used_bytes'])} of {mib(status['budget_bytes'])} budget in use; "
-            f"{status['running_sequences']} sequences running."
-        )
-        idle = [c["id"] for c in status["catalog"] if c["enabled"] and not c["loaded"]]
-        if idle:
-            self.stdout.write(f"Enabled but not loaded: {', '.join(idle)}")
+
+
+def resolve(model: str, catalog: list[dict]) -> str:
+    """The catalog id `model` names, by the API's own rules (catalog/aliases.named_by)."""
+    rows = [Listed(c["id"], c.get("aliases") or []) for c in catalog]
+    found = named_by(model, rows)
+    if found is None:
+        raise CommandError(f"The server's catalog has no model named '{model}' (by id or alias).")
+    return found.public_id

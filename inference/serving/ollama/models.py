@@ -1,7 +1,8 @@
 """/api/tags, /api/show, /api/ps and /api/version: the catalog and the pool as Ollama lists
-them. A model is listed as `id:latest` (requests drop the tag again, protocol/ollama/requests);
-its details (format, family, parameter count, quantization) are read from the model's own
-files (config.json and the safetensors headers), cached until those files change."""
+them, each with the context it is served with (the catalog's override, else its own). A model
+is listed as `id:latest` (requests drop the tag again, protocol/ollama/requests); its details
+(format, family, parameter count, quantization) are read from the model's own files
+(config.json and the safetensors headers), cached until those files change."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from apikeys.auth import Caller
 from catalog.families import model_folder
 from catalog.models import CatalogModel
 from inference.engine.state import EngineHealth, ModelState
+from inference.engine.vocabulary import context_length_of
 from inference.protocol.errors import model_not_found
 from inference.protocol.ollama.requests import LATEST, ShowRequest
 from inference.protocol.ollama.responses import (
@@ -140,7 +142,8 @@ def listed_model(entry: CatalogModel) -> ListedModel:
 
 
 async def _enabled(caller: Caller) -> list[CatalogModel]:
-    entries = CatalogModel.objects.select_related("family").filter(enabled=True)
+    # Every relation spec() reads (a LoRA's base, a draft), so the event loop never queries.
+    entries = CatalogModel.objects.select_related(*CatalogModel.RELATED).filter(enabled=True)
     return [e async for e in entries if caller.may_use(e.public_id)]
 
 
@@ -167,18 +170,20 @@ async def show_model(request: ShowRequest, caller: Caller) -> ShowResponse:
         parameters=parameters_text,
         template=_chat_template(entry),
         details=details(entry, config, parameters),
-        model_info=_model_info(config, parameters),
+        model_info=_model_info(config, parameters, context_length_of(entry.spec(), config)),
         capabilities=capabilities,
         modified_at=_iso(entry.updated),
     )
 
 
-def _model_info(config: dict, parameters: int) -> dict:
-    """A few of config.json's facts under Ollama's general.* and <arch>.* keys."""
+def _model_info(config: dict, parameters: int, context_length: int) -> dict:
+    """A few of config.json's facts under Ollama's general.* and <arch>.* keys; the context is
+    the one served (the catalog's override, else the model's own), as clients size prompts by
+    it."""
     arch = str(config.get("model_type") or "")
     info: dict = {"general.architecture": arch, "general.parameter_count": parameters}
+    info[f"{arch}.context_length"] = context_length
     for ours, theirs in (
-        ("max_position_embeddings", "context_length"),
         ("hidden_size", "embedding_length"),
         ("num_hidden_layers", "block_count"),
     ):
@@ -226,7 +231,8 @@ async def running_models(health: EngineHealth, caller: Caller) -> ProcessRespons
                 details=details(entry, config, parameters),
                 expires_at=_expires_at(model, ttl),
                 size_vram=model.bytes,
-                context_length=config.get("max_position_embeddings"),
+                # What the engine serves: the catalog's context, else the model's own.
+                context_length=model.context_length or context_length_of(entry.spec(), config),
             )
         )
     return ProcessResponse(models=running)
