@@ -6,5 +6,6 @@ urlpatterns = [
     path("", views.index, name="dashboard"),
     path("playground", views.playground, name="playground"),
     path("dashboard/state", views.state),
+    path("dashboard/series", views.series),
     path("dashboard/chat", views.playground_chat),
 ]

@@ -15,7 +15,7 @@ from inference.edge import OPENAI, PLAYGROUND, STAFF_OR_TOKEN, endpoint
 from inference.observability import records
 from inference.protocol.openai.chat import ChatCompletion, ChatCompletionRequest
 from inference.serving.context import RequestContext
-from inference.serving.control import dashboard_document
+from inference.serving.control import dashboard_document, dashboard_series
 from inference.serving.pipeline import answer
 from inference.serving.sse import EventStream
 
@@ -42,6 +42,12 @@ def playground(request: HttpRequest) -> HttpResponse:
 async def state(request: HttpRequest, ctx: RequestContext) -> dict:
     """Everything the dashboard shows, polled every second."""
     return await dashboard_document(ctx.engine.health(), list(records.recent))
+
+
+@endpoint("GET", auth=STAFF_OR_TOKEN)
+async def series(request: HttpRequest, ctx: RequestContext) -> dict:
+    """The dashboard's charts: this instance's samples of the last hour."""
+    return dashboard_series()
 
 
 @endpoint("POST", body=ChatCompletionRequest, auth=PLAYGROUND, record=True)

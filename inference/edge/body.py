@@ -33,6 +33,21 @@ def parse_body(request: HttpRequest, schema: type[BaseModel]) -> BaseModel:
     return parsed
 
 
+ASKED_MODEL_CHARS = 200  # of a model name kept for the record: what a table cell can show
+
+
+def asked_model(request: HttpRequest) -> str:
+    """The "model" a JSON body names, for the record of a request refused before its body was
+    parsed into its model, or by that parsing (a bad key, an invalid field); "" where the
+    body is not JSON or names none."""
+    try:
+        data = parse_json(request.body)
+    except (APIError, RequestDataTooBig):
+        return ""
+    model = data.get("model") if isinstance(data, dict) else None
+    return model[:ASKED_MODEL_CHARS] if isinstance(model, str) else ""
+
+
 def parse_json(raw: bytes) -> object:
     """The body's JSON value; anything that is not JSON, or nests deeper than MAX_DEPTH, is
     the client's 400 (the parser's own RecursionError included), never a 500."""

@@ -13,7 +13,7 @@ from django.views.decorators.csrf import csrf_exempt
 from pydantic import BaseModel, ValidationError
 
 from inference.edge.auth import PUBLIC, Auth, hold_slot
-from inference.edge.body import parse_body, validation_error
+from inference.edge.body import asked_model, parse_body, validation_error
 from inference.edge.dialects import OPENAI, Dialect, error_response
 from inference.edge.responses import (
     ClosingStreamingResponse,
@@ -110,10 +110,14 @@ async def _respond(
             kwargs["body"] = parse_body(request, spec.body)
             if ctx.record is not None:
                 ctx.record.stream = bool(getattr(kwargs["body"], "stream", False))
+                model = getattr(kwargs["body"], "model", None)
+                ctx.record.asked_model = model if isinstance(model, str) else ""
         return _render(await view(request, ctx, **kwargs), spec.dialect)
     except APIError as exc:
         if ctx.record is not None:
             ctx.record.error_code = exc.code
+            if spec.body is not None and "body" not in kwargs:  # refused before it was read
+                ctx.record.asked_model = asked_model(request)
         return error_response(spec.dialect, exc)
     except Exception:
         log.exception("unhandled error in %s", request.path)

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from django.conf import settings
 
 from inference.observability import metrics
+from inference.observability.history import history, sampler
 
 log = logging.getLogger("inference.requests")
 RECENT = 50
@@ -23,7 +24,10 @@ class RequestRecord:
     endpoint: str
     id: str
     key: str = "anonymous"
-    model: str = ""
+    model: str = ""  # the catalog model that served it ("" if none did)
+    # What the request asked for (its body's "model"), kept when it was refused too (unknown
+    # model, bad key, invalid body); never a metric label, as a client may send anything.
+    asked_model: str = ""
     status: int = 0
     stream: bool = False
     prompt_tokens: int = 0
@@ -53,6 +57,8 @@ class RequestRecord:
         self._finished = True
         self.duration = time.monotonic() - self._started
         self._count()
+        sampler.start()
+        history.observe(self)
         recent.appendleft(self.public())
         if settings.REQUEST_LOG_JSON:
             log.info(json.dumps(self.public(), separators=(",", ":")))

@@ -138,6 +138,7 @@ def model_document(model: ModelState) -> dict:
         "compute_format": model.compute_format,
         "cpu_kernels": model.kernels,
         "format_reason": model.format_reason,
+        "q6_k": model.q6k or None,  # what a GGUF import's Q6_K layers became
         "activations": model.activations,
         "kv_cache": model.kv_cache,
         "context_length": model.context_length,

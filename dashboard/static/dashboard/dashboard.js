@@ -1,10 +1,34 @@
-// Polls /dashboard/state every second and redraws; warm/unload post to /control with CSRF.
+// Polls /dashboard/state every second and redraws; the charts (charts.js) follow
+// /dashboard/series, sampled every few seconds; warm/unload post to /control with CSRF.
 "use strict";
 
 const csrf = () => (document.cookie.match(/(?:^|; )csrftoken=([^;]+)/) || [])[1] || "";
 const mib = (bytes) => `${(bytes / 2 ** 20).toFixed(0)} MiB`;
 const secs = (s) => (s == null ? "–" : `${s.toFixed(2)} s`);
 const busy = new Set(); // models with a warm/unload in flight
+
+// Axis and legend values: whole numbers as they are, others with a decimal or two.
+const count = (v) => (Number.isInteger(v) ? `${v}` : v.toFixed(1));
+const rate = (v) => `${v < 10 && !Number.isInteger(v) ? v.toFixed(1) : v.toFixed(0)} tok/s`;
+const percent = (v) => `${(100 * v).toFixed(0)}%`;
+const size = (b) => (b >= 2 ** 30 ? `${(b / 2 ** 30).toFixed(1)} GiB` : mib(b));
+const seconds = (v) => `${v < 1 ? v.toFixed(2) : v.toFixed(1)} s`;
+// One chart per quantity of /dashboard/series (observability/series.py), in this order.
+const CHARTS = [
+  { id: "generated_tokens_per_second", title: "Tokens/s generated", format: rate, empty: "No traffic yet" },
+  { id: "prompt_tokens_per_second", title: "Prompt tokens/s read (counted as requests finish)", format: rate,
+    empty: "No traffic yet" },
+  { id: "running", title: "Running sequences", format: count, empty: "Nothing running at any sample yet" },
+  { id: "queued", title: "Queued sequences", format: count, empty: "Nothing queued at any sample yet" },
+  { id: "time_to_first_token", title: "Time to first token (p50, p95 dashed)", format: seconds,
+    empty: "No traffic yet" },
+  { id: "memory", title: "Memory", format: size, scale: 2 ** 20, empty: "No samples yet" },
+  { id: "prefix_cache_hit_rate", title: "Prefix cache hits (share of prompt tokens)", format: percent, top: 1,
+    empty: "No traffic yet" },
+  { id: "draft_acceptance", title: "Draft tokens kept (speculation)", format: percent, top: 1,
+    empty: "No drafts verified yet" },
+];
+let seriesAt = 0; // when the series were last fetched (ms)
 
 function cell(text, cls) {
   const td = document.createElement("td");
@@ -30,7 +54,7 @@ function loadedRow(m) {
   tr.dataset.model = m.id;
   const kernels = m.activations ? `CPU kernels, ${m.activations} activations` : "CPU kernels";
   const format = cell(m.cpu_kernels ? `${m.compute_format} · ${kernels}` : m.compute_format);
-  format.title = m.format_reason;
+  format.title = m.q6_k ? `${m.format_reason}; ${m.q6_k}` : m.format_reason;
   const context = m.context_length ? `${m.context_length} tokens` : "";
   tr.append(cell(m.id), cell(mib(m.bytes)), format, cell(m.kv_cache), cell(context),
     cell(m.pinned ? "yes" : ""),
@@ -83,11 +107,22 @@ function catalogRow(entry) {
 function recentRow(r) {
   const tr = document.createElement("tr");
   const failed = r.status >= 400 || r.error_code;
-  tr.append(cell(new Date(r.at * 1000).toLocaleTimeString()), cell(r.endpoint), cell(r.model || "–"),
+  tr.append(cell(new Date(r.at * 1000).toLocaleTimeString()), cell(r.endpoint), modelCell(r),
     cell(r.key), cell(r.error_code ? `${r.status} ${r.error_code}` : r.status, failed ? "bad" : ""),
     cell(`${r.prompt_tokens} / ${r.completion_tokens}`), cell(secs(r.time_to_first_token)),
     cell(secs(r.duration)), cell(r.finish_reason || ""));
   return tr;
+}
+
+// The model that served the request; for a refused one, the name it asked for; for an alias,
+// the name asked and the model that answered.
+function modelCell(r) {
+  if (!r.model) {
+    const td = cell(r.asked_model || "–", r.asked_model ? "asked" : "");
+    if (r.asked_model) td.title = "asked for; no model served it";
+    return td;
+  }
+  return cell(r.asked_model && r.asked_model !== r.model ? `${r.asked_model} → ${r.model}` : r.model);
 }
 
 async function control(model, action) {
@@ -97,9 +132,11 @@ async function control(model, action) {
     const response = await fetch(`/control/models/${encodeURIComponent(model)}/${action}`, {
       method: "POST", headers: { "X-CSRFToken": csrf() }, credentials: "same-origin",
     });
+    const notice = document.getElementById("notice");
+    notice.textContent = "";
     if (!response.ok) {
       const body = await response.json().catch(() => ({}));
-      alert(`${action} ${model}: ${(body.error && body.error.message) || response.status}`);
+      notice.textContent = `${action} ${model}: ${(body.error && body.error.message) || response.status}`;
     }
   } finally {
     busy.delete(model);
@@ -133,7 +170,41 @@ async function refresh() {
   fill(document.querySelector("#catalog tbody"), pool.catalog.map(catalogRow), "The catalog is empty.", 4);
   fill(document.querySelector("#recent-requests tbody"), recent.map(recentRow), "No requests yet.", 9);
   document.getElementById("updated").textContent = `Updated ${new Date().toLocaleTimeString()}`;
+  if (Date.now() - seriesAt >= 1000 * (state.series_interval_seconds || 5)) refreshCharts();
 }
 
+function makeCharts() {
+  const section = document.getElementById("charts");
+  for (const spec of CHARTS) {
+    const figure = document.createElement("figure");
+    figure.className = "chart";
+    figure.id = `chart-${spec.id}`;
+    const caption = document.createElement("figcaption");
+    caption.textContent = spec.title;
+    figure.append(caption);
+    section.append(figure);
+  }
+}
+
+async function refreshCharts() {
+  seriesAt = Date.now();
+  const status = document.getElementById("charts-status");
+  let series;
+  try {
+    const response = await fetch("/dashboard/series", { credentials: "same-origin" });
+    if (!response.ok) throw new Error(response.status);
+    series = await response.json();
+  } catch (error) {
+    status.textContent = `Cannot read the history (${error.message}).`;
+    return;
+  }
+  status.textContent = `This instance, one sample every ${series.interval_seconds} s, ` +
+    `the last ${series.span_seconds / 60} minutes (${series.at.length} samples).`;
+  for (const spec of CHARTS) {
+    Charts.draw(document.getElementById(`chart-${spec.id}`), spec, series.at, series.quantities[spec.id] || {});
+  }
+}
+
+makeCharts();
 refresh();
 setInterval(refresh, 1000);
