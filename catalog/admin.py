@@ -5,23 +5,28 @@ from asgiref.sync import async_to_sync
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.urls import path
 from django.utils.html import format_html
 
-from catalog.background import start_command
-from catalog.families import choose_family, model_detection
-from catalog.job_admin import ImportPermissions
+from catalog.background import job_log_path, start_command
+from catalog.families import choose_family, model_detection, model_folder
+from catalog.forms import PlainAdminFields
+from catalog.job_admin import FailedJobs
+from catalog.model_config import own_context, read_config
 from catalog.models import CatalogModel, GGUFImport, ModelFamily, PromptMetadataPattern
+from catalog.pool_notes import running_with, saved_note
 from catalog.source_views import sources_view
 from inference import runtime
 from inference.engine.state import ModelState
+from inference.engine.types import ModelSpec
 from inference.protocol.errors import APIError
 from inference.serving.control import unload_model, warm_model
 
 
 @admin.register(ModelFamily)
-class ModelFamilyAdmin(admin.ModelAdmin):
+class ModelFamilyAdmin(PlainAdminFields, admin.ModelAdmin):
     list_display = (
         "name",
         "slug",
@@ -74,7 +79,7 @@ class PromptMetadataPatternAdmin(admin.ModelAdmin):
 
 
 @admin.register(CatalogModel)
-class CatalogModelAdmin(admin.ModelAdmin):
+class CatalogModelAdmin(PlainAdminFields, admin.ModelAdmin):
     list_display = (
         "public_id",
         "answers_to",
@@ -102,7 +107,7 @@ class CatalogModelAdmin(admin.ModelAdmin):
     )
     search_fields = ("public_id", "display_name", "location")
     autocomplete_fields = ("base_model",)
-    readonly_fields = ("created", "updated", "last_used", "family_detected")
+    readonly_fields = ("created", "updated", "last_used", "family_detected", "running_with")
     actions = ("warm", "unload", "enable", "disable")
     fieldsets = (
         (None, {"fields": ("public_id", "display_name", "enabled", "preload", "pinned")}),
@@ -145,6 +150,7 @@ class CatalogModelAdmin(admin.ModelAdmin):
                     "kv_cache",
                     "context_length",
                     "parallel",
+                    "running_with",
                 )
             },
         ),
@@ -171,11 +177,45 @@ class CatalogModelAdmin(admin.ModelAdmin):
             kwargs["strip"] = False  # "query: " (e5) needs its trailing space
         return super().formfield_for_dbfield(db_field, request, **kwargs)
 
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        limit = own_context_of(obj) if obj is not None else None
+        field = form.base_fields.get("context_length")  # absent on a view-only page
+        if limit and field is not None:  # what a blank box means
+            field.widget.attrs["placeholder"] = f"{limit} (the model's own)"
+        return form
+
+    def save_model(self, request, entry: CatalogModel, form, change: bool) -> None:
+        before = self._stored_spec(entry) if change else None
+        super().save_model(request, entry, form, change)
+        state = self._loaded_id(before.model_id) if before else None
+        note = saved_note(state, before, entry.spec(), entry.enabled)
+        if note:
+            self.message_user(request, note, messages.INFO)
+
+    def _stored_spec(self, entry: CatalogModel) -> ModelSpec | None:
+        stored = CatalogModel.objects.select_related(*CatalogModel.RELATED).filter(pk=entry.pk)
+        row = stored.first()
+        return row.spec() if row is not None else None
+
     def _loaded(self, entry: CatalogModel) -> ModelState | None:
+        return self._loaded_id(entry.public_id)
+
+    def _loaded_id(self, model_id: str) -> ModelState | None:
         # The engine's snapshot: never waits for it, never starts it.
         health = runtime.current_health()
         models = health.models if health else ()
-        return next((m for m in models if m.id == entry.public_id), None)
+        return next((m for m in models if m.id == model_id), None)
+
+    @admin.display(description="running with")
+    def running_with(self, entry: CatalogModel) -> str:
+        """What the pool really loaded (the setting may say auto); read off the engine."""
+        if entry.pk is None:
+            return "-"
+        state = self._loaded(entry)
+        if state is None:
+            return "not loaded: warm it (the actions of the list) to see what it runs with"
+        return running_with(state)
 
     @admin.display(description="family in use")
     def family_detected(self, entry: CatalogModel) -> str:
@@ -284,9 +324,10 @@ class GGUFImportForm(forms.ModelForm):
 
 
 @admin.register(GGUFImport)
-class GGUFImportAdmin(ImportPermissions, admin.ModelAdmin):
+class GGUFImportAdmin(FailedJobs, admin.ModelAdmin):
     """Converting a GGUF runs `manage.py import_gguf` in its own process (MLX stays out of the
-    server's request threads); the list shows its progress and refreshes while it runs."""
+    server's request threads); the list shows its progress and refreshes while it runs, and a
+    failed import's reason, log and Retry."""
 
     list_display = (
         "model_id",
@@ -294,12 +335,16 @@ class GGUFImportAdmin(ImportPermissions, admin.ModelAdmin):
         "weights",
         "status",
         "progress_bar",
-        "message",
+        "outcome",
         "imported",
         "created",
+        "retry_button",
     )
     form = GGUFImportForm
     fields = ("model_id", "source_path", "upload", "family", "weights")
+    # What a started import's page shows besides what it was started with.
+    job_fields = ("status", "progress_bar", "outcome", "imported", "created", "finished")
+    readonly_fields = ("progress_bar", "outcome")
     change_list_template = "admin/catalog/ggufimport/change_list.html"
 
     def has_change_permission(self, request, obj=None) -> bool:
@@ -308,7 +353,10 @@ class GGUFImportAdmin(ImportPermissions, admin.ModelAdmin):
     def get_urls(self):
         view = self.admin_site.admin_view(partial(sources_view, model_admin=self))
         sources = path("sources/", view, name="catalog_ggufimport_sources")
-        return [sources, *super().get_urls()]
+        return [sources, *self.job_urls(), *super().get_urls()]
+
+    def get_fields(self, request, obj=None):
+        return self.fields if obj is None else (*self.fields, *self.job_fields)
 
     @admin.display(description="from")
     def source(self, job: GGUFImport) -> str:
@@ -324,9 +372,23 @@ class GGUFImportAdmin(ImportPermissions, admin.ModelAdmin):
         super().save_model(request, job, form, change)
         self.start_import(request, job)
 
+    def retry_refusal(self, job: GGUFImport) -> str | None:
+        if job.upload and not job.upload.storage.exists(job.upload.name):
+            return (
+                f"{job.model_id}'s uploaded file was deleted after the failed attempt; upload "
+                "it again as a new import."
+            )
+        try:
+            job.clean()
+        except ValidationError as exc:
+            return " ".join(exc.messages)
+        return None
+
+    def restart(self, request, job: GGUFImport) -> None:
+        self.start_import(request, job)
+
     def start_import(self, request, job: GGUFImport) -> None:
-        log_path = settings.VAR_DIR / "imports" / f"{job.pk}.log"
-        process = start_command(import_command(job), log_path)
+        process = start_command(import_command(job), job_log_path(job))
         # Known at once, so that an import killed before it starts is found out too.
         GGUFImport.objects.filter(pk=job.pk).update(pid=getattr(process, "pid", None))
         self.message_user(request, f"Importing {job.model_id} in the background.")
@@ -354,6 +416,15 @@ def import_command(job: GGUFImport) -> list[str]:
         # After "--": a file named "-x.gguf" or "--help" is a path, never an option.
         command += ["--", job.gguf_path]
     return command
+
+
+def own_context_of(entry: CatalogModel) -> int | None:
+    """The model's own context from its files (a LoRA adapter's: its base's); None where they
+    cannot be read here (a hub repo not in the local cache)."""
+    model = entry.base_model if entry.source == CatalogModel.Source.LORA else entry
+    folder = model_folder(model) if model is not None else None
+    config = read_config(folder) if folder is not None else None
+    return own_context(config) if config is not None else None
 
 
 # Registered by its own module, which the admin's autodiscovery reaches through this import.

@@ -8,6 +8,15 @@ import subprocess
 from pathlib import Path
 
 from django.conf import settings
+from django.db import models
+
+# Each kind of job's folder of logs under VAR_DIR, by model name.
+LOG_FOLDERS = {"ggufimport": "imports", "hubpull": "pulls"}
+
+
+def job_log_path(job: models.Model) -> Path:
+    """Where the job's command writes its output (the latest attempt's)."""
+    return settings.VAR_DIR / LOG_FOLDERS[job._meta.model_name] / f"{job.pk}.log"
 
 
 def start_command(command: list[str], log_path: Path) -> subprocess.Popen:

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -10,6 +9,7 @@ from django.db import models
 from django.utils.timezone import now
 
 from catalog.aliases import alias_conflicts, validate_alias_list
+from catalog.model_config import own_context, read_config
 from catalog.processes import LOST, process_alive
 from catalog.validators import (
     public_id_validator,
@@ -37,36 +37,51 @@ from inference.engine.vocabulary import chunk_context_limit
 class ModelFamily(models.Model):
     """How a family of models is prompted and stopped; picked per model or detected."""
 
-    slug = models.SlugField(unique=True)
-    name = models.CharField(max_length=100)
-    adapter = models.CharField(max_length=32, choices=adapter_choices, default="default")
+    slug = models.SlugField(
+        unique=True,
+        help_text="The family's short name, as commands take it (import_gguf --family qwen3).",
+    )
+    name = models.CharField(max_length=100, help_text="The family's name as the admin lists it.")
+    adapter = models.CharField(
+        "prompt adapter",
+        max_length=32,
+        choices=adapter_choices,
+        default="default",
+        help_text="The code that turns a request into this family's prompt and reads its "
+        "replies (roles, tool calls, reasoning): ChatML, Llama 3, Mistral, Gemma, Harmony "
+        "(gpt-oss), or default (the chat template alone). Not a LoRA adapter: those are "
+        "catalog models of source 'LoRA adapter'.",
+    )
     priority = models.PositiveIntegerField(
-        default=100, help_text="Detection tries families in ascending priority."
+        default=100,
+        help_text="Detection tries families in ascending priority: the first whose patterns "
+        "match wins.",
     )
     name_patterns = models.JSONField(
         default=list,
         blank=True,
         validators=[validate_regex_list],
-        help_text="Case-insensitive regexes matched against the model id and location, "
-        'e.g. ["qwen", "smollm"].',
+        help_text="Case-insensitive regular expressions matched against the model id and "
+        "location, e.g. qwen on one line and smollm on the next.",
     )
     model_types = models.JSONField(
         default=list,
         blank=True,
         validators=[validate_string_list],
-        help_text='config.json model_type values, e.g. ["qwen2", "qwen3"].',
+        help_text="config.json model_type values, e.g. qwen2 on one line and qwen3 on the next.",
     )
     extra_stop_tokens = models.JSONField(
         default=list,
         blank=True,
         validators=[validate_string_list],
-        help_text="Special tokens that end generation besides the tokenizer's eos.",
+        help_text="Special tokens that end generation besides the tokenizer's eos, e.g. "
+        "<|im_end|>.",
     )
     stop_strings = models.JSONField(
         default=list,
         blank=True,
         validators=[validate_string_list],
-        help_text="Text that ends generation (not included in the output).",
+        help_text="Text that ends generation (not included in the output), e.g. <|user|>.",
     )
     chat_template = models.TextField(
         blank=True, help_text="Jinja chat template overriding the tokenizer's (optional)."
@@ -190,10 +205,10 @@ class CatalogModel(models.Model):
         default=list,
         blank=True,
         validators=[validate_alias_list],
-        help_text="Other ids clients may send as `model` for this one: exact ids, or globs "
-        'where * is any text, e.g. ["claude-sonnet-4-5-20250929", "claude-haiku-*", '
-        '"gpt-5*"]. The model\'s own id wins, then an exact alias, then the glob with the '
-        "most characters besides *. Replies name the id the client sent.",
+        help_text="Other ids clients may send as `model` for this one, one per line: exact ids, "
+        "or globs where * is any text, e.g. claude-sonnet-4-5-20250929, claude-haiku-* or "
+        "gpt-5*. The model's own id wins, then an exact alias, then the glob with the most "
+        "characters besides *. Replies name the id the client sent.",
     )
     default_for_unknown_ids = models.BooleanField(
         "default for unknown ids",
@@ -319,7 +334,11 @@ class CatalogModel(models.Model):
         "otherwise each rank holds the whole model. Ignored outside a group.",
     )
     default_max_tokens = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(1)]
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="max_tokens for requests that do not say (empty: up to the max output "
+        "tokens, else the room left in the context). At most the max output tokens.",
     )
     max_output_tokens = models.PositiveIntegerField(
         null=True,
@@ -367,7 +386,12 @@ class CatalogModel(models.Model):
         blank=True, help_text="Used when a request brings no system message."
     )
     context_length = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Leave empty to use the model's config."
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Tokens of prompt and answer together. Blank: the model's own context (its "
+        "config's, shown greyed in the box). A shorter one saves memory; a longer one than "
+        "the model's own is refused, and so is 0.",
     )
     context_overflow = models.CharField(
         "prompts over the context",
@@ -490,10 +514,14 @@ class CatalogModel(models.Model):
             raise ValidationError({"activations": refusal})
         if self.activations != "15bit" and self.purpose != self.Purpose.CHAT:
             raise ValidationError({"activations": "Only chat models round activations so."})
+        self.clean_limits()
         self.clean_draft()
         self.clean_mtp()
         if self.source == self.Source.LORA:
             self.clean_adapter()
+            base_config = read_config(Path(self.base_model.location))
+            if base_config is not None and self.base_model.source != self.Source.HUGGING_FACE:
+                self.clean_context(base_config)  # an adapter runs in its base's context
         elif self.base_model_id is not None:
             raise ValidationError({"base_model": "Only a LoRA adapter has a base model."})
         else:
@@ -510,25 +538,41 @@ class CatalogModel(models.Model):
     def clean_against_config(self) -> None:
         """What the model's config says cannot apply is refused here, with the reason, rather
         than when the model loads (a hub repo not yet pulled is checked then): a quantized KV
-        cache, a context past what the engine serves exactly (Llama 4's first chunk)."""
-        config_file = Path(self.location) / "config.json"
-        if self.source == self.Source.HUGGING_FACE or not config_file.is_file():
+        cache it cannot keep, a context past its own."""
+        if self.source == self.Source.HUGGING_FACE:
             return
-        try:
-            config = json.loads(config_file.read_text())
-        except (OSError, ValueError):
-            return  # the loader says what is wrong with it
-        if not isinstance(config, dict):
+        config = read_config(Path(self.location))
+        if config is None:
             return
         reason = kv_refusal(config, self.kv_cache)
         if reason:
             raise ValidationError({"kv_cache": reason})
-        limit = chunk_context_limit(config)
-        if limit and self.context_length and self.context_length > limit:
+        self.clean_context(config)
+
+    def clean_context(self, config: dict) -> None:
+        """A context longer than the model's own would run past what it was trained on (or,
+        for Llama 4, past its first attention chunk): refused with the model's limit."""
+        limit = own_context(config)
+        if not (limit and self.context_length and self.context_length > limit):
+            return
+        if chunk_context_limit(config) == limit:
+            why = f"Llama 4 is served within its first attention chunk: at most {limit} tokens."
+        else:
+            why = f"At most {limit} tokens: the model's own context (its config.json)."
+        raise ValidationError(
+            {"context_length": f"{why} Leave it blank for {limit}, or give a shorter one."}
+        )
+
+    def clean_limits(self) -> None:
+        """The default max_tokens is within the max output tokens (serving would cut it to
+        them silently)."""
+        most, default = self.max_output_tokens, self.default_max_tokens
+        if most and default and default > most:
             raise ValidationError(
                 {
-                    "context_length": f"Llama 4 is served within its first attention chunk: "
-                    f"at most {limit} tokens."
+                    "default_max_tokens": f"{default} is more than the max output tokens "
+                    f"({most}): requests that leave max_tokens out would be cut to {most} "
+                    "anyway. Give at most that, or raise the max output tokens."
                 }
             )
 
@@ -752,8 +796,8 @@ class HubPull(models.Model):
         default=list,
         blank=True,
         validators=[validate_alias_list],
-        help_text="Other ids the pulled model answers to (an Ollama pull adds the name its "
-        "client pulled, hf.co/owner/repo:TAG).",
+        help_text="Other ids the pulled model answers to, one per line (an Ollama pull adds "
+        "the name its client pulled, hf.co/owner/repo:TAG).",
     )
     status = models.CharField(max_length=9, choices=Status.choices, default=Status.QUEUED)
     progress = models.PositiveSmallIntegerField(default=0, help_text="percent")
@@ -778,6 +822,12 @@ class HubPull(models.Model):
     def clean(self) -> None:
         super().clean()
         refuse_taken_id(self, "A pull for this id is already running.")
+        if isinstance(self.aliases, list):
+            # Checked now, not after the download: the pull's catalog row would refuse them
+            # then, with the bytes already spent.
+            CatalogModel(
+                public_id=self.model_id, location="-", aliases=self.aliases
+            ).clean_aliases()
 
     @classmethod
     def reap_lost(cls, **among: object) -> None:

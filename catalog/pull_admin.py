@@ -1,7 +1,8 @@
 """The admin's hub pulls: a pull runs `manage.py pull --job` in its own process, started by
 catalog/pulls.py as Ollama's /api/pull starts it; the list shows bytes, total and speed,
 refreshes while one runs, and has a cancel button per running pull (SIGTERM: the command
-keeps its partial files and says cancelled) and a resume action (the same pull again)."""
+keeps its partial files and says cancelled), a resume action (the same pull again), and for a
+failed pull its reason in plain words, its log and a Retry button."""
 
 from __future__ import annotations
 
@@ -9,31 +10,37 @@ import os
 import signal
 
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.timezone import now
 
-from catalog.job_admin import ImportPermissions
+from catalog.forms import PlainAdminFields
+from catalog.job_admin import FailedJobs
 from catalog.models import HubPull
 from catalog.pulls import start_pull
 
 
 @admin.register(HubPull)
-class HubPullAdmin(ImportPermissions, admin.ModelAdmin):
+class HubPullAdmin(PlainAdminFields, FailedJobs, admin.ModelAdmin):
     list_display = (
         "model_id",
         "source",
         "status",
         "progress_bar",
-        "message",
+        "outcome",
         "imported",
         "created",
         "cancel_button",
+        "retry_button",
     )
     list_filter = ("status",)
-    fields = ("repo", "revision", "filename", "model_id", "family")
+    fields = ("repo", "revision", "filename", "model_id", "family", "aliases")
+    # What a started pull's page shows besides what it was started with.
+    job_fields = ("status", "progress_bar", "outcome", "imported", "created", "finished")
+    readonly_fields = ("progress_bar", "outcome")
     actions = ("cancel", "resume")
     change_list_template = "admin/catalog/hubpull/change_list.html"
 
@@ -43,7 +50,10 @@ class HubPullAdmin(ImportPermissions, admin.ModelAdmin):
     def get_urls(self):
         view = self.admin_site.admin_view(self.cancel_view)
         cancel = path("<int:pk>/cancel/", view, name="catalog_hubpull_cancel")
-        return [cancel, *super().get_urls()]
+        return [cancel, *self.job_urls(), *super().get_urls()]
+
+    def get_fields(self, request, obj=None):
+        return self.fields if obj is None else (*self.fields, *self.job_fields)
 
     @admin.display(description="from")
     def source(self, job: HubPull) -> str:
@@ -82,6 +92,17 @@ class HubPullAdmin(ImportPermissions, admin.ModelAdmin):
         super().save_model(request, job, form, change)
         start_pull(job)
         self.message_user(request, f"Pulling {job.repo} as {job.model_id} in the background.")
+
+    def retry_refusal(self, job: HubPull) -> str | None:
+        try:
+            job.clean()
+        except ValidationError as exc:
+            return " ".join(exc.messages)
+        return None
+
+    def restart(self, request, job: HubPull) -> None:
+        start_pull(job)
+        self.message_user(request, f"Pulling {job.repo} as {job.model_id} again.")
 
     @admin.action(description="Cancel (keeps what was downloaded)", permissions=["add"])
     def cancel(self, request, queryset) -> None:

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from catalog.background import start_command
+from catalog.background import job_log_path, start_command
 from catalog.hub import choose_files, gguf_for_quantization, hub_token, list_files
-from catalog.models import CatalogModel, HubPull
+from catalog.models import HubPull
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def pull_command(job: HubPull) -> list[str]:
 
 
 def start_pull(job: HubPull) -> subprocess.Popen:
-    process = start_command(pull_command(job), settings.VAR_DIR / "pulls" / f"{job.pk}.log")
+    process = start_command(pull_command(job), job_log_path(job))
     # The cancel button signals this process; the command writes its own pid again at start.
     HubPull.objects.filter(pk=job.pk).update(pid=getattr(process, "pid", None))
     return process
@@ -69,9 +69,6 @@ def begin_pull(
     if running is not None:
         return running, None
     job = HubPull(repo=repo, filename=filename, model_id=model_id, aliases=aliases)
-    job.full_clean()
-    # The aliases are checked now, not after the download: the pull's catalog row would refuse
-    # them then, with the bytes already spent.
-    CatalogModel(public_id=model_id, location="-", aliases=aliases).clean_aliases()
+    job.full_clean()  # its aliases too, before any byte is downloaded
     job.save()
     return job, start_pull(job)

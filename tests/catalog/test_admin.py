@@ -151,17 +151,18 @@ def test_family_form_validates_lists(admin_client):
             "name": "Custom",
             "adapter": "chatml",
             "priority": "50",
-            "name_patterns": '["(unclosed"]',
-            "model_types": "[]",
-            "extra_stop_tokens": '"not a list"',
-            "stop_strings": "[]",
+            # One per line now (tests/catalog/test_admin_forms.py): JSON is refused, not read.
+            "name_patterns": "qwen\n(unclosed",
+            "model_types": "",
+            "extra_stop_tokens": '["<|im_end|>"]',
+            "stop_strings": "",
             "chat_template": "",
             "_save": "Save",
         },
     )
     assert response.status_code == 200
     assert b"is not a valid regular expression" in response.content
-    assert b"Give a JSON list of non-empty strings" in response.content
+    assert b"Write one value per line, without JSON brackets or quotes" in response.content
     assert not ModelFamily.objects.filter(slug="custom").exists()
 
 

@@ -220,14 +220,13 @@ def test_admin_edits_aliases_and_default(admin_client, pair, tiny_dir):
     fields = {"public_id": "big", "location": str(tiny_dir), "default_max_tokens": "2"}
     response = admin_client.post(
         url,
-        form(
-            **fields, aliases='["claude-sonnet-*", "claude-opus-4-1"]', default_for_unknown_ids="on"
-        ),
+        # One per line, as the admin's box takes them.
+        form(**fields, aliases="claude-sonnet-*\nclaude-opus-4-1", default_for_unknown_ids="on"),
     )
     assert response.status_code == 302, response.content
     big.refresh_from_db()
     assert big.aliases == ["claude-sonnet-*", "claude-opus-4-1"] and big.default_for_unknown_ids
-    refused = admin_client.post(url, form(**fields, aliases='["gpt-5-codex"]'))
+    refused = admin_client.post(url, form(**fields, aliases="gpt-5-codex"))
     assert refused.status_code == 200
     assert b"already names the model" in refused.content
     page = admin_client.get("/admin/catalog/catalogmodel/").content.decode()
