@@ -1,6 +1,6 @@
 from django.urls import path
 
-from dashboard import views
+from dashboard import conversations, views
 
 urlpatterns = [
     path("", views.index, name="dashboard"),
@@ -8,4 +8,6 @@ urlpatterns = [
     path("dashboard/state", views.state),
     path("dashboard/series", views.series),
     path("dashboard/chat", views.playground_chat),
+    path("dashboard/conversations", conversations.conversations),
+    path("dashboard/conversations/<int:pk>", conversations.conversation),
 ]

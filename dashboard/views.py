@@ -1,5 +1,5 @@
-"""The operator's pages: a live dashboard at / (staff) and a chat playground (staff with the
-catalog.use_playground permission)."""
+"""The operator's pages: a live dashboard at / (staff) and a chat page at /playground (staff with
+the catalog.use_playground permission; its conversations: dashboard/conversations.py)."""
 
 from __future__ import annotations
 
@@ -34,8 +34,22 @@ def index(request: HttpRequest) -> HttpResponse:
 @permission_required("catalog.use_playground", raise_exception=True)  # 403, not a login loop
 @ensure_csrf_cookie
 def playground(request: HttpRequest) -> HttpResponse:
-    models = CatalogModel.objects.filter(enabled=True).values_list("public_id", flat=True)
-    return render(request, "dashboard/playground.html", {"title": "Playground", "models": models})
+    """The chat page: the enabled chat models, each with the catalog's defaults, which the page
+    shows beside its sampling controls and leaves to the server unless changed."""
+    models = CatalogModel.objects.filter(enabled=True, purpose=CatalogModel.Purpose.CHAT)
+    defaults = {entry.public_id: _defaults(entry) for entry in models.order_by("public_id")}
+    return render(request, "dashboard/playground.html", {"title": "Chat", "defaults": defaults})
+
+
+def _defaults(entry: CatalogModel) -> dict:
+    return {
+        "temperature": entry.default_temperature,
+        "top_p": entry.default_top_p,
+        "max_tokens": entry.default_max_tokens,
+        "max_output_tokens": entry.max_output_tokens,
+        "system_prompt": entry.system_prompt,
+        "vision": entry.vision,
+    }
 
 
 @endpoint("GET", auth=STAFF_OR_TOKEN)

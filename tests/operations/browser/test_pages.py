@@ -1,5 +1,5 @@
 """The operator's pages in a real browser: the admin adds the tiny model, the dashboard warms it,
-the playground streams an answer from it, the admin imports the demo model from an Ollama folder.
+the admin imports the demo model from an Ollama folder.
 """
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import re
 from pathlib import Path
 
 import httpx
-from playwright.sync_api import Page, expect
+from playwright.sync_api import expect
 
 from tests.gguf_layouts import SMOLLM_SYSTEM, add_smollm
-from tests.operations.browser.support import USERNAME, WAIT_MS, screenshot
+from tests.operations.browser.support import WAIT_MS, screenshot
 
 
 def test_admin_adds_the_model_to_the_catalog(page, tiny_model, server, shots):
@@ -57,45 +57,6 @@ def test_dashboard_warms_the_model(page, tiny_model, shots):
     for card in ("#running", "#queued", "#tokens-per-second"):
         expect(page.locator(card)).to_have_text(re.compile(r"^\d+(\.\d+)?$"))
     screenshot(page, shots, "06-dashboard-loaded")
-
-
-def test_playground_streams_an_answer(page, tiny_model, shots):
-    page.goto("/playground")
-    page.select_option("select#model", tiny_model)
-    page.fill("textarea#prompt", "Say hello.")
-    page.fill("#max-tokens", "12")
-    page.click("button#send")
-    status = page.locator("#status")
-    expect(status).to_contain_text("done", timeout=WAIT_MS)
-    match = re.fullmatch(r"done · (\d+) prompt \+ (\d+) generated tokens", status.inner_text())
-    assert match, f"unexpected status {status.inner_text()!r}"
-    assert int(match[1]) > 0
-    assert 0 < int(match[2]) <= 12
-    # Random weights: gibberish, but something.
-    assert page.locator("pre#answer").text_content(), "the answer stayed empty"
-    expect(page.locator("button#send")).to_be_enabled()
-    screenshot(page, shots, "07-playground-answer")
-    # The stream the page parsed did carry keep-alive comments (before, they broke it).
-    assert ": keep-alive" in raw_stream(page, tiny_model, "Say hello. " * 120)
-
-    page.goto("/")
-    request = page.locator("#recent-requests tbody tr", has_text="/dashboard/chat")
-    expect(request.first).to_contain_text(tiny_model, timeout=WAIT_MS)
-    expect(request.first).to_contain_text(f"staff:{USERNAME}")
-    screenshot(page, shots, "08-dashboard-recent-requests")
-
-
-def raw_stream(page: Page, model: str, prompt: str) -> str:
-    """The playground's stream for `prompt` as the page receives it, unparsed."""
-    script = """async ([model, prompt]) => {
-      const csrf = (document.cookie.match(/(?:^|; )csrftoken=([^;]+)/) || [])[1] || "";
-      const response = await fetch("/dashboard/chat", {method: "POST", credentials: "same-origin",
-        headers: {"Content-Type": "application/json", "X-CSRFToken": csrf},
-        body: JSON.stringify({model, max_tokens: 8, stream: true,
-                              messages: [{role: "user", content: prompt}]})});
-      return await response.text();
-    }"""
-    return page.evaluate(script, [model, prompt])
 
 
 def test_admin_imports_a_model_from_ollama(page, server, shots, demo_gguf):
