@@ -25,25 +25,26 @@ def saved_note(
     state: ModelState | None, before: ModelSpec | None, after: ModelSpec, enabled: bool
 ) -> str | None:
     """What saving did to the model as loaded (None when it is not loaded). `before` is the
-    entry's load settings as they were, `after` as saved."""
+    entry's load settings as they were, `after` as saved. Each starts with "Model": the admin
+    capitalises a message's first letter, which would misspell a lower-case id."""
     if state is None or before is None:
         return None
     if before.model_id != after.model_id:
         return (
-            f"{before.model_id} is loaded under its old id: that copy stays in memory until "
+            f"Model {before.model_id} is loaded under its old id: that copy stays in memory until "
             f"room is needed or it idles out; {after.model_id} loads on its next request."
         )
     if not enabled:
         return (
-            f"{after.model_id} is loaded but now disabled: clients get 404 for it. Unload it "
+            f"Model {after.model_id} is loaded but now disabled: clients get 404 for it. Unload it "
             "to free its memory."
         )
     if before != after:
         return (
-            f"{after.model_id} is loaded with the old settings; its load settings changed, "
+            f"Model {after.model_id} is loaded with the old settings; its load settings changed, "
             "so its next request unloads it and loads it again with the new ones."
         )
     return (
-        f"{after.model_id} is loaded; the new settings apply from its next request, without "
+        f"Model {after.model_id} is loaded; the new settings apply from its next request, without "
         "reloading it."
     )
