@@ -51,9 +51,10 @@ def plain_exception(kind: str, message: str) -> str:
     short = kind.rsplit(".", 1)[-1]
     if short == "CommandError":  # the command's own words
         return message or "the command failed"
-    if short == "KeyboardInterrupt":
-        return f"stopped ({message})" if message else "stopped"
-    return f"{message} ({short})" if message else short
+    if short == "KeyboardInterrupt":  # SIGTERM unwinds as one (management/options.py)
+        return message or "stopped"
+    label = kind if short.islower() else short  # struct.error, not error
+    return f"{message} ({label})" if message else label
 
 
 def failure_text(message: str, log: Path) -> str:
