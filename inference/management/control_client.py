@@ -47,8 +47,9 @@ def _error_message(exc: urllib.error.HTTPError) -> str:
 
 
 def with_progress(label: str, work: Callable[[], dict], write: Callable[[str], None]) -> dict:
-    """Runs `work` while showing the time it has taken so far; the line is wiped when it ends,
-    so that what follows (the result, or Django's "CommandError: ...") starts a clean line."""
+    """Runs `work` while showing the time it has taken so far. The line is ended when the work
+    is, so that what follows (the result, or Django's "CommandError: ...") is a line of its
+    own on a terminal and in a log alike (a log keeps every `\r`-redrawn line on one)."""
     outcome: dict = {}
 
     def run() -> None:
@@ -60,12 +61,13 @@ def with_progress(label: str, work: Callable[[], dict], write: Callable[[str], N
     thread = threading.Thread(target=run, daemon=True)
     started = time.monotonic()
     thread.start()
-    shown = ""
+    shown = False
     while thread.is_alive():
-        shown = f"{label}… {time.monotonic() - started:5.1f}s"
-        write(f"\r{shown}")
+        write(f"\r{label}… {time.monotonic() - started:5.1f}s")
+        shown = True
         thread.join(0.2)
-    write("\r" + " " * len(shown) + "\r")
+    if shown:
+        write("\n")
     if "error" in outcome:
         raise outcome["error"]
     return outcome["result"]
