@@ -84,6 +84,10 @@ class Series:
             requests, self._requests, self._since = self._requests, {}, now
             quantities = _from_health(health, self._drafts)
             quantities.update(_from_requests(requests, seconds))
+            # A loaded model that finished nothing read nothing: 0, where a time to first
+            # token or a hit rate has no value at all.
+            for m in health.models if health is not None else ():
+                quantities["prompt_tokens_per_second"].setdefault(m.id, 0.0)
             quantities["memory"]["process RSS"] = rss
             self._samples.append(Sample(time.time() if at is None else at, quantities))
 

@@ -36,6 +36,10 @@ def test_a_sample_of_real_requests_and_the_engine(client, tiny_entry):
     assert 0 < q["time_to_first_token"]["tiny p50"] <= q["time_to_first_token"]["tiny p95"]
     assert q["memory"]["weights"] > 0 and q["memory"]["process RSS"] > q["memory"]["weights"]
     assert q["draft_acceptance"]["tiny"] is None  # no drafter: nothing verified
+    series.sample(runtime.engine_handle().health(), rss_bytes())  # nothing finished since
+    q = series.samples()[-1].quantities
+    assert q["prompt_tokens_per_second"]["tiny"] == 0.0
+    assert q["time_to_first_token"] == {} and q["prefix_cache_hit_rate"] == {}
 
 
 def test_a_refused_request_counts_nothing(client, tiny_entry):
