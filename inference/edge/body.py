@@ -34,12 +34,19 @@ def parse_body(request: HttpRequest, schema: type[BaseModel]) -> BaseModel:
 
 
 ASKED_MODEL_CHARS = 200  # of a model name kept for the record: what a table cell can show
+# The most of a body read for the model it names when its caller was refused (no key, a bad
+# one): a flood of strangers must not cost a parse of MAX_REQUEST_BODY each.
+STRANGER_BODY_BYTES = 64 * 1024
 
 
-def asked_model(request: HttpRequest) -> str:
+def asked_model(request: HttpRequest, whole: bool) -> str:
     """The "model" a JSON body names, for the record of a request refused before its body was
-    parsed into its model, or by that parsing (a bad key, an invalid field); "" where the
-    body is not JSON or names none."""
+    parsed into its model, or by that parsing (an invalid field; `whole`), or its caller by
+    auth (not `whole`: only a body that says it is at most STRANGER_BODY_BYTES); "" where the
+    body is not read, not JSON or names none."""
+    length = request.headers.get("Content-Length", "")
+    if not whole and not (length.isdigit() and int(length) <= STRANGER_BODY_BYTES):
+        return ""
     try:
         data = parse_json(request.body)
     except (APIError, RequestDataTooBig):

@@ -100,8 +100,10 @@ async def _respond(
             f"Method {request.method} is not allowed here.", status=405, headers={"Allow": allowed}
         )
         return error_response(spec.dialect, error)
+    known = False  # whether the caller passed: a refused stranger's body is read only if small
     try:
         ctx.identify(await spec.auth.check(request))
+        known = True
         if spec.auth.limit_concurrency:
             await hold_slot(ctx)
         if spec.query is not None:
@@ -117,7 +119,7 @@ async def _respond(
         if ctx.record is not None:
             ctx.record.error_code = exc.code
             if spec.body is not None and "body" not in kwargs:  # refused before it was read
-                ctx.record.asked_model = asked_model(request)
+                ctx.record.asked_model = asked_model(request, whole=known)
         return error_response(spec.dialect, exc)
     except Exception:
         log.exception("unhandled error in %s", request.path)

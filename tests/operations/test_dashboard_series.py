@@ -7,6 +7,7 @@ import time
 from types import SimpleNamespace
 
 from inference import runtime
+from inference.edge.body import STRANGER_BODY_BYTES
 from inference.observability import records
 from inference.observability.history import history, rss_bytes
 from inference.observability.series import ALL, QUANTITIES, Sampler, Series, percentile
@@ -139,6 +140,10 @@ def test_refused_requests_keep_the_model_they_asked_for(client, tiny_entry, sett
     )
     assert refused.status_code == 401
     assert records.recent[0]["asked_model"] == "asked-without-key"
+    # A refused stranger's long body is not read for its model.
+    long = {**BODY, "model": "long-without-key", "stop": ["x" * (STRANGER_BODY_BYTES)]}
+    assert client.post(CHAT, long, content_type="application/json").status_code == 401
+    assert records.recent[0]["asked_model"] == ""
     settings.REQUIRE_API_KEY = False
     served = client.post(CHAT, BODY, content_type="application/json")
     assert served.status_code == 200

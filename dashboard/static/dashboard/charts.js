@@ -102,7 +102,7 @@ const Charts = (() => {
       figure.append(empty);
       return;
     }
-    // Drawn at the figure's own width, so the labels keep their size (redrawn every poll).
+    // Drawn at the figure's own width, so the labels keep their size (redrawn with each sample).
     const W = Math.max(MIN_W, figure.clientWidth - 24);
     const x1 = at[at.length - 1], x0 = Math.min(at[0], x1 - MIN_SPAN);
     const scale = spec.scale || 1; // bytes: a round number of MiB
