@@ -335,10 +335,9 @@ class GGUFImportAdmin(FailedJobs, admin.ModelAdmin):
         "weights",
         "status",
         "progress_bar",
-        "outcome",
+        "outcome_actions",
         "imported",
         "created",
-        "retry_button",
     )
     form = GGUFImportForm
     fields = ("model_id", "source_path", "upload", "family", "weights")

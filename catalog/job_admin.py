@@ -61,16 +61,21 @@ class FailedJobs(ImportPermissions):
             return failure_text(job.message, job_log_path(job))
         return job.message
 
-    @admin.display(description="")
-    def retry_button(self, job: Any) -> str:
+    @admin.display(description="message")
+    def outcome_actions(self, job: Any) -> str:
+        """The list's message; a failed job's with its Retry button and log link under it (in
+        the message's cell: a column of their own would push the table past the page)."""
+        text = self.outcome(job)
         if job.status != job.Status.FAILED:
-            return ""
+            return text
         # A submit button of the list's own form (it carries the CSRF token), posted elsewhere.
         url = reverse(f"admin:{self._url_name('retry')}", args=[job.pk])
         log = reverse(f"admin:{self._url_name('log')}", args=[job.pk])
         return format_html(
+            '<span class="job-failure-text">{}</span><br>'
             '<button type="submit" formaction="{}" class="button retry">Retry</button> '
             '<a href="{}" class="job-log">log</a>',
+            text,
             url,
             log,
         )

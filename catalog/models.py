@@ -205,8 +205,8 @@ class CatalogModel(models.Model):
         default=list,
         blank=True,
         validators=[validate_alias_list],
-        help_text="Other ids clients may send as `model` for this one, one per line: exact ids, "
-        "or globs where * is any text, e.g. claude-sonnet-4-5-20250929, claude-haiku-* or "
+        help_text="Other ids clients may send as `model` for this one: exact ids, or globs "
+        "where * is any text, e.g. claude-sonnet-4-5-20250929, claude-haiku-* or "
         "gpt-5*. The model's own id wins, then an exact alias, then the glob with the most "
         "characters besides *. Replies name the id the client sent.",
     )
@@ -796,8 +796,8 @@ class HubPull(models.Model):
         default=list,
         blank=True,
         validators=[validate_alias_list],
-        help_text="Other ids the pulled model answers to, one per line (an Ollama pull adds "
-        "the name its client pulled, hf.co/owner/repo:TAG).",
+        help_text="Other ids the pulled model answers to (an Ollama pull adds the name its "
+        "client pulled, hf.co/owner/repo:TAG).",
     )
     status = models.CharField(max_length=9, choices=Status.choices, default=Status.QUEUED)
     progress = models.PositiveSmallIntegerField(default=0, help_text="percent")

@@ -30,11 +30,10 @@ class HubPullAdmin(PlainAdminFields, FailedJobs, admin.ModelAdmin):
         "source",
         "status",
         "progress_bar",
-        "outcome",
+        "outcome_actions",
         "imported",
         "created",
         "cancel_button",
-        "retry_button",
     )
     list_filter = ("status",)
     fields = ("repo", "revision", "filename", "model_id", "family", "aliases")

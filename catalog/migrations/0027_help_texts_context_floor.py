@@ -19,7 +19,7 @@ class Migration(migrations.Migration):
             field=models.JSONField(
                 blank=True,
                 default=list,
-                help_text="Other ids clients may send as `model` for this one, one per line: exact ids, or globs where * is any text, e.g. claude-sonnet-4-5-20250929, claude-haiku-* or gpt-5*. The model's own id wins, then an exact alias, then the glob with the most characters besides *. Replies name the id the client sent.",
+                help_text="Other ids clients may send as `model` for this one: exact ids, or globs where * is any text, e.g. claude-sonnet-4-5-20250929, claude-haiku-* or gpt-5*. The model's own id wins, then an exact alias, then the glob with the most characters besides *. Replies name the id the client sent.",
                 validators=[catalog.aliases.validate_alias_list],
             ),
         ),
@@ -49,7 +49,7 @@ class Migration(migrations.Migration):
             field=models.JSONField(
                 blank=True,
                 default=list,
-                help_text="Other ids the pulled model answers to, one per line (an Ollama pull adds the name its client pulled, hf.co/owner/repo:TAG).",
+                help_text="Other ids the pulled model answers to (an Ollama pull adds the name its client pulled, hf.co/owner/repo:TAG).",
                 validators=[catalog.aliases.validate_alias_list],
             ),
         ),
