@@ -1,0 +1,76 @@
+"""Health publishing: the engine's state as an immutable snapshot (state.EngineState), swapped
+in by the engine thread and read by any other (health, ready, the dashboard, the supervisor)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from inference.engine.batching import ModelRunner
+from inference.engine.parts import EngineParts
+from inference.engine.pool import LoadedModel
+from inference.engine.prefix_disk import PrefixDisk
+from inference.engine.state import EngineState, ModelState
+
+
+class StatePublisher:
+    """`publish` runs on the engine thread only; `state` and `live_state` on any."""
+
+    def __init__(self, parts: EngineParts, device: str, disk: PrefixDisk | None) -> None:
+        self._parts = parts
+        self._device = device
+        self._disk = disk  # this process's prefix disk tier (prefix_disk.shared), if on
+        self.kernels = ""  # decided on the engine thread as it starts
+        self.state = EngineState(device, parts.config.pool_budget_bytes)
+
+    def publish(self) -> None:
+        """Swaps in a fresh snapshot; readers on other threads never wait for this one."""
+        pool = self._parts.pool
+        self.state = EngineState(
+            device=self._device,
+            budget_bytes=pool.budget,
+            kernels=self.kernels,
+            models=tuple(self._model_state(m) for m in pool.loaded()),
+            evictions=pool.evictions,
+            prefix_disk=self._disk.state() if self._disk is not None else None,
+        )
+
+    def live_state(self) -> EngineState:
+        """Any thread: the published state, with the disk tier's counts read now (its writer
+        writes while this engine sleeps on an empty inbox, publishing nothing)."""
+        state = self.state
+        return state if self._disk is None else replace(state, prefix_disk=self._disk.state())
+
+    def _model_state(self, loaded: LoadedModel) -> ModelState:
+        runner = self._parts.runners.get(loaded.spec.model_id)
+        sequences = runner.sequences if runner else []
+        queued = runner.waiting if runner else 0
+        prefixes = runner.prefixes if isinstance(runner, ModelRunner) else None
+        drafts = runner.speculation if isinstance(runner, ModelRunner) else None
+        return ModelState(
+            id=loaded.spec.model_id,
+            bytes=loaded.nbytes,
+            compute_format=loaded.compute_format,
+            kernels=loaded.kernels,
+            format_reason=loaded.format_reason,
+            pinned=loaded.spec.pinned,
+            load_seconds=round(loaded.load_seconds, 3),
+            last_used=loaded.last_used,
+            keep_alive=loaded.keep_alive,
+            active_sequences=len(sequences) - queued,
+            queued_sequences=queued,
+            tokens_per_second=round(runner.tokens_per_second(), 2) if runner else 0.0,
+            prefix_cache_bytes=runner.prefix_cache_bytes if runner else 0,
+            prefix_disk_hits=prefixes.stats.disk_hits if prefixes else 0,
+            prefix_disk_tokens=prefixes.stats.disk_tokens if prefixes else 0,
+            draft_tokens=drafts.drafted if drafts else 0,
+            accepted_draft_tokens=drafts.accepted if drafts else 0,
+            verify_steps=drafts.steps if drafts else 0,
+            replayed_steps=drafts.replays if drafts else 0,
+            drafters={k: (v[0], v[1]) for k, v in drafts.drafters.items()} if drafts else {},
+            mtp=loaded.mtp_reason,
+            mtp_heads=loaded.mtp is not None,
+            kv_cache=loaded.kv_cache,
+            activations=loaded.activations,
+            q6k=loaded.q6k,
+            context_length=loaded.context_length,
+        )
