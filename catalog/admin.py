@@ -12,7 +12,7 @@ from django.utils.html import format_html
 
 from catalog.background import job_log_path, start_command
 from catalog.families import choose_family, model_detection, model_folder
-from catalog.forms import PlainAdminFields
+from catalog.forms import CatalogModelForm, PlainAdminFields
 from catalog.job_admin import FailedJobs
 from catalog.model_config import own_context, read_config
 from catalog.models import CatalogModel, GGUFImport, ModelFamily, PromptMetadataPattern
@@ -105,6 +105,7 @@ class CatalogModelAdmin(PlainAdminFields, admin.ModelAdmin):
         "default_for_unknown_ids",
         "context_overflow",
     )
+    form = CatalogModelForm
     search_fields = ("public_id", "display_name", "location")
     autocomplete_fields = ("base_model",)
     readonly_fields = ("created", "updated", "last_used", "family_detected", "running_with")

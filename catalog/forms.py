@@ -1,6 +1,7 @@
-"""Form fields for the admin's list settings (aliases, family patterns, stop tokens): one value
-per line in a textarea, instead of a JSON box that refuses `gpt-4o-mini` without its brackets
-and quotes. The model field's own validators still check the list."""
+"""The catalog admin's forms: list settings (aliases, family patterns, stop tokens) typed one
+value per line in a textarea, instead of a JSON box that refuses `gpt-4o-mini` without its
+brackets and quotes (the model field's own validators still check the list); help texts shown
+as written; and the catalog model's form, which keeps a context within the model's own."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils.html import escape as escape_html
 from django.utils.text import capfirst
+
+from catalog.models import CatalogModel
 
 # The admin's list settings, by model: which are edited one per line, and which of them keep
 # their spaces and read escapes (a stop string may start with a space or hold a newline).
@@ -129,3 +132,21 @@ class PlainAdminFields:
         if field is not None and field.help_text:
             field.help_text = escape_html(str(field.help_text))
         return field
+
+
+class CatalogModelForm(forms.ModelForm):
+    """The catalog admin's form: beyond the model's own checks, a context within the model's
+    own (commands may go past it; see CatalogModel.clean_context_fits)."""
+
+    class Meta:
+        model = CatalogModel
+        fields = "__all__"
+
+    def _post_clean(self) -> None:
+        super()._post_clean()  # the instance built from the form and fully cleaned
+        if "context_length" not in self.fields or self.has_error("context_length"):
+            return
+        try:
+            self.instance.clean_context_fits()
+        except ValidationError as exc:
+            self._update_errors(exc)

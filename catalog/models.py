@@ -391,7 +391,7 @@ class CatalogModel(models.Model):
         validators=[MinValueValidator(1)],
         help_text="Tokens of prompt and answer together. Blank: the model's own context (its "
         "config's, shown greyed in the box). A shorter one saves memory; a longer one than "
-        "the model's own is refused, and so is 0.",
+        "the model's own is refused here, and so is 0.",
     )
     context_overflow = models.CharField(
         "prompts over the context",
@@ -519,9 +519,6 @@ class CatalogModel(models.Model):
         self.clean_mtp()
         if self.source == self.Source.LORA:
             self.clean_adapter()
-            base_config = read_config(Path(self.base_model.location))
-            if base_config is not None and self.base_model.source != self.Source.HUGGING_FACE:
-                self.clean_context(base_config)  # an adapter runs in its base's context
         elif self.base_model_id is not None:
             raise ValidationError({"base_model": "Only a LoRA adapter has a base model."})
         else:
@@ -536,32 +533,42 @@ class CatalogModel(models.Model):
         self.clean_aliases()
 
     def clean_against_config(self) -> None:
-        """What the model's config says cannot apply is refused here, with the reason, rather
-        than when the model loads (a hub repo not yet pulled is checked then): a quantized KV
-        cache it cannot keep, a context past its own."""
-        if self.source == self.Source.HUGGING_FACE:
-            return
-        config = read_config(Path(self.location))
+        """What the model's config says the engine cannot do is refused here, with the reason,
+        rather than when the model loads (a hub repo not yet pulled is checked then): a
+        quantized KV cache it cannot keep, a context past Llama 4's first attention chunk."""
+        config = self.own_config()
         if config is None:
             return
         reason = kv_refusal(config, self.kv_cache)
         if reason:
             raise ValidationError({"kv_cache": reason})
-        self.clean_context(config)
+        chunk = chunk_context_limit(config)
+        if chunk and self.context_length and self.context_length > chunk:
+            why = f"Llama 4 is served within its first attention chunk: at most {chunk} tokens."
+            raise ValidationError({"context_length": why})
 
-    def clean_context(self, config: dict) -> None:
-        """A context longer than the model's own would run past what it was trained on (or,
-        for Llama 4, past its first attention chunk): refused with the model's limit."""
-        limit = own_context(config)
-        if not (limit and self.context_length and self.context_length > limit):
-            return
-        if chunk_context_limit(config) == limit:
-            why = f"Llama 4 is served within its first attention chunk: at most {limit} tokens."
-        else:
-            why = f"At most {limit} tokens: the model's own context (its config.json)."
-        raise ValidationError(
-            {"context_length": f"{why} Leave it blank for {limit}, or give a shorter one."}
-        )
+    def clean_context_fits(self) -> None:
+        """A context longer than the model's own (its config's trained positions) is refused,
+        with that limit. The admin's form checks it; add_model --context-length may still go
+        past, as the engine runs on past the trained positions (tests of long streams on the
+        512-token tiny model rely on that)."""
+        config = self.own_config()
+        limit = own_context(config) if config is not None else None
+        if limit and self.context_length and self.context_length > limit:
+            raise ValidationError(
+                {
+                    "context_length": f"At most {limit} tokens: the model's own context (its "
+                    f"config.json). Leave it blank for {limit}, or give a shorter one."
+                }
+            )
+
+    def own_config(self) -> dict | None:
+        """The model's config.json (a LoRA adapter's: its base's); None for a hub repo (not
+        read from here) or where there is none to read."""
+        model = self.base_model if self.source == self.Source.LORA else self
+        if model is None or model.source == self.Source.HUGGING_FACE:
+            return None
+        return read_config(Path(model.location))
 
     def clean_limits(self) -> None:
         """The default max_tokens is within the max output tokens (serving would cut it to

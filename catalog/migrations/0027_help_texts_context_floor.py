@@ -28,7 +28,7 @@ class Migration(migrations.Migration):
             name="context_length",
             field=models.PositiveIntegerField(
                 blank=True,
-                help_text="Tokens of prompt and answer together. Blank: the model's own context (its config's, shown greyed in the box). A shorter one saves memory; a longer one than the model's own is refused, and so is 0.",
+                help_text="Tokens of prompt and answer together. Blank: the model's own context (its config's, shown greyed in the box). A shorter one saves memory; a longer one than the model's own is refused here, and so is 0.",
                 null=True,
                 validators=[django.core.validators.MinValueValidator(1)],
             ),

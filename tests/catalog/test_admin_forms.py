@@ -4,10 +4,13 @@ and what saving a loaded model does to it."""
 
 from __future__ import annotations
 
+import io
 import re
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.core.exceptions import ValidationError
+from django.core.management import call_command
 
 from catalog import background
 from catalog.models import CatalogModel, HubPull, ModelFamily
@@ -119,6 +122,17 @@ def test_a_context_past_the_model_s_own_is_refused_with_its_limit(admin_client, 
     page = admin_client.get(f"/admin/catalog/catalogmodel/{entry.pk}/change/").text
     assert 'placeholder="512 (the model&#x27;s own)"' in page
     assert "Blank: the model&#x27;s own context" in page
+
+
+def test_a_command_may_still_go_past_the_model_s_context(db, tiny_dir):
+    """add_model --context-length runs the engine past the trained positions on purpose (the
+    long-stream tests' 512-token tiny model): only the admin's form holds to the model's own."""
+    call_command("add_model", "long", "--local", str(tiny_dir), "--context-length", "20000",
+                 stdout=io.StringIO())  # fmt: skip
+    entry = CatalogModel.objects.get(public_id="long")
+    assert entry.context_length == 20000
+    with pytest.raises(ValidationError, match="At most 512 tokens"):
+        entry.clean_context_fits()
 
 
 def test_default_max_tokens_past_the_output_limit_is_refused(admin_client, tiny_dir):
