@@ -114,4 +114,7 @@ def tiny_model(page: Page, server: LiveServer, shots: Path, tiny_dir: Path) -> s
     errors = page.locator(".errorlist, .errornote")
     assert not errors.count(), f"the admin refused the model: {errors.all_inner_texts()}"
     expect(page).to_have_url(re.compile(r"/admin/catalog/catalogmodel/$"))
+    # Said here: whichever module's test asks for the model first sees the admin's answer.
+    expect(page.locator(".messagelist .success")).to_contain_text(MODEL)
+    screenshot(page, shots, "03-admin-catalog-list")
     return MODEL
