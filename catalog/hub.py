@@ -198,6 +198,18 @@ def check_space(needed: int, folder: Path) -> None:
         )
 
 
+def private_folders(folder: Path) -> None:
+    """Makes the folder and its missing parents owner-only (0700), as var/ is made (its models
+    folder and the pulls' staging are made here first): `mkdir(parents=True)` would leave each
+    at the umask's 0755. Folders that exist keep their mode."""
+    for path in reversed([p for p in (folder, *folder.parents) if not p.exists()]):
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:  # made this moment by another process
+            continue
+        path.chmod(0o700)  # mkdir's mode passes through the umask; this does not
+
+
 def file_url(endpoint: str, repo: str, commit: str, name: str) -> str:
     return f"{endpoint.rstrip('/')}/{repo}/resolve/{quote(commit, safe='')}/{quote(name)}"
 
@@ -210,7 +222,7 @@ def download(
     if target.is_file() and target.stat().st_size == file.size:
         return  # kept by an earlier pull, checked then
     part = partial_path(target)
-    part.parent.mkdir(parents=True, exist_ok=True)
+    private_folders(part.parent)
     for attempt in range(RETRIES + 1):
         try:
             _fetch(client, url, part, file, advance)

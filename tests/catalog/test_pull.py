@@ -59,6 +59,8 @@ def test_a_pull_lands_in_the_catalog(db, hub, storage, tiny_dir, engine):
     for name in ("config.json", "tokenizer.json", "model.safetensors"):
         assert sha256(folder / name) == sha256(tiny_dir / name)
     assert not (storage / ".pulls" / "tiny-llama").exists()
+    for made in (storage, storage / ".pulls"):  # made by the pull: owner-only, as var/ is
+        assert made.stat().st_mode & 0o777 == 0o700, made
     # The weights came through the CDN redirect, as on the hub.
     assert any(path.startswith("/cdn/") for _, path, _ in hub.requests)
     _, done = run_job(engine, entry.spec(), "Hello")

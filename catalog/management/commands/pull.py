@@ -28,6 +28,7 @@ from catalog.hub import (
     hub_token,
     list_files,
     missing_bytes,
+    private_folders,
 )
 from catalog.management.options import error_messages, family_by_slug, sigterm_unwinds
 from catalog.models import CatalogModel, HubPull
@@ -161,7 +162,7 @@ class Command(BaseCommand):
                 download(client, url, folder / file.name, file, progress.advance)
 
     def _add(self, target: Target, entry: CatalogModel) -> CatalogModel:
-        target.destination.parent.mkdir(parents=True, exist_ok=True)
+        private_folders(target.destination.parent)
         target.staging.rename(target.destination)
         entry.save()
         self.stdout.write(
