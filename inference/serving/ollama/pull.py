@@ -20,6 +20,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 
 from apikeys.auth import Caller
+from catalog.aliases import same_names
 from catalog.hub import HubError, HubUnreachable, NotOnHub
 from catalog.models import CatalogModel, HubPull
 from catalog.pulls import Planned, begin_pull, plan_pull
@@ -110,7 +111,8 @@ async def in_catalog(model: str, caller: Caller) -> bool:
     unknown ids would answer any name)."""
     for purpose in ("chat", "embedding"):
         entry = await find_model(model, caller, purpose)
-        if entry is not None and (model == entry.public_id or model in entry.aliases):
+        names = same_names(model)  # Ollama's `x` and `x:latest` are one name
+        if entry is not None and any(n == entry.public_id or n in entry.aliases for n in names):
             return True
     return False
 
