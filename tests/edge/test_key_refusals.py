@@ -6,7 +6,9 @@ Ollama's {"error": ...}), while a name no model has stays a 404."""
 from __future__ import annotations
 
 import pytest
+from django.core.management import CommandError, call_command
 
+from apikeys.models import ApiKey
 from catalog.models import CatalogModel
 from tests.edge.test_api_keys import bearer, make_key
 from tests.helpers import CHAT, assert_error
@@ -70,3 +72,11 @@ def test_the_default_for_unknown_ids_stays_a_404_for_a_key_without_it(client, li
     CatalogModel.objects.filter(public_id="other").update(default_for_unknown_ids=True)
     missing = post(client, CHAT, {"model": "nope", "messages": HELLO, "max_tokens": 1}, limited)
     assert_error(missing, 404, "model", "model_not_found")  # `nope` names no model itself
+
+
+def test_create_api_key_takes_the_names_the_api_takes(db, limited, capsys):
+    call_command("create_api_key", "aliased", "--model", "gpt-4o-mini", "--model", "tiny:latest")
+    key = ApiKey.objects.get(name="aliased")
+    assert sorted(m.public_id for m in key.allowed_models.all()) == ["other", "tiny"]
+    with pytest.raises(CommandError, match="not in the catalog: gpt-nope"):
+        call_command("create_api_key", "typo", "--model", "gpt-nope")
