@@ -9,9 +9,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
+
+from catalog.aliases import named_by
 
 
 def add_server_arguments(parser: CommandParser) -> None:
@@ -78,10 +81,38 @@ def named(model: str, resolved: str) -> str:
     return model if model == resolved else f"{model} ({resolved})"
 
 
-def quote(model: str) -> str:
-    """A model name as one segment of a /control URL (a name with `/` in it cannot be one:
+@dataclass(frozen=True)
+class Listed:
+    """A catalog row of the pool document, as catalog/aliases.named_by reads one."""
+
+    public_id: str
+    aliases: list[str]
+
+
+def catalog_id(catalog: list[dict], model: str, enabled_only: bool) -> str:
+    """The catalog id `model` names in the pool document's catalog, by the API's own rules
+    (catalog/aliases.named_by: the id, Ollama's `:latest` twin, an exact alias, a glob)."""
+    rows = [
+        Listed(row["id"], row.get("aliases") or [])
+        for row in catalog
+        if row["enabled"] or not enabled_only
+    ]
+    found = named_by(model, rows)
+    if found is None:
+        which = "enabled model" if enabled_only else "model"
+        raise CommandError(f"The server's catalog has no {which} named '{model}' (by id or alias).")
+    return found.public_id
+
+
+def resolve(url: str, token: str, model: str, enabled_only: bool) -> str:
+    """The id the running server's catalog has for `model`, so that the command names it by
+    its id in the URL (an alias with `/`, `hf.co/owner/repo:Q4_K_M`, cannot be a segment of one:
     Django decodes %2F before it routes)."""
-    return urllib.parse.quote(model, safe=":")
+    return catalog_id(call(url, token, "GET", "/control/pool")["catalog"], model, enabled_only)
+
+
+def quote(model_id: str) -> str:
+    return urllib.parse.quote(model_id, safe="")
 
 
 def mib(nbytes: int) -> str:

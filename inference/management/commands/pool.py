@@ -1,19 +1,8 @@
-from dataclasses import dataclass
+from django.core.management.base import BaseCommand, CommandParser
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-
-from catalog.aliases import named_by
-from inference.management.control_client import add_server_arguments, call, mib, named
+from inference.management.control_client import add_server_arguments, call, catalog_id, mib, named
 
 COLUMNS = ("model", "memory", "format", "active", "queued", "tok/s", "idle", "pinned")
-
-
-@dataclass(frozen=True)
-class Listed:
-    """A catalog row of the pool document, as catalog/aliases.named_by reads one."""
-
-    public_id: str
-    aliases: list[str]
 
 
 class Command(BaseCommand):
@@ -29,7 +18,7 @@ class Command(BaseCommand):
         status = call(url, token, "GET", "/control/pool")
         models = status["models"]
         if model is not None:
-            model_id = resolve(model, status["catalog"])
+            model_id = catalog_id(status["catalog"], model, enabled_only=False)
             models = [m for m in models if m["id"] == model_id]
             if not models:
                 self.stdout.write(f"{named(model, model_id)} is not loaded.")
@@ -64,12 +53,3 @@ class Command(BaseCommand):
             self.stdout.write("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)))
         if not rows:
             self.stdout.write("(no model loaded)")
-
-
-def resolve(model: str, catalog: list[dict]) -> str:
-    """The catalog id `model` names, by the API's own rules (catalog/aliases.named_by)."""
-    rows = [Listed(c["id"], c.get("aliases") or []) for c in catalog]
-    found = named_by(model, rows)
-    if found is None:
-        raise CommandError(f"The server's catalog has no model named '{model}' (by id or alias).")
-    return found.public_id

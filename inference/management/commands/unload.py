@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandParser
 
-from inference.management.control_client import add_server_arguments, call, named, quote
+from inference.management.control_client import add_server_arguments, call, named, quote, resolve
 
 
 class Command(BaseCommand):
@@ -11,7 +11,9 @@ class Command(BaseCommand):
         add_server_arguments(parser)
 
     def handle(self, *args, model: str, url: str, token: str, **options) -> None:
-        result = call(url, token, "POST", f"/control/models/{quote(model)}/unload")
+        # Any catalog row, enabled or not: a model disabled while loaded is still unloaded.
+        model_id = resolve(url, token, model, enabled_only=False)
+        result = call(url, token, "POST", f"/control/models/{quote(model_id)}/unload")
         name = named(model, result["id"])
         if result["unloaded"]:
             self.stdout.write(self.style.SUCCESS(f"unloaded {name}"))

@@ -6,6 +6,7 @@ from inference.management.control_client import (
     mib,
     named,
     quote,
+    resolve,
     with_progress,
 )
 
@@ -18,10 +19,10 @@ class Command(BaseCommand):
         add_server_arguments(parser)
 
     def handle(self, *args, model: str, url: str, token: str, **options) -> None:
-        # The server resolves the name exactly as its API does (serving/control.py).
+        model_id = resolve(url, token, model, enabled_only=True)  # as the API resolves it
         result = with_progress(
             f"warming {model}",
-            lambda: call(url, token, "POST", f"/control/models/{quote(model)}/warm"),
+            lambda: call(url, token, "POST", f"/control/models/{quote(model_id)}/warm"),
             lambda text: (self.stderr.write(text, ending=""), self.stderr.flush()),
         )
         name = named(model, result["id"])

@@ -299,7 +299,7 @@ def test_operator_commands_against_the_live_server(base_url):
 def test_operator_commands_fail_clearly(base_url):
     unknown = control(base_url, "warm", "no-such-model")
     assert unknown.returncode != 0
-    assert "404" in unknown.stderr and "no-such-model" in unknown.stderr
+    assert "no enabled model named 'no-such-model'" in unknown.stderr
     unreachable = subprocess.run(
         [sys.executable, "manage.py", "pool", "--url", f"http://127.0.0.1:{free_port()}"],
         cwd=ROOT,
