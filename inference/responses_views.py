@@ -8,14 +8,14 @@ from django.http import HttpRequest
 
 from inference.edge import API_KEY, endpoint
 from inference.edge.dialects import RESPONSES
-from inference.protocol.openai.responses import (
+from inference.protocol.openai.responses_events import ResponseLifecycleEvent
+from inference.protocol.openai.responses_object import ResponseObject
+from inference.protocol.openai.responses_request import ResponseRequest
+from inference.protocol.openai.responses_stored import (
     DeletedResponse,
     InputItemList,
     InputItemsQuery,
-    ResponseObject,
-    ResponseRequest,
 )
-from inference.protocol.openai.responses_events import ResponseLifecycleEvent
 from inference.serving.context import RequestContext
 from inference.serving.pipeline import answer
 from inference.serving.responses.retrieve import (

@@ -12,7 +12,7 @@ import pytest
 from inference.adapters import FamilyProfile, get_adapter
 from inference.adapters.base import place_system_turns, takes_late_system
 from inference.adapters.tools import stable_order
-from inference.protocol.openai.responses import ResponseRequest
+from inference.protocol.openai.responses_request import ResponseRequest
 from inference.serving.metadata import without_metadata
 from inference.serving.responses.items import chat_messages
 from inference.serving.tooluse import arguments_object

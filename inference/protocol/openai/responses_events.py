@@ -9,10 +9,10 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from inference.protocol.openai.responses import (
+from inference.protocol.openai.responses_input import OutputText
+from inference.protocol.openai.responses_object import (
     FunctionCall,
     OutputMessage,
-    OutputText,
     ReasoningItem,
     ReasoningText,
     ResponseObject,

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 from inference.engine.types import Delta, Done
 from inference.protocol.errors import APIError
-from inference.protocol.openai.responses import (
+from inference.protocol.openai.responses_events import ResponseLifecycleEvent
+from inference.protocol.openai.responses_object import (
     IncompleteDetails,
     InputTokensDetails,
     OutputTokensDetails,
-    ReasoningConfig,
     ResponseError,
     ResponseObject,
-    ResponseRequest,
     ResponseUsage,
 )
-from inference.protocol.openai.responses_events import ResponseLifecycleEvent
+from inference.protocol.openai.responses_options import ReasoningConfig
+from inference.protocol.openai.responses_request import ResponseRequest
 from inference.serving.generation import Choice
 from inference.serving.ids import now
 from inference.serving.reply import ReasoningDelta

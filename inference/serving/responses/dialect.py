@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from inference.protocol.errors import APIError
 from inference.protocol.openai.errors import error_body
-from inference.protocol.openai.responses import ResponseRequest
 from inference.protocol.openai.responses_events import ErrorEvent
+from inference.protocol.openai.responses_request import ResponseRequest
 from inference.serving.dialect import Dialect, Operation
 from inference.serving.responses.answer import ResponseWriter
 from inference.serving.responses.prepare import plan_response

@@ -6,7 +6,7 @@ from __future__ import annotations
 import secrets
 
 from inference.protocol.errors import APIError
-from inference.protocol.openai.responses import (
+from inference.protocol.openai.responses_input import (
     FunctionCallItem,
     FunctionCallOutputItem,
     InputImage,

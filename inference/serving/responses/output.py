@@ -6,13 +6,6 @@ from __future__ import annotations
 
 import itertools
 
-from inference.protocol.openai.responses import (
-    FunctionCall,
-    OutputMessage,
-    OutputText,
-    ReasoningItem,
-    ReasoningText,
-)
 from inference.protocol.openai.responses_events import (
     ContentPartEvent,
     FunctionCallArgumentsDelta,
@@ -23,6 +16,13 @@ from inference.protocol.openai.responses_events import (
     ReasoningTextDelta,
     ReasoningTextDone,
     StreamEvent,
+)
+from inference.protocol.openai.responses_input import OutputText
+from inference.protocol.openai.responses_object import (
+    FunctionCall,
+    OutputMessage,
+    ReasoningItem,
+    ReasoningText,
 )
 from inference.serving.reply import (
     ReasoningDelta,

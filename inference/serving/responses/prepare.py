@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from apikeys.auth import Caller
-from inference.protocol.openai.responses import (
+from inference.protocol.openai.responses_options import (
     FunctionToolChoice,
-    ResponseRequest,
     TextFormatJSONObject,
     TextFormatJSONSchema,
 )
+from inference.protocol.openai.responses_request import ResponseRequest
 from inference.serving.context import RequestContext
 from inference.serving.plan import JSONFormat, Plan, ThinkingAsk
 from inference.serving.resolve import ResolvedModel

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 
 from apikeys.auth import Caller
 from inference.protocol.errors import APIError
-from inference.protocol.openai.responses import DeletedResponse, InputItemList, ResponseObject
+from inference.protocol.openai.responses_object import ResponseObject
+from inference.protocol.openai.responses_stored import DeletedResponse, InputItemList
 from inference.serving.responses import store
 
 MAX_LIMIT = 100

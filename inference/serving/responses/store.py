@@ -21,7 +21,8 @@ from django.db.models import QuerySet
 
 from apikeys.auth import Caller
 from inference.protocol.errors import APIError
-from inference.protocol.openai.responses import ResponseObject, ResponseRequest
+from inference.protocol.openai.responses_object import ResponseObject
+from inference.protocol.openai.responses_request import ResponseRequest
 from storedresponses.models import StoredResponse
 from storedresponses.sizes import json_bytes, stored_by
 

@@ -16,7 +16,7 @@ from inference.protocol.anthropic.requests import MessagesRequest
 from inference.protocol.errors import APIError, server_error
 from inference.protocol.openai.chat import ChatCompletionRequest
 from inference.protocol.openai.completions import CompletionRequest
-from inference.protocol.openai.responses import ResponseRequest
+from inference.protocol.openai.responses_request import ResponseRequest
 from inference.serving.anthropic import DIALECT as ANTHROPIC
 from inference.serving.dialect import Dialect
 from inference.serving.openai import DIALECT as OPENAI
