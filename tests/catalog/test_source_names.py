@@ -7,11 +7,13 @@ everywhere. The display name is the source's name (or the id), never the GGUF's 
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 
+from catalog.aliases import named_by, source_aliases
 from catalog.models import CatalogModel
 from tests.gguf_layouts import add_lmstudio_file, add_smollm
 from tests.helpers import CHAT
@@ -102,3 +104,40 @@ def test_a_file_import_is_shown_by_its_id(sources, demo_gguf):
     import_gguf(str(demo_gguf), "--id", "plain")
     entry = CatalogModel.objects.get(public_id="plain")
     assert entry.display_name == "plain" and entry.aliases == []
+
+
+@dataclass(frozen=True)
+class Row:
+    public_id: str
+    aliases: list[str] = field(default_factory=list)
+
+
+ROWS = [
+    Row("smollm2"),
+    Row("smollm2:latest-ish", ["gpt-*"]),
+    Row("smol-135m", ["smol:135m", "user/m:latest"]),
+    Row("llama3.2:latest"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "model"),
+    [
+        ("smollm2", "smollm2"),
+        ("smollm2:latest", "smollm2"),  # Ollama's default tag: the same name
+        ("smol:135m", "smol-135m"),
+        ("user/m", "smol-135m"),  # an alias with the tag, asked without it
+        ("llama3.2", "llama3.2:latest"),  # an id with the tag, asked without it
+        ("gpt-4o", "smollm2:latest-ish"),  # a glob matches the name as sent
+        ("nope", None),
+    ],
+)
+def test_every_door_resolves_a_name_the_same_way(name, model):
+    found = named_by(name, ROWS)
+    assert (found.public_id if found else None) == model
+
+
+def test_a_source_name_is_an_alias_only_where_it_names_nothing_else():
+    entry = Row("new")
+    names = ["smol:135m", "smollm2:latest", "fresh:7b", "new:latest", "bad name", "fresh:7b"]
+    assert source_aliases(names, entry, ROWS) == ["fresh:7b"]
