@@ -116,6 +116,7 @@ class Engine:
         """The last published state (any thread; live_state() adds the disk tier's now)."""
         return self._health.state
 
+    # The pulse problem() reads (parts.Pulse: the pieces that load or wait beat it too).
     @property
     def heartbeat(self) -> float:
         return self._parts.pulse.heartbeat
