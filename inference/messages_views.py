@@ -11,7 +11,7 @@ from inference.edge.dialects import ANTHROPIC
 from inference.protocol.anthropic.events import MessageStreamEvent
 from inference.protocol.anthropic.requests import CountTokensRequest, MessagesRequest
 from inference.protocol.anthropic.responses import MessageResponse, TokenCount
-from inference.serving.anthropic.messages import count_message_tokens
+from inference.serving.anthropic.count_tokens import count_message_tokens
 from inference.serving.context import RequestContext
 from inference.serving.pipeline import answer
 from inference.serving.sse import EventStream

@@ -90,7 +90,7 @@ async def embed_view(
 async def embeddings(
     request: HttpRequest, ctx: RequestContext, body: EmbeddingsRequest
 ) -> EmbeddingsResponse:
-    return await embed.answer_embeddings(body, ctx)
+    return await embed.answer_legacy_embeddings(body, ctx)
 
 
 @endpoint("GET", "HEAD", auth=API_KEY, dialect=OLLAMA, response=ListResponse)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from inference.protocol.anthropic.errors import error_body
 from inference.protocol.anthropic.requests import MessagesRequest
-from inference.serving.anthropic.messages import MessageWriter
-from inference.serving.anthropic.prompt import plan_messages
+from inference.serving.anthropic.plan import plan_messages
+from inference.serving.anthropic.writer import MessageWriter
 from inference.serving.dialect import Dialect, Operation
 from inference.serving.sse import named_event
 

@@ -12,8 +12,8 @@ from inference.protocol.errors import APIError
 from inference.protocol.ollama.errors import error_body
 from inference.protocol.ollama.requests import ChatRequest, GenerateRequest
 from inference.serving.dialect import Dialect, Operation
-from inference.serving.ollama.plan import plan_chat, plan_generate
-from inference.serving.ollama.reply import ChatWriter, GenerateWriter
+from inference.serving.ollama.plan import plan_ollama_chat, plan_ollama_generate
+from inference.serving.ollama.writer import OllamaChatWriter, OllamaGenerateWriter
 from inference.serving.sse import NDJSON, EventStream, ndjson_line
 
 DIALECT = Dialect(
@@ -22,8 +22,8 @@ DIALECT = Dialect(
     frame=ndjson_line,
     media_type=NDJSON,
     operations={
-        ChatRequest: Operation(plan_chat, ChatWriter, "chatcmpl"),  # type: ignore[arg-type]
-        GenerateRequest: Operation(plan_generate, GenerateWriter, "cmpl"),  # type: ignore[arg-type]
+        ChatRequest: Operation(plan_ollama_chat, OllamaChatWriter, "chatcmpl"),  # type: ignore[arg-type]
+        GenerateRequest: Operation(plan_ollama_generate, OllamaGenerateWriter, "cmpl"),  # type: ignore[arg-type]
     },
 )
 
@@ -31,7 +31,7 @@ DIALECT = Dialect(
 def one_object(reply: BaseModel) -> EventStream:
     """A stream of one object: what Ollama streams for an answer that is whole at once (a
     model loaded, a pull of a model it has)."""
-    return EventStream(_lines(ndjson_line(reply)), _error_line, NDJSON)
+    return EventStream(_lines(ndjson_line(reply)), error_lines, NDJSON)
 
 
 async def _lines(*lines: str) -> AsyncIterator[str]:
@@ -39,5 +39,5 @@ async def _lines(*lines: str) -> AsyncIterator[str]:
         yield line
 
 
-def _error_line(error: APIError) -> list[str]:
+def error_lines(error: APIError) -> list[str]:
     return [ndjson_line(error_body(error))]

@@ -28,7 +28,9 @@ async def answer_embed(request: EmbedRequest, ctx: RequestContext) -> EmbedRespo
     )
 
 
-async def answer_embeddings(request: EmbeddingsRequest, ctx: RequestContext) -> EmbeddingsResponse:
+async def answer_legacy_embeddings(
+    request: EmbeddingsRequest, ctx: RequestContext
+) -> EmbeddingsResponse:
     embedded = await embed_inputs(request.model, [request.prompt], ctx)
     await keep_alive(request, ctx, embedded.resolved.entry.public_id)
     return EmbeddingsResponse(embedding=embedded.vectors[0].astype("float32").tolist())

@@ -16,7 +16,7 @@ from inference.serving.context import RequestContext
 from inference.serving.control import unload_model, warm_model
 from inference.serving.errors import api_error
 from inference.serving.ollama.dialect import DIALECT, one_object
-from inference.serving.ollama.reply import created_at
+from inference.serving.ollama.writer import created_at
 from inference.serving.pipeline import answer
 from inference.serving.resolve import find_model, resolve_model
 from inference.serving.sse import EventStream

@@ -26,7 +26,7 @@ from inference.serving.structured import ANY_OBJECT
 from inference.serving.tooluse import FunctionTool, ToolUse
 
 
-def sampling_ask(options: Options) -> SamplingAsk:
+def options_sampling(options: Options) -> SamplingAsk:
     """Ollama's options in the neutral ask. num_predict < 0 (no limit, fill the context)
     leaves the limit to the model; num_ctx and the other load-time options are not used."""
     predict = options.num_predict
@@ -47,7 +47,7 @@ def sampling_ask(options: Options) -> SamplingAsk:
     )
 
 
-def json_format(format: Format | None) -> JSONFormat | None:
+def format_json(format: Format | None) -> JSONFormat | None:
     if format == "json":
         return JSONFormat(ANY_OBJECT, "format")
     if isinstance(format, dict):
@@ -101,7 +101,7 @@ def message_dicts(messages: list[Message]) -> list[dict]:
     return out
 
 
-def image_sources(messages: list[Message]) -> list[ImageSource]:
+def ollama_image_sources(messages: list[Message]) -> list[ImageSource]:
     return [
         ImageSource(f"messages.{i}.images.{j}", data=image)
         for i, message in enumerate(messages)
@@ -109,7 +109,7 @@ def image_sources(messages: list[Message]) -> list[ImageSource]:
     ]
 
 
-def tool_use(request: ChatRequest) -> ToolUse:
+def ollama_tool_use(request: ChatRequest) -> ToolUse:
     tools = tuple(
         FunctionTool(t.function.name, t.function.description or None, t.function.parameters or None)
         for t in request.tools or []
@@ -119,23 +119,25 @@ def tool_use(request: ChatRequest) -> ToolUse:
 
 def _common(request: Generating) -> dict:
     return {
-        "sampling": sampling_ask(request.sampling),
-        "json_format": json_format(request.format),
+        "sampling": options_sampling(request.sampling),
+        "json_format": format_json(request.format),
         "thinking": thinking_ask(request.think),
     }
 
 
-async def plan_chat(request: ChatRequest, resolved: ResolvedModel, ctx: RequestContext) -> Plan:
+async def plan_ollama_chat(
+    request: ChatRequest, resolved: ResolvedModel, ctx: RequestContext
+) -> Plan:
     """The plan builder of /api/chat."""
     return Plan(
         messages=message_dicts(request.messages),
-        tool_use=tool_use(request),
-        images=tuple(image_sources(request.messages)),
+        tool_use=ollama_tool_use(request),
+        images=tuple(ollama_image_sources(request.messages)),
         **_common(request),
     )
 
 
-async def plan_generate(
+async def plan_ollama_generate(
     request: GenerateRequest, resolved: ResolvedModel, ctx: RequestContext
 ) -> Plan:
     """The plan builder of /api/generate: the prompt as one user turn (after `system`), or with

@@ -25,10 +25,10 @@ from catalog.hub import HubError, HubUnreachable, NotOnHub
 from catalog.models import CatalogModel, HubPull
 from catalog.pulls import Planned, begin_pull, plan_pull
 from inference.protocol.errors import APIError
-from inference.protocol.ollama.errors import OllamaError, error_body
+from inference.protocol.ollama.errors import OllamaError
 from inference.protocol.ollama.requests import HUB_PREFIX, PullRequest
 from inference.protocol.ollama.responses import ProgressResponse, StatusResponse
-from inference.serving.ollama.dialect import one_object
+from inference.serving.ollama.dialect import error_lines, one_object
 from inference.serving.resolve import find_model
 from inference.serving.sse import NDJSON, EventStream, ndjson_line
 
@@ -97,9 +97,9 @@ async def pull_model(request: PullRequest, caller: Caller) -> StatusResponse | E
         raise pull_unavailable(request.name)
     if not caller.operator:
         raise operator_only(request.name)
-    events = follow(await start(hub))
+    events = follow(await start_pull(hub))
     if request.stream:
-        return EventStream(_lines(events), _error_line, NDJSON)
+        return EventStream(_progress_lines(events), error_lines, NDJSON)
     async for event in events:  # the last one says how it ended
         if isinstance(event, OllamaError):
             raise APIError(event.error, status=500, code="pull_failed")
@@ -124,7 +124,7 @@ class Started:
     process: subprocess.Popen | None  # None: following a pull another request started
 
 
-async def start(hub: HubName) -> Started:
+async def start_pull(hub: HubName) -> Started:
     """Lists the repo (off the event loop), picks a free catalog id and starts the pull."""
     try:
         planned = await asyncio.to_thread(plan_pull, hub.full, hub.tag)
@@ -202,11 +202,9 @@ async def _watch(started: Started) -> AsyncIterator[HubPull | OllamaError]:
     yield OllamaError(error="the pull is still running; ask again to follow it")
 
 
-async def _lines(events: AsyncIterator[ProgressResponse | OllamaError]) -> AsyncIterator[str]:
+async def _progress_lines(
+    events: AsyncIterator[ProgressResponse | OllamaError],
+) -> AsyncIterator[str]:
     # Leaving (the client gone) closes only this generator: the pull's process goes on.
     async for event in events:
         yield ndjson_line(event)
-
-
-def _error_line(error: APIError) -> list[str]:
-    return [ndjson_line(error_body(error))]

@@ -7,8 +7,8 @@ from inference.protocol.openai.chat import ChatCompletionRequest
 from inference.protocol.openai.completions import CompletionRequest
 from inference.protocol.openai.errors import error_body
 from inference.serving.dialect import Dialect, Operation
-from inference.serving.openai.chat import ChatWriter, plan_chat
-from inference.serving.openai.completions import CompletionWriter, plan_completion
+from inference.serving.openai.plan import plan_chat_completion, plan_completion
+from inference.serving.openai.writer import ChatCompletionWriter, CompletionWriter
 from inference.serving.sse import DONE, data_event
 
 DIALECT = Dialect(
@@ -17,7 +17,7 @@ DIALECT = Dialect(
     frame=data_event,
     done=DONE,
     operations={
-        ChatCompletionRequest: Operation(plan_chat, ChatWriter, "chatcmpl"),  # type: ignore[arg-type]
+        ChatCompletionRequest: Operation(plan_chat_completion, ChatCompletionWriter, "chatcmpl"),  # type: ignore[arg-type]
         CompletionRequest: Operation(plan_completion, CompletionWriter, "cmpl"),  # type: ignore[arg-type]
     },
 )

@@ -23,7 +23,7 @@ from inference.protocol.openai.tokenize import (
     TokenPiece,
 )
 from inference.serving.context import RequestContext
-from inference.serving.openai.chat import plan_chat
+from inference.serving.openai.plan import plan_chat_completion
 from inference.serving.pipeline import shape
 from inference.serving.prepare import prepare_requests, with_vocabulary
 from inference.serving.prompts import PromptJob
@@ -78,7 +78,7 @@ async def chat_ids(
         tools=body.tools,
         chat_template_kwargs=body.chat_template_kwargs,
     )
-    (prompt,) = (await shape(await plan_chat(request, resolved, ctx), resolved)).prompts
+    (prompt,) = (await shape(await plan_chat_completion(request, resolved, ctx), resolved)).prompts
     prompt = replace(prompt, generation_prompt=body.add_generation_prompt)  # type: ignore[arg-type]
     job = PromptJob(resolved.spec, resolved.adapter, prompt, SamplingParams())
     (prepared,) = await prepare_requests([job])

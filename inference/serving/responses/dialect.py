@@ -9,8 +9,8 @@ from inference.protocol.openai.errors import error_body
 from inference.protocol.openai.responses_events import ErrorEvent
 from inference.protocol.openai.responses_request import ResponseRequest
 from inference.serving.dialect import Dialect, Operation
-from inference.serving.responses.answer import ResponseWriter
-from inference.serving.responses.prepare import plan_response
+from inference.serving.responses.plan import plan_response
+from inference.serving.responses.writer import ResponseWriter
 from inference.serving.sse import named_event
 
 

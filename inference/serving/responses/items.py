@@ -84,7 +84,7 @@ def message_content(item: dict) -> str | list[dict]:
     )
 
 
-def image_sources(history: list[dict], new_items: list[dict]) -> list[ImageSource]:
+def input_image_sources(history: list[dict], new_items: list[dict]) -> list[ImageSource]:
     """The conversation's images, in the order of their placeholders: earlier responses' (named
     by previous_response_id), then this input's (input.I.content.J)."""
     named = [("previous_response_id", item, None) for item in history]

@@ -15,7 +15,7 @@ from apikeys.models import ApiKey
 from inference.edge.dialects import ANTHROPIC, error_response
 from inference.protocol.anthropic.requests import MessagesRequest
 from inference.protocol.errors import APIError
-from inference.serving.anthropic.prompt import template_messages
+from inference.serving.anthropic.plan import template_messages
 from inference.serving.tooluse import arguments_object
 from tests.helpers import break_engine_after
 from tests.scripted import ARGUMENTS, REASONING

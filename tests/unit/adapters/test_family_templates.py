@@ -312,7 +312,7 @@ def test_arguments_render_in_the_schema_order_whatever_order_they_come_in(
 
 def test_chat_request_reasoning_reaches_the_template(tokenizer, templates):
     from inference.protocol.openai.chat import ChatMessage
-    from inference.serving.openai.chat import message_dict
+    from inference.serving.openai.plan import message_dict
 
     sent = conversation("tool")
     sent[2] = {**sent[2], "reasoning_content": None, "reasoning": REASONING}  # vLLM's name
@@ -325,7 +325,7 @@ def test_chat_request_reasoning_reaches_the_template(tokenizer, templates):
 
 def test_anthropic_thinking_blocks_become_reasoning_content():
     from inference.protocol.anthropic.requests import MessagesRequest
-    from inference.serving.anthropic.prompt import template_messages
+    from inference.serving.anthropic.plan import template_messages
 
     request = MessagesRequest.model_validate(
         {

@@ -1,13 +1,8 @@
-"""POST /v1/messages: the reply writer (a whole message or its stream events), and
-/v1/messages/count_tokens."""
+"""Anthropic's reply writer for POST /v1/messages: a whole message, or its stream events."""
 
 from __future__ import annotations
 
-import asyncio
-
-from django.conf import settings
-
-from inference.engine.types import Delta, Done, EngineError, SamplingParams
+from inference.engine.types import Delta, Done
 from inference.protocol.anthropic.events import (
     MessageDelta,
     MessageStart,
@@ -16,19 +11,11 @@ from inference.protocol.anthropic.events import (
     Ping,
     StopDelta,
 )
-from inference.protocol.anthropic.requests import CountTokensRequest, MessagesRequest
-from inference.protocol.anthropic.responses import MessageResponse, MessageUsage, TokenCount
+from inference.protocol.anthropic.requests import MessagesRequest
+from inference.protocol.anthropic.responses import MessageResponse, MessageUsage
 from inference.serving.anthropic.blocks import BlockStream, content_blocks, stop_reason
-from inference.serving.anthropic.prompt import plan_messages
-from inference.serving.context import RequestContext
-from inference.serving.drain import drain
-from inference.serving.errors import api_error
-from inference.serving.generation import SHUTTING_DOWN, TIMEOUT, Choice
-from inference.serving.pipeline import shape
-from inference.serving.prepare import count_prompt_tokens
-from inference.serving.prompts import PromptJob
+from inference.serving.generation import Choice
 from inference.serving.reply import parse_reply
-from inference.serving.resolve import resolve_model
 from inference.serving.sse import Wire
 from inference.serving.usage import TokenUsage
 from inference.serving.writer import ReplyWriter, Run
@@ -86,24 +73,3 @@ class MessageWriter(ReplyWriter):
         return self.message(
             content=content_blocks(reply), stop_reason=reason, stop_sequence=sequence
         )
-
-
-async def count_message_tokens(request: CountTokensRequest, ctx: RequestContext) -> TokenCount:
-    """The prompt create would read for the same body, counted on the engine (tools, system
-    and prefill included): its input_tokens plus cache_read_input_tokens. Under the model's
-    truncate_middle policy, what is left after old turns are dropped (leaving room for a
-    quarter of the context: count_tokens has no max_tokens)."""
-    if drain.draining:
-        raise api_error(SHUTTING_DOWN)
-    resolved = await resolve_model(request.model, ctx.caller)
-    (prompt,) = (await shape(await plan_messages(request, resolved, ctx), resolved)).prompts
-    job = PromptJob(resolved.spec, resolved.adapter, prompt, SamplingParams())
-    if ctx.record is not None:
-        ctx.record.model = resolved.spec.model_id
-    try:
-        async with asyncio.timeout(settings.REQUEST_TIMEOUT):
-            return TokenCount(input_tokens=await count_prompt_tokens(ctx, job))
-    except EngineError as exc:
-        raise api_error(exc) from None
-    except TimeoutError:
-        raise api_error(TIMEOUT) from None

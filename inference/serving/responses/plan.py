@@ -18,7 +18,7 @@ from inference.serving.resolve import ResolvedModel
 from inference.serving.responses.items import (
     chat_messages,
     check_call_outputs,
-    image_sources,
+    input_image_sources,
     stored_input_item,
 )
 from inference.serving.responses.store import admit_to_store, conversation_before
@@ -56,7 +56,7 @@ def prompt_messages(request: ResponseRequest, conversation: Conversation) -> lis
     return messages
 
 
-def tool_use(request: ResponseRequest) -> ToolUse:
+def responses_tool_use(request: ResponseRequest) -> ToolUse:
     tools = tuple(
         FunctionTool(f.offered, f.tool.description, f.tool.parameters) for f in request.functions()
     )
@@ -95,12 +95,12 @@ async def plan_response(
         messages=prompt_messages(request, conversation),
         messages_param="input",
         sampling=sampling,
-        tool_use=tool_use(request),
+        tool_use=responses_tool_use(request),
         json_format=text_format(request),
         thinking=ThinkingAsk(
             reasoning.enabled() if reasoning else None,
             effort=reasoning.effort if reasoning else None,
         ),
-        images=tuple(image_sources(conversation.history, conversation.new_items)),
+        images=tuple(input_image_sources(conversation.history, conversation.new_items)),
         kept=conversation.new_items,
     )

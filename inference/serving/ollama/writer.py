@@ -117,7 +117,7 @@ class OllamaWriter(ReplyWriter):
         )
 
 
-class ChatWriter(OllamaWriter):
+class OllamaChatWriter(OllamaWriter):
     def piece(
         self, text: str, thinking: str | None, calls: list[ToolCall] | None, **final
     ) -> ChatResponse:
@@ -128,7 +128,7 @@ class ChatWriter(OllamaWriter):
         )
 
 
-class GenerateWriter(OllamaWriter):
+class OllamaGenerateWriter(OllamaWriter):
     def piece(
         self, text: str, thinking: str | None, calls: list[ToolCall] | None, **final
     ) -> GenerateResponse:

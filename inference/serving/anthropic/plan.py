@@ -59,7 +59,7 @@ def turns(messages: list[InputMessage]) -> list[tuple[str, list]]:
     return merged
 
 
-def image_sources(request: MessagesInput) -> list[ImageSource]:
+def message_image_sources(request: MessagesInput) -> list[ImageSource]:
     """Every image block, in order, named by its place in the request."""
     sources = []
     for i, message in enumerate(request.messages):
@@ -205,5 +205,5 @@ async def plan_messages(
         tool_use=tool_use_of(request),
         thinking=ThinkingAsk(request.thinking_enabled(), budget=budget),
         prefill=prefill,
-        images=tuple(image_sources(request)),
+        images=tuple(message_image_sources(request)),
     )

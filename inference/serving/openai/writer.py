@@ -1,4 +1,5 @@
-"""POST /v1/chat/completions: the request's plan, and its completion or chunk stream."""
+"""OpenAI's reply writers: a chat completion or its chunk stream, and a legacy completion or
+its chunk stream, from the engine's events."""
 
 from __future__ import annotations
 
@@ -9,26 +10,24 @@ from inference.protocol.openai.chat import (
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
-    ChatMessage,
     ChunkChoice,
     ChunkDelta,
     FunctionCall,
     FunctionCallDelta,
-    NamedToolChoice,
-    ResponseFormatJSONObject,
-    ResponseFormatJSONSchema,
-    TextPart,
     ToolCall,
     ToolCallDelta,
 )
-from inference.protocol.openai.common import ChoiceLogprobs, TokenLogprob, TopLogprob
-from inference.serving.context import RequestContext
+from inference.protocol.openai.common import (
+    ChoiceLogprobs,
+    LegacyLogprobs,
+    TokenLogprob,
+    TopLogprob,
+)
+from inference.protocol.openai.completions import Completion, CompletionChoice, CompletionRequest
 from inference.serving.generation import Choice
-from inference.serving.images import ImageSource, template_content
 from inference.serving.openai.envelopes import chunk_writer, envelope
-from inference.serving.openai.sampling import sampling_ask
 from inference.serving.openai.usage import openai_usage
-from inference.serving.plan import JSONFormat, Plan, ThinkingAsk
+from inference.serving.prompts import Asked, TextPrompt
 from inference.serving.reply import (
     ReasoningDelta,
     Reply,
@@ -38,95 +37,8 @@ from inference.serving.reply import (
     ToolCallStart,
     parse_reply,
 )
-from inference.serving.resolve import ResolvedModel
 from inference.serving.sse import Wire
-from inference.serving.structured import ANY_OBJECT
-from inference.serving.tooluse import FunctionTool, ToolUse
 from inference.serving.writer import ReplyWriter, Run
-
-
-def content_of(message: ChatMessage) -> str | list[dict]:
-    """Text, or with images a content list: text parts and {"type": "image"} placeholders."""
-    if not message.image_parts():
-        return message.text()
-    parts = message.content or []
-    return template_content([p.text if isinstance(p, TextPart) else None for p in parts])
-
-
-def image_sources(messages: list[ChatMessage]) -> list[ImageSource]:
-    return [
-        ImageSource(f"messages.{i}.content.{j}", url=part.image_url.url)
-        for i, message in enumerate(messages)
-        for j, part in message.image_parts()
-    ]
-
-
-def message_dict(message: ChatMessage) -> dict:
-    # Templates know "system", not OpenAI's newer "developer".
-    role = "system" if message.role == "developer" else message.role
-    out: dict = {"role": role, "content": content_of(message)}
-    if message.tool_calls:
-        out["tool_calls"] = [call.model_dump() for call in message.tool_calls]
-    if message.tool_call_id:
-        out["tool_call_id"] = message.tool_call_id
-    # Templates decide whether earlier thinking shows (most drop it before the last user turn).
-    reasoning = message.reasoning_content or message.reasoning
-    if message.role == "assistant" and reasoning:
-        out["reasoning_content"] = reasoning
-    return out
-
-
-def chat_tool_use(request: ChatCompletionRequest) -> ToolUse:
-    tools = tuple(
-        FunctionTool(t.function.name, t.function.description, t.function.parameters)
-        for t in request.tools or []
-    )
-    choice = request.effective_tool_choice()
-    if isinstance(choice, NamedToolChoice):
-        return ToolUse(tools, forced=choice.function.name, parallel=request.parallel_tool_calls)
-    asked = "parallel_tool_calls" in request.model_fields_set
-    return ToolUse(tools, choice, parallel=request.parallel_tool_calls, parallel_asked=asked)  # type: ignore[arg-type]
-
-
-def thinking_asked(request: ChatCompletionRequest, switch: str) -> bool | None:
-    """The template's own switch in chat_template_kwargs wins; then reasoning_effort."""
-    kwargs = request.chat_template_kwargs or {}
-    if switch and switch in kwargs:
-        return bool(kwargs[switch])
-    if request.reasoning_effort is None:
-        return None
-    return request.reasoning_effort != "none"
-
-
-def json_format(response_format: object) -> JSONFormat | None:
-    if isinstance(response_format, ResponseFormatJSONObject):
-        return JSONFormat(ANY_OBJECT, "response_format")
-    if isinstance(response_format, ResponseFormatJSONSchema):
-        schema = response_format.json_schema.schema_ or ANY_OBJECT
-        return JSONFormat(schema, "response_format.json_schema.schema")
-    return None
-
-
-async def plan_chat(
-    request: ChatCompletionRequest, resolved: ResolvedModel, ctx: RequestContext
-) -> Plan:
-    """The plan builder: a chat request in the neutral plan's words."""
-    switch = resolved.adapter.profile.thinking_switch
-    return Plan(
-        messages=[message_dict(m) for m in request.messages],
-        sampling=sampling_ask(
-            request,
-            max_tokens=request.output_limit(),
-            logprobs=request.logprobs,
-            top_logprobs=request.top_logprobs or 0,
-        ),
-        tool_use=chat_tool_use(request),
-        json_format=json_format(request.response_format),
-        thinking=ThinkingAsk(thinking_asked(request, switch), effort=request.reasoning_effort),
-        template_kwargs=dict(request.chat_template_kwargs or {}),
-        images=tuple(image_sources(request.messages)),
-        n=request.n,
-    )
 
 
 def wire_logprobs(entries: list[SampledToken] | tuple[SampledToken, ...]) -> ChoiceLogprobs:
@@ -192,7 +104,7 @@ def chunk_delta(events: list[ReplyEvent]) -> ChunkDelta | None:
     )
 
 
-class ChatWriter(ReplyWriter):
+class ChatCompletionWriter(ReplyWriter):
     """The reply writer: role chunks, content chunks, finish chunks, optional usage (the
     pipeline sends [DONE] after them); or the whole completion."""
 
@@ -243,3 +155,75 @@ class ChatWriter(ReplyWriter):
             )
         usage = openai_usage(run.generation.usage())
         return ChatCompletion(**envelope(run), choices=choices, usage=usage)
+
+
+class CompletionWriter(ReplyWriter):
+    """The reply writer: echoed prompts, text chunks, finish chunks, optional usage; or the
+    whole completion."""
+
+    def __init__(self, run: Run) -> None:
+        super().__init__(run)
+        self.request: CompletionRequest = run.body  # type: ignore[assignment]
+        self.chunk = chunk_writer(Completion, run, self.request.include_usage())
+        # Where each choice's next token starts in its text (echo included), for text_offset.
+        self.offsets: dict[int, int] = {}
+
+    def prompt_of(self, choice: Choice) -> Asked:
+        return self.run.plan.raw_prompts[choice.index // self.request.n]
+
+    def echo_text(self, choice: Choice) -> str:
+        if not self.request.echo:
+            return ""
+        prompt = self.prompt_of(choice)
+        return prompt.text if isinstance(prompt, TextPrompt) else choice.started.prompt_text or ""
+
+    def logprobs(
+        self, choice: Choice, entries: tuple[SampledToken, ...] | list[SampledToken]
+    ) -> LegacyLogprobs | None:
+        if self.request.logprobs is None:
+            return None
+        offset = self.offsets.setdefault(choice.index, len(self.echo_text(choice)))
+        offsets = []
+        for entry in entries:
+            offsets.append(offset)
+            offset += len(entry.token)
+        self.offsets[choice.index] = offset
+        return LegacyLogprobs(
+            tokens=[e.token for e in entries],
+            token_logprobs=[e.logprob for e in entries],
+            top_logprobs=[{t.token: t.logprob for t in e.top} for e in entries],
+            text_offset=offsets,
+        )
+
+    def _text(self, choice: Choice, text: str, logprobs=None, finish=None) -> Wire:
+        piece = CompletionChoice(
+            index=choice.index, text=text, logprobs=logprobs, finish_reason=finish
+        )
+        return self.chunk([piece])
+
+    def opening(self) -> list[Wire]:
+        choices = self.run.generation.choices.values()
+        return [self._text(c, echo) for c in choices if (echo := self.echo_text(c))]
+
+    def feed(self, choice: Choice, event: Delta | Done) -> list[Wire]:
+        if isinstance(event, Delta):
+            return [self._text(choice, event.text, self.logprobs(choice, event.logprobs))]
+        return [self._text(choice, "", finish=event.finish_reason)]
+
+    async def closing(self) -> list[Wire]:
+        if not self.request.include_usage():
+            return []
+        return [self.chunk([], openai_usage(self.run.generation.usage()))]
+
+    async def response(self) -> Completion:
+        choices = [
+            CompletionChoice(
+                index=choice.index,
+                text=self.echo_text(choice) + choice.text,
+                logprobs=self.logprobs(choice, choice.logprobs),
+                finish_reason=choice.done.finish_reason,
+            )
+            for choice in self.run.generation.choices.values()
+        ]
+        usage = openai_usage(self.run.generation.usage())
+        return Completion(**envelope(self.run), choices=choices, usage=usage)
