@@ -29,13 +29,14 @@ from inference.protocol.openai.tokenize import (
     TokenizeRequest,
     TokenizeResponse,
 )
-from inference.serving import models
+from inference.serving.anthropic.models import list_anthropic_models, retrieve_anthropic_model
 from inference.serving.context import RequestContext
 from inference.serving.control import health_document, not_ready
-from inference.serving.embeddings import answer_embeddings
 from inference.serving.openai import tokenize as tokenizer
+from inference.serving.openai.embeddings import answer_embeddings
+from inference.serving.openai.models import list_openai_models, retrieve_openai_model
+from inference.serving.openai.rerank import answer_rerank
 from inference.serving.pipeline import answer
-from inference.serving.rerank import answer_rerank
 from inference.serving.sse import EventStream
 
 PROBE = ("GET", "HEAD")
@@ -114,14 +115,18 @@ def anthropic_client(request: HttpRequest) -> bool:
 
 @endpoint("GET", auth=EITHER_KEY, record=True, response=(ModelList, AnthropicModelList))
 async def list_models(request: HttpRequest, ctx: RequestContext) -> ModelList | AnthropicModelList:
-    return await models.list_models(ctx.caller, anthropic_client(request))
+    if anthropic_client(request):
+        return await list_anthropic_models(ctx.caller)
+    return await list_openai_models(ctx.caller)
 
 
 @endpoint("GET", auth=EITHER_KEY, record=True, response=(ModelCard, AnthropicModel))
 async def retrieve_model(
     request: HttpRequest, ctx: RequestContext, model_id: str
 ) -> ModelCard | AnthropicModel:
-    return await models.retrieve_model(model_id, ctx.caller, anthropic_client(request))
+    if anthropic_client(request):
+        return await retrieve_anthropic_model(model_id, ctx.caller)
+    return await retrieve_openai_model(model_id, ctx.caller)
 
 
 @endpoint(*ANY_METHOD)

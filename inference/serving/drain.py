@@ -7,6 +7,13 @@ import asyncio
 import weakref
 from typing import Protocol
 
+from inference.engine.types import EngineError, ErrorKind
+from inference.serving.errors import api_error
+
+SHUTTING_DOWN = EngineError(
+    ErrorKind.SHUTTING_DOWN, "The server is shutting down; retry the request."
+)
+
 
 class Cuttable(Protocol):
     def cut_at(self, deadline: float) -> None: ...
@@ -34,3 +41,11 @@ class Drain:
 
 
 drain = Drain()
+
+
+def refuse_if_draining() -> None:
+    """A 503 once the server drains: nothing new starts on the way out. Checked when a request
+    is admitted (prelude.admit) and again when its jobs reach the engine (Generation.start),
+    since planning (images fetched, prompts rendered) awaits in between."""
+    if drain.draining:
+        raise api_error(SHUTTING_DOWN)

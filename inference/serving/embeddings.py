@@ -1,10 +1,9 @@
-"""Inputs to one engine embedding job (`embed_inputs`, for every dialect), and POST
-/v1/embeddings: its vectors as OpenAI's list."""
+"""Inputs to one engine embedding job, for every dialect (`embed_inputs`): the vectors each
+dialect's writer puts in its own shape (openai/embeddings.py, ollama/embed.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,18 +11,12 @@ from django.conf import settings
 
 from inference.engine.types import EngineError
 from inference.protocol.errors import APIError
-from inference.protocol.openai.embeddings import (
-    Embedding,
-    EmbeddingList,
-    EmbeddingRequest,
-    EmbeddingUsage,
-)
 from inference.serving.context import RequestContext
-from inference.serving.drain import drain
 from inference.serving.errors import api_error
-from inference.serving.generation import SHUTTING_DOWN, TIMEOUT
+from inference.serving.generation import TIMEOUT
+from inference.serving.prelude import admit
 from inference.serving.prepare import embedding_ids
-from inference.serving.resolve import ResolvedModel, resolve_model
+from inference.serving.resolve import ResolvedModel
 
 
 @dataclass(frozen=True)
@@ -45,8 +38,6 @@ async def embed_inputs(
     """The vectors of `items` on the embedding model `model` names, for every dialect: the
     input cap, the catalog's prefix for `input_type`, tokenizing off the engine thread, the
     engine's job under the request timeout, then cut to `dimensions`."""
-    if drain.draining:
-        raise api_error(SHUTTING_DOWN)
     limit = settings.EMBEDDINGS_MAX_INPUTS
     if len(items) > limit:
         raise APIError(
@@ -55,10 +46,8 @@ async def embed_inputs(
             param="input",
             code="too_many_inputs",
         )
-    resolved = await resolve_model(model, ctx.caller, purpose="embedding")
+    resolved = await admit(ctx, model, purpose="embedding")
     entry = resolved.entry
-    if ctx.record is not None:
-        ctx.record.model = entry.public_id
     prefix = {"query": entry.query_prefix, "document": entry.document_prefix}.get(
         input_type or "", ""
     )
@@ -83,19 +72,6 @@ async def embed_inputs(
     return Embeddings(resolved, vectors, embedded.prompt_tokens)
 
 
-async def answer_embeddings(request: EmbeddingRequest, ctx: RequestContext) -> EmbeddingList:
-    embedded = await embed_inputs(
-        request.model, request.inputs(), ctx, request.input_type, request.dimensions
-    )
-    data = [
-        Embedding(index=i, embedding=encode(v, request.encoding_format))
-        for i, v in enumerate(embedded.vectors)
-    ]
-    tokens = embedded.prompt_tokens
-    usage = EmbeddingUsage(prompt_tokens=tokens, total_tokens=tokens)
-    return EmbeddingList(data=data, model=request.model, usage=usage)
-
-
 def shaped(vectors: list[np.ndarray], dimensions: int | None, normalize: bool) -> list[np.ndarray]:
     """Cut to the first `dimensions` (Matryoshka-style, as OpenAI's v3 models do), unit length
     again when the model's vectors are normalized."""
@@ -112,10 +88,3 @@ def shaped(vectors: list[np.ndarray], dimensions: int | None, normalize: bool) -
     if normalize:
         cut = [v / max(float(np.linalg.norm(v)), 1e-12) for v in cut]
     return cut
-
-
-def encode(vector: np.ndarray, encoding_format: str) -> list[float] | str:
-    if encoding_format == "base64":
-        # OpenAI's bytes: little-endian float32, which its SDK reads with np.frombuffer.
-        return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
-    return vector.astype(np.float32).tolist()

@@ -21,7 +21,7 @@ from inference.engine.types import (
 )
 from inference.protocol.errors import APIError
 from inference.serving.context import RequestContext
-from inference.serving.drain import drain
+from inference.serving.drain import SHUTTING_DOWN, drain, refuse_if_draining
 from inference.serving.errors import api_error
 from inference.serving.ids import completion_id, now
 from inference.serving.prepare import prepare_requests
@@ -56,9 +56,6 @@ TIMEOUT = EngineError(ErrorKind.TIMEOUT, "The request took longer than the serve
 # says it too, as truncated_messages). Known once the engine admitted the request, so before
 # a stream's first line.
 TRUNCATED_HEADER = "X-Context-Truncated-Messages"
-SHUTTING_DOWN = EngineError(
-    ErrorKind.SHUTTING_DOWN, "The server is shutting down; retry the request."
-)
 
 
 def check_sequence_count(count: int) -> None:
@@ -106,11 +103,8 @@ class Generation:
         id_prefix: str,
         choices_per_prompt: int = 1,
     ) -> Generation:
-        if drain.draining:
-            raise api_error(SHUTTING_DOWN)
+        refuse_if_draining()
         check_sequence_count(len(requests))
-        if ctx.record is not None:
-            ctx.record.model = requests[0].spec.model_id
         # Off the engine thread, before admission: a request over the limits costs nothing.
         requests = await prepare_requests(requests)
         try:

@@ -1,71 +1,53 @@
-"""GET /v1/models and /v1/models/{id}: the enabled catalog models a caller may use, in OpenAI's
-shape or, for a client that sends anthropic-version, in Anthropic's.
+"""The enabled catalog models a caller may use, as every dialect's model listing sees them
+(GET /v1/models in OpenAI's shape: openai/models.py; in Anthropic's: anthropic/models.py).
 
-Each model's entry lists its aliases; each exact alias is listed again as an entry of its own
-(with alias_of), as vLLM lists every served name, so that clients which check an id against
-the list accept it. Globs and the default for unknown ids cannot be listed: retrieving an id
-they match answers for it all the same."""
+Each model is listed under its own id and again under each exact alias (with the id it is an
+alias of), as vLLM lists every served name, so that clients which check an id against the list
+accept it. Globs and the default for unknown ids cannot be listed: retrieving an id they match
+answers for it all the same."""
 
 from __future__ import annotations
 
-from datetime import UTC
+from dataclasses import dataclass
 
 from apikeys.auth import Caller
 from catalog.aliases import is_glob
 from catalog.models import CatalogModel
-from inference.protocol.anthropic.models import AnthropicModel, AnthropicModelList
 from inference.protocol.errors import model_not_found
-from inference.protocol.openai.models import ModelCard, ModelList
 from inference.serving.resolve import find_model
 
 
-def model_card(entry: CatalogModel, model_id: str | None = None) -> ModelCard:
+@dataclass(frozen=True)
+class Listed:
+    """One listed name: the catalog row that serves it, and the row's id when it is an alias."""
+
+    id: str
+    entry: CatalogModel
+    alias_of: str | None = None
+
+
+def listed_as(entry: CatalogModel, model_id: str | None = None) -> Listed:
     """The entry as `model_id` names it: its own id, or one of its aliases."""
-    own = model_id in (None, entry.public_id)
-    return ModelCard(
-        id=entry.public_id if own else model_id,
-        created=int(entry.created.timestamp()),
-        capabilities=entry.capabilities(),
-        aliases=list(entry.aliases) if own else [],
-        alias_of=None if own else entry.public_id,
-    )
+    if model_id in (None, entry.public_id):
+        return Listed(entry.public_id, entry)
+    return Listed(model_id, entry, alias_of=entry.public_id)  # type: ignore[arg-type]
 
 
-async def listed(caller: Caller) -> list[tuple[ModelCard, CatalogModel]]:
-    """Every entry the caller may see, each with the catalog row that serves it."""
-    cards = []
+async def listed(caller: Caller) -> list[Listed]:
+    """Every name the caller may see, each with the catalog row that serves it."""
+    names = []
     async for entry in CatalogModel.objects.filter(enabled=True):
         if caller.may_use(entry.public_id):
-            cards.append((model_card(entry), entry))
-            cards += [(model_card(entry, a), entry) for a in entry.aliases if not is_glob(a)]
-    return cards
+            names.append(listed_as(entry))
+            names += [listed_as(entry, a) for a in entry.aliases if not is_glob(a)]
+    return names
 
 
-def anthropic_model(card: ModelCard, entry: CatalogModel) -> AnthropicModel:
-    return AnthropicModel(
-        id=card.id,
-        display_name=entry.display_name or entry.public_id,
-        created_at=entry.created.astimezone(UTC).isoformat().replace("+00:00", "Z"),
-    )
-
-
-async def list_models(caller: Caller, anthropic: bool) -> ModelList | AnthropicModelList:
-    cards = await listed(caller)
-    if not anthropic:
-        return ModelList(data=[card for card, _ in cards])
-    data = [anthropic_model(card, entry) for card, entry in cards]
-    return AnthropicModelList(
-        data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None
-    )
-
-
-async def retrieve_model(
-    model_id: str, caller: Caller, anthropic: bool
-) -> ModelCard | AnthropicModel:
+async def find_listed(model_id: str, caller: Caller) -> Listed:
+    """What `model_id` names, as the listing would show it; a 404 when nothing serves it."""
     entry = None
     for purpose in ("chat", "embedding", "rerank"):  # an unknown id: each purpose's default
         entry = entry or await find_model(model_id, caller, purpose)
     if entry is None:
         raise model_not_found(model_id)
-    card = model_card(entry, model_id)
-    return anthropic_model(card, entry) if anthropic else card
+    return listed_as(entry, model_id)

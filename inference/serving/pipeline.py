@@ -18,8 +18,9 @@ from inference.serving.dialect import Dialect, Operation
 from inference.serving.generation import Generation
 from inference.serving.images import load_images
 from inference.serving.plan import Plan, chat_prompt, check_messages, plan_grammar, thinking_of
+from inference.serving.prelude import admit
 from inference.serving.prompts import Asked, PromptJob
-from inference.serving.resolve import ResolvedModel, resolve_model
+from inference.serving.resolve import ResolvedModel
 from inference.serving.sampling import per_choice, sampling_params
 from inference.serving.sse import EventStream, Trimmed, Wire
 from inference.serving.thinking import Thinking
@@ -63,8 +64,9 @@ async def shape(plan: Plan, resolved: ResolvedModel) -> Shaped:
 
 
 async def start(ctx: RequestContext, operation: Operation, body: BaseModel) -> Run:
-    """Resolves the model, plans, and has the engine admit every choice; failures raise."""
-    resolved = await resolve_model(body.model, ctx.caller)  # type: ignore[attr-defined]
+    """Admits the request (prelude.admit: the drain check, its model, the record's model),
+    plans, and has the engine admit every choice; failures raise."""
+    resolved = await admit(ctx, body.model)  # type: ignore[attr-defined]
     plan = await operation.plan(body, resolved, ctx)
     shaped = await shape(plan, resolved)
     jobs = [

@@ -11,13 +11,12 @@ from inference.protocol.anthropic.requests import CountTokensRequest
 from inference.protocol.anthropic.responses import TokenCount
 from inference.serving.anthropic.plan import plan_messages
 from inference.serving.context import RequestContext
-from inference.serving.drain import drain
 from inference.serving.errors import api_error
-from inference.serving.generation import SHUTTING_DOWN, TIMEOUT
+from inference.serving.generation import TIMEOUT
 from inference.serving.pipeline import shape
+from inference.serving.prelude import admit
 from inference.serving.prepare import count_prompt_tokens
 from inference.serving.prompts import PromptJob
-from inference.serving.resolve import resolve_model
 
 
 async def count_message_tokens(request: CountTokensRequest, ctx: RequestContext) -> TokenCount:
@@ -25,13 +24,9 @@ async def count_message_tokens(request: CountTokensRequest, ctx: RequestContext)
     and prefill included): its input_tokens plus cache_read_input_tokens. Under the model's
     truncate_middle policy, what is left after old turns are dropped (leaving room for a
     quarter of the context: count_tokens has no max_tokens)."""
-    if drain.draining:
-        raise api_error(SHUTTING_DOWN)
-    resolved = await resolve_model(request.model, ctx.caller)
+    resolved = await admit(ctx, request.model)
     (prompt,) = (await shape(await plan_messages(request, resolved, ctx), resolved)).prompts
     job = PromptJob(resolved.spec, resolved.adapter, prompt, SamplingParams())
-    if ctx.record is not None:
-        ctx.record.model = resolved.spec.model_id
     try:
         async with asyncio.timeout(settings.REQUEST_TIMEOUT):
             return TokenCount(input_tokens=await count_prompt_tokens(ctx, job))

@@ -25,9 +25,10 @@ from inference.protocol.openai.tokenize import (
 from inference.serving.context import RequestContext
 from inference.serving.openai.plan import plan_chat_completion
 from inference.serving.pipeline import shape
+from inference.serving.prelude import admit
 from inference.serving.prepare import prepare_requests, with_vocabulary
 from inference.serving.prompts import PromptJob
-from inference.serving.resolve import ResolvedModel, find_model, resolve_model
+from inference.serving.resolve import ResolvedModel, find_model
 
 
 async def tokenize(body: TokenizeRequest, ctx: RequestContext) -> TokenizeResponse:
@@ -62,10 +63,7 @@ async def _resolved(model: str, ctx: RequestContext) -> ResolvedModel:
             param="model",
             code="missing_model",
         )
-    resolved = await resolve_model(model, ctx.caller)
-    if ctx.record is not None:
-        ctx.record.model = resolved.entry.public_id
-    return resolved
+    return await admit(ctx, model)
 
 
 async def chat_ids(
