@@ -1,7 +1,6 @@
 import sys
 from functools import partial
 
-from asgiref.sync import async_to_sync
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
@@ -17,12 +16,8 @@ from catalog.job_admin import FailedJobs
 from catalog.model_config import own_context, read_config
 from catalog.models import CatalogModel, GGUFImport, ModelFamily, PromptMetadataPattern
 from catalog.pool_notes import running_with, saved_note
+from catalog.pool_seam import LoadedModel, LoadSettings, PoolRefused, loaded_model, pool
 from catalog.source_views import sources_view
-from inference import runtime
-from inference.engine.state import ModelState
-from inference.engine.types import ModelSpec
-from inference.protocol.errors import APIError
-from inference.serving.control import unload_model, warm_model
 
 
 @admin.register(ModelFamily)
@@ -194,19 +189,17 @@ class CatalogModelAdmin(PlainAdminFields, admin.ModelAdmin):
         if note:
             self.message_user(request, note, messages.INFO)
 
-    def _stored_spec(self, entry: CatalogModel) -> ModelSpec | None:
+    def _stored_spec(self, entry: CatalogModel) -> LoadSettings | None:
         stored = CatalogModel.objects.select_related(*CatalogModel.RELATED).filter(pk=entry.pk)
         row = stored.first()
         return row.spec() if row is not None else None
 
-    def _loaded(self, entry: CatalogModel) -> ModelState | None:
+    def _loaded(self, entry: CatalogModel) -> LoadedModel | None:
         return self._loaded_id(entry.public_id)
 
-    def _loaded_id(self, model_id: str) -> ModelState | None:
-        # The engine's snapshot: never waits for it, never starts it.
-        health = runtime.current_health()
-        models = health.models if health else ()
-        return next((m for m in models if m.id == model_id), None)
+    def _loaded_id(self, model_id: str) -> LoadedModel | None:
+        # The engine's snapshot (catalog/pool_seam.py): never waits for it, never starts it.
+        return loaded_model(model_id)
 
     @admin.display(description="running with")
     def running_with(self, entry: CatalogModel) -> str:
@@ -273,8 +266,8 @@ class CatalogModelAdmin(PlainAdminFields, admin.ModelAdmin):
     def warm(self, request, queryset) -> None:
         for entry in queryset:
             try:
-                result = async_to_sync(warm_model)(runtime.engine_handle(), entry.public_id)
-            except APIError as exc:
+                result = pool().warm(entry.public_id)
+            except PoolRefused as exc:
                 self.message_user(request, f"{entry}: {exc.message}", messages.ERROR)
                 continue
             seconds = result["load_seconds"]
@@ -303,7 +296,7 @@ class CatalogModelAdmin(PlainAdminFields, admin.ModelAdmin):
     @admin.action(description="Unload (free its memory)", permissions=["operate_pool"])
     def unload(self, request, queryset) -> None:
         for entry in queryset:
-            result = async_to_sync(unload_model)(runtime.engine_handle(), entry.public_id)
+            result = pool().unload(entry.public_id)
             note = "unloaded" if result["unloaded"] else "was not loaded"
             self.message_user(request, f"{entry}: {note}", messages.SUCCESS)
 

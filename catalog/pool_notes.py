@@ -1,15 +1,14 @@
 """What the admin says about a catalog model the pool holds: what it really runs with (weights,
 KV cache, context), and what saving its entry does to it. The pool keeps a loaded model while
-its entry's load settings (its ModelSpec) stay the same; a request for it after they change
-unloads it and loads it again (inference/engine/pool.py, current())."""
+its entry's load settings (its ModelSpec, the seam's LoadSettings) stay the same; a request for
+it after they change unloads it and loads it again (inference/engine/pool.py, current())."""
 
 from __future__ import annotations
 
-from inference.engine.state import ModelState
-from inference.engine.types import ModelSpec
+from catalog.pool_seam import LoadedModel, LoadSettings
 
 
-def running_with(state: ModelState) -> str:
+def running_with(state: LoadedModel) -> str:
     """Weights format, KV cache and context as the engine loaded them."""
     weights = state.compute_format
     if state.activations:
@@ -22,7 +21,7 @@ def running_with(state: ModelState) -> str:
 
 
 def saved_note(
-    state: ModelState | None, before: ModelSpec | None, after: ModelSpec, enabled: bool
+    state: LoadedModel | None, before: LoadSettings | None, after: LoadSettings, enabled: bool
 ) -> str | None:
     """What saving did to the model as loaded (None when it is not loaded). `before` is the
     entry's load settings as they were, `after` as saved. Each starts with "Model": the admin
