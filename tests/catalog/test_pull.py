@@ -162,6 +162,7 @@ def test_a_gguf_repo_needs_a_file_then_is_imported(db, hub, storage, demo_gguf):
     pull(f"test-org/smol-gguf:{demo_gguf.name}", "--id", "smol")
     entry = CatalogModel.objects.get(public_id="smol")
     assert entry.source == CatalogModel.Source.GGUF
+    assert entry.display_name == f"test-org/smol-gguf:{demo_gguf.name}"  # the hub's name
     assert (Path(entry.location) / "config.json").is_file()
     assert not (storage / ".pulls" / "smol").exists()  # the GGUF is not kept beside it
 

@@ -55,6 +55,12 @@ class Target:
     def destination(self) -> Path:
         return Path(settings.MODEL_STORAGE_DIR) / self.model_id
 
+    @property
+    def hub_name(self) -> str:
+        """As the command takes it: a GGUF repo holds many quantizations, its file tells them
+        apart (the GGUF's own general.name is the base model's, the same for each)."""
+        return f"{self.repo}:{self.gguf_file}" if self.gguf_file else self.repo
+
 
 class Command(BaseCommand):
     help = (
@@ -69,7 +75,9 @@ class Command(BaseCommand):
         parser.add_argument("--file", help="the GGUF file of the repo to fetch and import")
         parser.add_argument("--id", dest="model_id", help="public model id (default: the name)")
         parser.add_argument("--family", help="family slug (default: from the chat template)")
-        parser.add_argument("--name", help="display name (default: the repo)")
+        parser.add_argument(
+            "--name", help="display name (default: the repo, REPO:FILE for a GGUF file of it)"
+        )
         add_alias_argument(parser)
         parser.add_argument("--job", type=int, help="report progress and outcome in this HubPull")
         parser.add_argument(
@@ -135,7 +143,7 @@ class Command(BaseCommand):
         """The catalog entry to save once the files are there, checked before any download."""
         entry = CatalogModel(
             public_id=target.model_id,
-            display_name=name or target.repo,
+            display_name=name or target.hub_name,
             source=CatalogModel.Source.LOCAL,
             location=str(target.destination),
             family=family_by_slug(family),
