@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from inference.adapters.toolcalls import Function, ToolSyntax
+from inference.adapters.toolcalls.json_scan import JSONScan
 from inference.serving.structured import checked_grammar, closed_objects, json_grammar
 
 EMPTY_PARAMETERS = {"type": "object", "properties": {}}
@@ -78,15 +79,17 @@ class ToolUse:
         return checked_grammar(syntax.grammar(functions, parallel), param)
 
 
-def arguments_object(arguments: str) -> dict:
-    """A call's arguments as an object (Anthropic's tool_use input). A call cut off by
-    max_tokens gives what its partial JSON holds so far, read as the SDKs read a stream's
-    partial_json (an open string is closed, an unfinished key or literal dropped), never a
-    made-up value; {} when not even that parses."""
+def arguments_object(arguments: str, partial: bool = True) -> dict:
+    """A call's arguments as an object; {} when they are not one. A call cut off by max_tokens
+    gives, with `partial`, what its partial JSON holds so far, read as Anthropic's SDKs read a
+    stream's partial_json (an open string is closed, an unfinished key or literal dropped),
+    never a made-up value, so a whole message's tool_use input is what a stream's client put
+    together. Without it, {}: Ollama sends each call whole, never partial JSON, and its own
+    server answers a call it cannot read with empty arguments."""
     try:
         value = json.loads(arguments)
     except (ValueError, RecursionError):  # deep nesting: text as it came
-        value = _partial_json(arguments)
+        value = _partial_json(arguments) if partial else None
     return value if isinstance(value, dict) else {}
 
 
@@ -112,23 +115,11 @@ def _scan(text: str) -> tuple[list[int], list[str], bool, bool]:
     strings; the brackets still open at the end; whether it ends inside a string, and right
     after a backslash there."""
     cuts: list[int] = []
-    stack: list[str] = []
-    in_string = escaped = False
+    scan = JSONScan()
     for i, char in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "{[":
-            stack.append(char)
+        kind = scan.step(char)
+        if kind == "open":
             cuts.append(i + 1)
-        elif char in "}]" and stack:
-            stack.pop()
-        elif char == ",":
+        elif kind == "other" and char == ",":
             cuts.append(i)
-    return cuts, stack, in_string, escaped
+    return cuts, scan.stack, scan.in_string, scan.escaped

@@ -87,7 +87,49 @@ def dialect_of(module: str) -> str | None:
 
 
 def test_the_dialect_packages_are_found():
-    assert {"openai", "anthropic", "responses"} <= set(DIALECTS)
+    assert {"openai", "anthropic", "ollama", "responses"} <= set(DIALECTS)
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_each_dialect_package_is_shaped_alike(dialect):
+    """Where Anthropic's writer is, its path says: every dialect package holds its Dialect
+    (dialect.py), its plan builder (request → neutral Plan) and its reply writer (neutral
+    events → its wire), each a module or a package of them."""
+    package = SERVING / dialect
+    missing = [
+        part
+        for part in ("plan", "writer")
+        if not ((package / f"{part}.py").is_file() or (package / part / "__init__.py").is_file())
+    ]
+    assert (package / "dialect.py").is_file() and missing == []
+
+
+# The protocol's own subpackages are dialects' wire models; its modules at the top
+# (errors.py, wire.py) are the neutral parts every dialect shares.
+PROTOCOL_DIALECTS = sorted(
+    p.parent.name for p in (ROOT / "inference/protocol").glob("*/__init__.py")
+)
+
+
+def test_shared_serving_speaks_no_dialect():
+    """Serving's shared modules (those directly in inference/serving/) import no dialect's wire
+    models: what writes a dialect's wire lives in that dialect's package."""
+    wire = re.compile(rf"^inference\.protocol\.({'|'.join(PROTOCOL_DIALECTS)})(\.|$)")
+    shared = [m for m, path in import_graph.module_files().items() if path.parent == SERVING]
+    wrong = [f"{m} imports {target}" for m in shared for target in GRAPH[m] if wire.match(target)]
+    assert {"openai", "anthropic", "ollama"} <= set(PROTOCOL_DIALECTS) and wrong == []
+
+
+def test_no_name_is_defined_twice_in_serving():
+    """A class or function of serving means one thing: two dialects' writers or plan builders
+    carry distinct names (ChatCompletionWriter, OllamaChatWriter), and shared code is defined
+    once and imported, never copied."""
+    where: dict[str, list[str]] = {}
+    for path in sorted(SERVING.rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                where.setdefault(node.name, []).append(str(path.relative_to(SERVING)))
+    assert {name: paths for name, paths in where.items() if len(paths) > 1} == {}
 
 
 def test_no_serving_module_imports_another_dialects_package():

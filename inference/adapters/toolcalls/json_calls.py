@@ -21,6 +21,7 @@ from inference.adapters.toolcalls.base import (
     json_rule,
     lit,
 )
+from inference.adapters.toolcalls.json_scan import JSONScan
 
 ARGUMENT_KEYS = ("arguments", "parameters")
 MISTRAL_ARGS = "[ARGS]"
@@ -38,13 +39,15 @@ class _Call:
         self.sent = 0  # how much of the arguments has been handed on
         self.started = False
         self.string_arguments = False  # "arguments": "{...}" — handed on whole, decoded
-        self.depth = 0
-        self.in_string = False
-        self.escaped = False
+        self.scan = JSONScan()
         self.key: str | None = None
         self.expect: Literal["key", "colon", "value", "next"] = "key"
         self.capture: Literal["key", "name", "arguments"] | None = None
         self.buffer = ""
+
+    @property
+    def depth(self) -> int:
+        return self.scan.depth
 
 
 class CallScanner:
@@ -90,10 +93,13 @@ class CallScanner:
     def _step(self, call: _Call, char: str, events: list[CallEvent]) -> None:
         if call.capture == "arguments" or call.args_only:
             call.arguments += char
-        if call.in_string:
-            self._string_char(call, char)
-        elif char == '"':
-            call.in_string = True
+        kind = call.scan.step(char)
+        if kind == "text":
+            if call.capture in ("key", "name"):
+                call.buffer += char
+        elif kind == "string_end":
+            self._string_ends(call)
+        elif kind == "string_start":
             if call.args_only:
                 return  # its keys are the arguments' own
             if call.depth == 1 and call.expect == "key":
@@ -101,11 +107,9 @@ class CallScanner:
             elif call.depth == 1 and call.expect == "value" and call.key in self._name_keys:
                 call.capture, call.buffer = "name", ""
             self._value_starts(call, char)
-        elif char in "{[":
-            call.depth += 1
+        elif kind == "open":
             self._value_starts(call, char)
-        elif char in "}]":
-            call.depth -= 1
+        elif kind == "close":
             if call.depth == 1 and call.capture == "arguments":
                 call.capture, call.expect = None, "next"
             elif call.depth == 0:
@@ -114,30 +118,20 @@ class CallScanner:
             self._separator(call, char)
 
     def _value_starts(self, call: _Call, char: str) -> None:
+        # The depth the value starts at: an opening bracket was counted already.
         if call.depth - (char in "{[") == 1 and call.expect == "value":
             call.expect = "next"
             if call.key in ARGUMENT_KEYS and not call.args_only and not call.arguments:
                 call.capture, call.arguments = "arguments", char
                 call.string_arguments = char == '"'
 
-    def _string_char(self, call: _Call, char: str) -> None:
-        if call.escaped:
-            call.escaped = False
-        elif char == "\\":
-            call.escaped = True
-        elif char == '"':
-            call.in_string = False
-            if call.capture == "key":
-                call.key, call.expect, call.capture = _decode(call.buffer), "colon", None
-                return
-            if call.capture == "name":
-                call.name, call.capture = _decode(call.buffer), None
-                return
-            if call.capture == "arguments" and call.depth == 1:
-                call.capture = None  # a string value ends at its quote
-            return
-        if call.capture in ("key", "name"):
-            call.buffer += char
+    def _string_ends(self, call: _Call) -> None:
+        if call.capture == "key":
+            call.key, call.expect, call.capture = _decode(call.buffer), "colon", None
+        elif call.capture == "name":
+            call.name, call.capture = _decode(call.buffer), None
+        elif call.capture == "arguments" and call.depth == 1:
+            call.capture = None  # a string value ends at its quote
 
     def _separator(self, call: _Call, char: str) -> None:
         if char == ":" and call.expect == "colon":

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from inference.adapters.reasoning import partial_suffix
 from inference.adapters.toolcalls.arguments import typed_value
 from inference.adapters.toolcalls.base import CallEvent, ToolSyntax, decode_json, lit
+from inference.adapters.toolcalls.json_scan import JSONScan
 
 _ATTRIBUTE = re.compile(r'(\w+)="([^"]*)"')
 
@@ -184,9 +185,7 @@ class JSONValue:
     """A JSON value's text as it arrives, and where it ends: its outermost bracket closing."""
 
     def __init__(self) -> None:
-        self.depth = 0
-        self.in_string = False
-        self.escaped = False
+        self.scan = JSONScan()
         self.begun = False
         self.done = False
 
@@ -194,22 +193,9 @@ class JSONValue:
         """How much of `text` belongs to the value (all of it unless the value ends inside)."""
         for i, char in enumerate(text):
             self.begun = True
-            if self.in_string:
-                if self.escaped:
-                    self.escaped = False
-                elif char == "\\":
-                    self.escaped = True
-                elif char == '"':
-                    self.in_string = False
-            elif char == '"':
-                self.in_string = True
-            elif char in "{[":
-                self.depth += 1
-            elif char in "}]":
-                self.depth -= 1
-                if self.depth <= 0:
-                    self.done = True
-                    return i + 1
+            if self.scan.step(char) == "close" and self.scan.depth == 0:
+                self.done = True
+                return i + 1
         return len(text)
 
 

@@ -4,8 +4,6 @@ ask, `tools` as the tools offered (Ollama has no tool_choice: the model decides)
 
 from __future__ import annotations
 
-import json
-
 from inference.protocol.errors import APIError
 from inference.protocol.ollama.requests import (
     ChatRequest,
@@ -164,12 +162,3 @@ async def plan_ollama_generate(
         ),
         **_common(request),
     )
-
-
-def arguments_object(text: str) -> dict:
-    """A call's arguments as the object Ollama sends ({} when the model cut them off)."""
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return {}
-    return value if isinstance(value, dict) else {}

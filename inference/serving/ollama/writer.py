@@ -18,7 +18,6 @@ from inference.protocol.ollama.responses import (
     ToolCallFunction,
 )
 from inference.serving.generation import Choice
-from inference.serving.ollama.plan import arguments_object
 from inference.serving.reply import (
     ParsedToolCall,
     ReasoningDelta,
@@ -28,6 +27,7 @@ from inference.serving.reply import (
     parse_reply,
 )
 from inference.serving.sse import Wire
+from inference.serving.tooluse import arguments_object
 from inference.serving.writer import ReplyWriter, Run
 
 
@@ -45,7 +45,9 @@ def tool_calls(calls: list[ParsedToolCall], first: int = 0) -> list[ToolCall] | 
         ToolCall(
             id=call.id,
             function=ToolCallFunction(
-                index=first + i, name=call.name, arguments=arguments_object(call.arguments)
+                index=first + i,
+                name=call.name,
+                arguments=arguments_object(call.arguments, partial=False),
             ),
         )
         for i, call in enumerate(calls)
