@@ -1,3 +1,6 @@
+"""The longer help texts of a catalog model's fields, as the admin shows them under each box
+(kept here so the model reads as its fields; the migrations hold copies of them)."""
+
 ALIASES = (
     "Other ids clients may send as `model` for this one: exact ids, or globs "
     "where * is any text, e.g. claude-sonnet-4-5-20250929, claude-haiku-* or "

@@ -5,7 +5,7 @@ location and its files, the model's own config, and ids that two models would bo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from django.core.exceptions import ValidationError
 
@@ -17,11 +17,32 @@ from inference.engine.formats import activations_refusal, kv_refusal
 from inference.engine.mtp.files import missing_heads
 from inference.engine.vocabulary import chunk_context_limit
 
-if TYPE_CHECKING:
-    from catalog.models.catalog import CatalogModel
+
+class CatalogEntry(Protocol):
+    """What the checks read of a CatalogModel (named so, not imported: it imports them)."""
+
+    pk: int | None
+    source: str
+    location: str
+    purpose: str
+    vision: bool
+    compute_format: str
+    activations: str
+    kv_cache: str
+    context_length: int | None
+    max_output_tokens: int | None
+    default_max_tokens: int | None
+    speculative: str
+    base_model_id: int | None
+    base_model: CatalogEntry | None
+    draft_model_id: int | None
+    draft_model: CatalogEntry | None
+    aliases: object  # a list of ids when valid; the field's own validator says otherwise
+
+    def own_config(self) -> dict | None: ...
 
 
-def check_entry(entry: CatalogModel) -> None:
+def check_entry(entry: CatalogEntry) -> None:
     """Everything CatalogModel.clean() checks beyond the fields' own validators."""
     if entry.vision and entry.purpose != Purpose.CHAT:
         raise ValidationError({"vision": "Only chat models read images."})
@@ -43,7 +64,7 @@ def check_entry(entry: CatalogModel) -> None:
     check_aliases(entry)
 
 
-def check_location(entry: CatalogModel) -> None:
+def check_location(entry: CatalogEntry) -> None:
     """A hub repo's name, or a folder with a model in it."""
     validate = validate_hf_repo if entry.source == Source.HUGGING_FACE else validate_model_dir
     try:
@@ -52,7 +73,7 @@ def check_location(entry: CatalogModel) -> None:
         raise ValidationError({"location": exc.messages}) from exc
 
 
-def check_against_config(entry: CatalogModel) -> None:
+def check_against_config(entry: CatalogEntry) -> None:
     """What the model's config says the engine cannot do is refused here, with the reason,
     rather than when the model loads (a hub repo not yet pulled is checked then): a
     quantized KV cache it cannot keep, a context past Llama 4's first attention chunk."""
@@ -68,7 +89,7 @@ def check_against_config(entry: CatalogModel) -> None:
         raise ValidationError({"context_length": why})
 
 
-def check_context_fits(entry: CatalogModel) -> None:
+def check_context_fits(entry: CatalogEntry) -> None:
     """A context longer than the model's own (its config's trained positions) is refused,
     with that limit. The admin's form checks it; add_model --context-length may still go
     past, as the engine runs on past the trained positions (tests of long streams on the
@@ -84,7 +105,7 @@ def check_context_fits(entry: CatalogModel) -> None:
         )
 
 
-def check_limits(entry: CatalogModel) -> None:
+def check_limits(entry: CatalogEntry) -> None:
     """The default max_tokens is within the max output tokens (serving would cut it to
     them silently)."""
     most, default = entry.max_output_tokens, entry.default_max_tokens
@@ -98,7 +119,7 @@ def check_limits(entry: CatalogModel) -> None:
         )
 
 
-def check_mtp(entry: CatalogModel) -> None:
+def check_mtp(entry: CatalogEntry) -> None:
     """`speculative: mtp` only for a model whose files ship an MTP head (a hub model's
     files are not here yet: its load says whether it has one)."""
     if entry.speculative != "mtp":
@@ -111,7 +132,7 @@ def check_mtp(entry: CatalogModel) -> None:
             raise ValidationError({"speculative": f"No MTP head here: {missing}."})
 
 
-def check_draft(entry: CatalogModel) -> None:
+def check_draft(entry: CatalogEntry) -> None:
     draft = entry.draft_model if entry.draft_model_id else None
     if draft is None:
         if entry.speculative == "draft_model":
@@ -129,7 +150,7 @@ def check_draft(entry: CatalogModel) -> None:
         )
 
 
-def check_adapter(entry: CatalogModel) -> None:
+def check_adapter(entry: CatalogEntry) -> None:
     try:
         validate_adapter_dir(entry.location)
     except ValidationError as exc:
@@ -145,7 +166,7 @@ def check_adapter(entry: CatalogModel) -> None:
         raise ValidationError({"purpose": "A LoRA adapter is a text chat model."})
 
 
-def check_aliases(entry: CatalogModel) -> None:
+def check_aliases(entry: CatalogEntry) -> None:
     """No id or exact alias names two models; no two globs tie (catalog/aliases.py)."""
     if not isinstance(entry.aliases, list):  # the field's own validator reports it
         return
