@@ -18,12 +18,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from inference.adapters.detect import detect
-from inference.conversion.gguf_architectures import (
-    Architecture,
-    Hyper,
-    main_layers,
-    model_config,
-)
+from inference.conversion.gguf_architecture import Architecture, Hyper
+from inference.conversion.gguf_config import main_layers, model_config
 from inference.conversion.gguf_file import GGUFFile, TensorInfo, UnsupportedGGUF, open_gguf
 from inference.conversion.gguf_registry import ARCHITECTURES, architecture_of
 from inference.conversion.gguf_tensors import (

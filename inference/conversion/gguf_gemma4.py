@@ -22,16 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from inference.conversion.gguf_architectures import (
-    _GEMMA_LAYER,
-    _QK_NORM,
-    Architecture,
-    Hyper,
-    _experts,
-    _head_dim,
-    _per_layer,
-)
+from inference.conversion.gguf_architecture import _QK_NORM, Architecture, Hyper
+from inference.conversion.gguf_config import _experts, _head_dim, _per_layer
 from inference.conversion.gguf_file import UnsupportedGGUF, read_tensor_f32
+from inference.conversion.gguf_gemma import _GEMMA_LAYER
 
 _GEMMA4_LAYER = {
     **_GEMMA_LAYER,

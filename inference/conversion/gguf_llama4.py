@@ -21,16 +21,10 @@ Registered, with gguf_architectures' families, in gguf_registry.
 
 from __future__ import annotations
 
-from inference.conversion.gguf_architectures import (
-    Architecture,
-    Hyper,
-    _feed_forward,
-    _head_dim,
-    _kv_heads,
-    _rope_scaling,
-    llama3_rope_scaling,
-)
+from inference.conversion.gguf_architecture import Architecture, Hyper
+from inference.conversion.gguf_config import _feed_forward, _head_dim, _kv_heads, _rope_scaling
 from inference.conversion.gguf_file import UnsupportedGGUF, read_tensor_f32
+from inference.conversion.gguf_llama import llama3_rope_scaling
 
 _FEED_FORWARD = "feed_forward"
 _LLAMA4_LAYER = {

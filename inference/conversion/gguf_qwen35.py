@@ -18,19 +18,16 @@ from collections.abc import Callable
 
 import numpy as np
 
-from inference.conversion.gguf_architectures import (
+from inference.conversion.gguf_architecture import (
     _ATTENTION,
     _EXPERTS,
     _QK_NORM,
     Architecture,
     Hyper,
-    _experts,
-    _head_dim,
-    _row,
-    _unsqueeze_last,
-    delta_net,
 )
+from inference.conversion.gguf_config import _experts, _head_dim
 from inference.conversion.gguf_file import UnsupportedGGUF
+from inference.conversion.gguf_qwen import _row, _unsqueeze_last, delta_net
 
 _QWEN35_LAYER = {
     "attn_norm": "input_layernorm",

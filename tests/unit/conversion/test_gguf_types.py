@@ -18,8 +18,8 @@ from gguf import GGMLQuantizationType, GGUFWriter
 from gguf import quants as gguf_quants
 
 from inference.conversion.gguf import REPORT_FILE, convert_gguf
-from inference.conversion.gguf_architectures import ARCHITECTURES
 from inference.conversion.gguf_file import TensorInfo, open_gguf, read_metadata, read_rows
+from inference.conversion.gguf_registry import ARCHITECTURES
 from inference.engine import q6k
 from tests.helpers import ROOT, SMALL_LLAMA, copy_gguf_tokenizer, write_small_llama
 from tests.helpers import quantize_gguf as quantize
