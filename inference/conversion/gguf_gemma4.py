@@ -15,7 +15,7 @@ difference is let through: mlx-lm's sparsity cutoff uses the gate's population s
 deviation, llama.cpp's (as Hugging Face's) the sample one, which at the models' widths (8192,
 16384 values) moves the cutoff by under 1e-4 of a deviation.
 
-Registered, with gguf_architectures' families, in gguf_registry.
+Registered, with the other families, in gguf_registry.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ the mean square where llama.cpp adds the file's norm epsilon (1e-5 for Meta's mo
 relative change of about 5e-6 / (the mean square of a head's query), which is small against
 the quantization error of any GGUF.
 
-Registered, with gguf_architectures' families, in gguf_registry.
+Registered, with the other families, in gguf_registry.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ head i with key head i % keys. mlx-lm pairs by group (i // per key head), as the
 the import moves them back, in every tensor with a value head axis (rows of in_proj_qkv's v, z,
 b, a and the convolution's v channels; columns of out_proj, A and the time step's bias).
 
-Registered, with gguf_architectures' families, in gguf_registry.
+Registered, with the other families, in gguf_registry.
 """
 
 from __future__ import annotations
