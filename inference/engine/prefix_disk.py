@@ -22,57 +22,38 @@ import hashlib
 import json
 import logging
 import os
-import queue
-import sys
 import threading
 import time
-from collections import OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
 import mlx_lm
-import xxhash
 
 from inference.engine import kv_file
 from inference.engine.config import EngineConfig
+from inference.engine.prefix_disk_index import DiskIndex, Found, entry_name, longest_of, parse, scan
+from inference.engine.prefix_disk_writer import QUEUE_SIZE, WriterThread
 from inference.engine.state import PrefixDiskState
 from inference.engine.types import ModelSpec
 from inference.engine.weight_files import weight_files
 
+# Named here as well: callers and tests reach them through this module.
+__all__ = ["QUEUE_SIZE", "Found", "PrefixDisk", "entry_name", "model_key", "shared"]
+
 log = logging.getLogger(__name__)
-SUFFIX = ".kv"
-QUEUE_SIZE = 4  # entries waiting for the writer: each holds its KV arrays alive
-WRITER_NICENESS = 10
 # The longest a piece of a file waits for the engines to have nothing to compute: a file written
 # beside the steps slowed them, even at a lower priority (2 cores, a 1.7B model: an agent's next
 # turn on a 2,000-token prefix took 1.58 s with the last turn's 219 MB being written, 0.92 s
 # without the disk tier): the kernels' threads wait for each other, so a core taken from one
 # stalls both.
 WRITE_DEFER_SECONDS = 10.0
-STALE_TEMPORARY = 600.0  # seconds after which a temporary file is a crashed writer's
-_STOP = object()
 WITHDRAW_WAIT_SECONDS = 0.25  # how long a withdrawal waits for the writer to let go
 PAUSE_SLICE_SECONDS = 0.02  # the writer's idle wait, in slices that see a withdrawal
 
 
 class Withdrawn(Exception):
     """The entry being written was taken back (PrefixDisk.withdraw)."""
-
-
-@dataclass
-class Stored:
-    key: str
-    length: int
-    digest: str
-    size: int
-
-
-@dataclass(frozen=True)
-class Found:
-    name: str
-    length: int
 
 
 def model_key(spec: ModelSpec, compute_format: str, kernels: bool) -> str:
@@ -96,38 +77,25 @@ def model_key(spec: ModelSpec, compute_format: str, kernels: bool) -> str:
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def entry_name(key: str, length: int, digest: str) -> str:
-    return f"{key}-{length}-{digest}{SUFFIX}"
-
-
-def _parse(name: str, size: int) -> Stored | None:
-    if not name.endswith(SUFFIX) or name.startswith("."):
-        return None
-    parts = name[: -len(SUFFIX)].split("-")
-    if len(parts) != 3 or not parts[1].isdigit():
-        return None
-    return Stored(parts[0], int(parts[1]), parts[2], size)
-
-
 class PrefixDisk:
     """Lookups and reads on the engine thread; writes on its own thread; any thread may
-    read `state()`."""
+    read `state()`. What the folder holds is its index's (prefix_disk_index.DiskIndex), the
+    thread and its queue the writer's (prefix_disk_writer.WriterThread); the store keeps the
+    hand-overs between them (queued, being written, withdrawn) under one lock."""
 
     def __init__(self, folder: Path, max_bytes: int, min_tokens: int = 512) -> None:
         self.folder = folder
         self.max_bytes = max_bytes
         self.min_tokens = min_tokens
         self._lock = threading.Lock()
-        self._entries: OrderedDict[str, Stored] = OrderedDict()  # least recently used first
-        self._lengths: dict[str, dict[int, set[str]]] = {}  # key -> length -> digests
-        self._bytes = 0
+        self._index = DiskIndex()
         self._queued: set[str] = set()
         self._waiting: dict[str, kv_file.Prepared] = {}  # queued, not yet being written
         self._writing: str | None = None  # the entry being written now
         self._withdrawn: set[str] = set()  # entries to stop writing
         self._let_go = threading.Condition(self._lock)  # the writer dropped an entry
-        self._queue: queue.Queue = queue.Queue(QUEUE_SIZE)
-        self._writer: threading.Thread | None = None
+        # Looked up on each entry, not bound now: a subclass or a test may replace _write.
+        self._writer = WriterThread(lambda name, prepared: self._write(name, prepared))
         self._busy: set[int] = set()  # the engines computing now (busy())
         self._idle = threading.Event()
         self._idle.set()
@@ -137,48 +105,15 @@ class PrefixDisk:
         self._load()
 
     def _load(self) -> None:
-        found = []
-        now = time.time()
-        for item in os.scandir(self.folder):
-            try:
-                info = item.stat()
-            except OSError:
-                continue
-            if item.name.endswith(".tmp") and now - info.st_mtime > STALE_TEMPORARY:
-                Path(item.path).unlink(missing_ok=True)
-            stored = _parse(item.name, info.st_size)
-            if stored is not None and item.is_file():
-                found.append((info.st_mtime, item.name, stored))
+        found = scan(self.folder)
         with self._lock:
-            for _, name, stored in sorted(found):
-                self._add(name, stored)
-            victims = self._over_cap()
+            for name, stored in found:
+                self._index.add(name, stored)
+            victims = self._index.over_cap(self.max_bytes)
         self._delete(victims)
-        log.info("prefix cache on disk: %d entries, %.1f MiB", len(found), self._bytes / 2**20)
-
-    def _add(self, name: str, stored: Stored) -> None:
-        self._entries[name] = stored
-        self._lengths.setdefault(stored.key, {}).setdefault(stored.length, set()).add(stored.digest)
-        self._bytes += stored.size
-
-    def _forget(self, name: str) -> Stored | None:
-        stored = self._entries.pop(name, None)
-        if stored is not None:
-            self._bytes -= stored.size
-            lengths = self._lengths.get(stored.key, {})
-            lengths.get(stored.length, set()).discard(stored.digest)
-            if not lengths.get(stored.length, True):
-                del lengths[stored.length]
-        return stored
-
-    def _over_cap(self) -> list[str]:
-        """Under the lock: forgets least recently used entries until the folder fits."""
-        victims = []
-        while self._bytes > self.max_bytes and self._entries:
-            name = next(iter(self._entries))
-            self._forget(name)
-            victims.append(name)
-        return victims
+        log.info(
+            "prefix cache on disk: %d entries, %.1f MiB", len(found), self._index.nbytes / 2**20
+        )
 
     def _delete(self, names: list[str]) -> None:
         for name in names:
@@ -188,17 +123,8 @@ class PrefixDisk:
         """The longest stored prefix of `prompt` no longer than `limit` tokens: the prompt is
         hashed once, read up to each length stored for the model."""
         with self._lock:
-            stored = {n: set(d) for n, d in self._lengths.get(key, {}).items() if n <= limit}
-        if not stored:
-            return None
-        data = kv_file.token_bytes(prompt[: max(stored)])
-        digest, done, best = xxhash.xxh3_128(), 0, None
-        for length in sorted(stored):
-            digest.update(data[done * 4 : length * 4])
-            done = length
-            if digest.hexdigest() in stored[length]:
-                best = Found(entry_name(key, length, digest.hexdigest()), length)
-        return best
+            stored = self._index.stored_lengths(key, limit)
+        return longest_of(key, prompt, stored)
 
     def read(self, found: Found, prompt: list[int]) -> list[Any] | None:
         """The stored cache of `found`, or None (an unreadable file is deleted)."""
@@ -222,13 +148,12 @@ class PrefixDisk:
 
     def _drop(self, name: str) -> None:
         with self._lock:
-            self._forget(name)
+            self._index.forget(name)
 
     def _touch(self, name: str, path: Path) -> None:
         """Marks the entry used now, in the index and on disk (the next process's order)."""
         with self._lock:
-            if name in self._entries:
-                self._entries.move_to_end(name)
+            self._index.touch(name)
         with contextlib.suppress(OSError):
             os.utime(path)
 
@@ -239,21 +164,18 @@ class PrefixDisk:
             return False
         name = entry_name(key, len(tokens), kv_file.token_digest(tokens))
         with self._lock:
-            if name in self._entries:
-                self._entries.move_to_end(name)
+            if name in self._index:
+                self._index.touch(name)
                 return False
             if name in self._queued:
                 return False
-        if self._queue.full():
+        if self._writer.full():
             self.dropped_writes += 1
             return False
         prepared = kv_file.prepare(tokens, cache)
         if prepared.nbytes > self.max_bytes:
             return False
-        self._start_writer()
-        try:
-            self._queue.put_nowait((name, prepared))
-        except queue.Full:
+        if not self._writer.put(name, prepared):
             self.dropped_writes += 1
             return False
         with self._lock:
@@ -299,33 +221,6 @@ class PrefixDisk:
         if name in self._withdrawn:
             raise Withdrawn(name)
 
-    def _start_writer(self) -> None:
-        if self._writer is None or not self._writer.is_alive():
-            self._writer = threading.Thread(
-                target=self._write_loop, name="prefix-disk-writer", daemon=True
-            )
-            self._writer.start()
-
-    def _write_loop(self) -> None:
-        if sys.platform == "linux":  # there a thread has its own policy (not on macOS)
-            # Writing a file must not slow the engine's steps: on a busy CPU the engine wins.
-            # SCHED_IDLE runs only on a core nothing else wants; a nice value still took
-            # slices from the kernels' threads.
-            me = threading.get_native_id()
-            try:
-                os.sched_setscheduler(me, os.SCHED_IDLE, os.sched_param(0))
-            except OSError:
-                with contextlib.suppress(OSError):
-                    os.setpriority(os.PRIO_PROCESS, me, WRITER_NICENESS)
-        while True:
-            item = self._queue.get()
-            try:
-                if item is _STOP:
-                    return
-                self._write(*item)
-            finally:
-                self._queue.task_done()
-
     def _write(self, name: str, prepared: kv_file.Prepared) -> None:
         with self._lock:
             if self._waiting.pop(name, None) is None:  # withdrawn
@@ -353,24 +248,19 @@ class PrefixDisk:
             with self._lock:
                 self._queued.discard(name)
             return
-        stored = _parse(name, size)
+        stored = parse(name, size)
         assert stored is not None
         with self._lock:
             self._queued.discard(name)
-            self._forget(name)
-            self._add(name, stored)
-            victims = self._over_cap()
+            self._index.forget(name)
+            self._index.add(name, stored)
+            victims = self._index.over_cap(self.max_bytes)
         self.writes += 1
         self._delete(victims)
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Waits until every queued entry is written (or `timeout`); whether it was."""
-        deadline = time.monotonic() + timeout
-        while self._queue.unfinished_tasks:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.005)
-        return True
+        return self._writer.flush(timeout)
 
     def close(self) -> None:
         """Writes what is queued, stops the writer, and leaves the process's stores."""
@@ -378,13 +268,11 @@ class PrefixDisk:
             if _stores.get(self.folder) is self:
                 del _stores[self.folder]
         self._idle.set()  # what is queued is written now
-        if self._writer is not None and self._writer.is_alive():
-            self._queue.put(_STOP)
-            self._writer.join()
+        self._writer.stop()
 
     def state(self) -> PrefixDiskState:
         with self._lock:
-            entries, nbytes = len(self._entries), self._bytes
+            entries, nbytes = len(self._index), self._index.nbytes
         return PrefixDiskState(
             bytes=nbytes,
             entries=entries,
