@@ -12,64 +12,31 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
 from inference.engine.config import EngineConfig
 from inference.engine.copies import Copies
 from inference.engine.decode import DecodeBatch
-from inference.engine.kv import KVFormat, grows_only
+from inference.engine.kv import KVFormat
 from inference.engine.pool import LoadedModel
 from inference.engine.prefill import PrefillBatch
-from inference.engine.prefixes import PrefixCache, share
+from inference.engine.prefixes import PrefixCache
+from inference.engine.runner_prefixes import PrefixKeeper
 from inference.engine.scheduling import PrefillPacer, admit, preemptible, starved, weight
 from inference.engine.sequence import Sequence
 from inference.engine.speculative import SpeculationStats
+from inference.engine.token_rate import TokenRate
 from inference.engine.types import Event
 
 log = logging.getLogger(__name__)
-RATE_WINDOW = 10.0  # seconds of decode steps behind tokens/s
-
-
-def compact(cache: list, copy_whole: bool = False) -> None:
-    """Gives each layer's KV its own buffer, cut to the tokens it holds. What the batch hands
-    back are views into the whole batch's preallocated KV: kept as they were, every cached
-    prefix pinned a batch-sized buffer while the prefix cache counted only the view (soak:
-    RSS +2.6 GB in a minute, against 0.5 GB of weights). A layer handed back `whole` (a
-    batch of one's, kv.single_of) owns its buffers and keeps its room to grow, unless
-    `copy_whole` (a copy must not share them)."""
-    for layer in cache:
-        inner = getattr(layer, "caches", None)
-        if inner is not None:  # a CacheList, or a packed window's parts (kv_window.py)
-            compact(list(inner), copy_whole)
-            continue
-        if getattr(layer, "whole", False):
-            if not copy_whole:
-                continue
-            layer.whole = False
-        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-        if isinstance(keys, mx.array) and isinstance(values, mx.array):
-            end = layer.offset
-            layer.keys = mx.contiguous(keys[..., :end, :])
-            layer.values = mx.contiguous(values[..., :end, :])
-            mx.eval(layer.keys, layer.values)
-        elif isinstance(keys, tuple) and isinstance(values, tuple):  # (w, scales, biases)
-            end = layer.offset
-            layer.keys = tuple(mx.contiguous(x[..., :end, :]) for x in keys)
-            layer.values = tuple(mx.contiguous(x[..., :end, :]) for x in values)
-            mx.eval(layer.keys, layer.values)
-
-
-def cut(cache: list[Any], length: int) -> None:
-    """Cuts a cache that can be cut back to its first `length` tokens."""
-    trim_prompt_cache(cache, max(layer.size() for layer in cache) - length)
 
 
 class ModelRunner:
-    """Engine thread only. Sequences join between steps; finished ones leave at once."""
+    """Engine thread only. Sequences join between steps; finished ones leave at once. What
+    goes to and comes from the prefix cache is its keeper's (runner_prefixes.PrefixKeeper),
+    the decode rate its counter's (token_rate.TokenRate)."""
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         self.loaded = loaded
@@ -80,15 +47,15 @@ class ModelRunner:
         self._decode = DecodeBatch(loaded.model)
         self._pacer = PrefillPacer(config.prefill_share)
         self._prefix_hits: dict[int, tuple[Any, list[int]]] = {}  # id(sequence) -> (cache, rest)
-        # Finished sequences' caches, kept for the prefix cache once their events are out.
-        self._finished: list[tuple[Sequence, list[Any]]] = []
         self._copies = Copies()
         self._prefixes = PrefixCache.of(loaded, config)
-        self._recent: deque[tuple[float, int]] = deque()  # (when, tokens) of recent steps
+        self._keeper = PrefixKeeper(self._prefixes, self._prefill, self._decode, self._prefix_hits)
+        self._rate = TokenRate()
 
     @property
     def busy(self) -> bool:
-        return bool(self._waiting or self._prefill.rows or self._decode.rows or self._finished)
+        rows = self._prefill.rows or self._decode.rows
+        return bool(self._waiting or rows or self._keeper.pending)
 
     @property
     def sequences(self) -> list[Sequence]:
@@ -134,7 +101,7 @@ class ModelRunner:
             cache, rest = None, sequence.prompt  # images: same tokens, other pictures
         else:
             cache, rest = self._prefixes.fetch(
-                sequence.prompt, id(sequence), lambda n: self._copy_of(sequence, n)
+                sequence.prompt, id(sequence), lambda n: self._keeper.copy_of(sequence, n)
             )
         sequence.cached_tokens = len(sequence.prompt) - len(rest)
         self._prefix_hits[id(sequence)] = (cache, rest)
@@ -157,7 +124,7 @@ class ModelRunner:
         started = time.perf_counter()
         produced = self._decode.step()
         self._pacer.decoded(waited + time.perf_counter() - started)
-        self._count(sum(len(tokens) for _, tokens in produced))
+        self._rate.count(sum(len(tokens) for _, tokens in produced))
         return self._deliver(produced)
 
     def _admit(self) -> None:
@@ -203,7 +170,7 @@ class ModelRunner:
             return
         for index in ready:
             leader = self._prefill.rows[index]
-            self._snapshot(leader, self._prefill.cache_of(index))
+            self._keeper.snapshot(leader, self._prefill.cache_of(index))
             for copy in reversed(self._copies.release(leader)):
                 self._prefix_hits[id(copy)] = (self._prefill.cache_of(index), copy.prompt[-1:])
                 self._waiting.insert(0, copy)
@@ -226,71 +193,19 @@ class ModelRunner:
                     self._prefixes.forget(id(sequence))
                     if sequence.embeddings is None:
                         cache = self._decode.extract(index, leaving=True)
-                        self._finished.append((sequence, cache))
+                        self._keeper.finish(sequence, cache)
                 self._release()
             else:
                 keep.append(index)
         self._decode.keep(keep)
         return out
 
-    def _snapshot(self, sequence: Sequence, cache: list[Any]) -> None:
-        """Makes the KV of a prompt just read findable by later prompts. A cache that only
-        grows is left where it is, in the decode batch, and copied out only if a lookup wants
-        it before the sequence ends (PrefixCache.expect); once it ends, its answer's entry
-        stands for the prompt (the trie drops cut-able prefixes), and a request that stops
-        early still leaves its prompt behind. Any other (a sliding window, a recurrent
-        state) is kept now, by reference: once decoding went on it could not be cut back,
-        while the next turn extends the prompt (the answer's tokens come back re-rendered)."""
-        if self._prefixes is None or sequence.embeddings is not None or not sequence.prompt[1:]:
-            return
-        tokens = sequence.prompt[:-1]
-        if grows_only(cache):
-            self._prefixes.expect(id(sequence), tokens, lambda n: self._copy_of(sequence, n))
-        else:
-            self._prefixes.insert(tokens, [share(layer) for layer in cache], to_disk=True)
-
-    def _copy_of(self, sequence: Sequence, length: int) -> list[Any] | None:
-        """The first `length` tokens of a running sequence's KV, copied out of wherever it
-        is now (waiting with a prefix-cache hit, reading its prompt, or decoding)."""
-        index = next((i for i, row in enumerate(self._decode.rows) if row is sequence), None)
-        if index is not None:
-            layers = self._decode.extract(index)
-        else:
-            cache = self._prefill.cache_for(sequence)
-            if cache is None:
-                cache = self._prefix_hits.get(id(sequence), (None, []))[0]
-            if cache is None:
-                return None
-            layers = [share(layer) for layer in cache]
-        cut(layers, length)
-        compact(layers, copy_whole=True)
-        return layers
-
     def _settle(self) -> None:
-        """Keeps finished conversations' KV for their later turns, and their prompts' on disk
-        (where the cache can be cut back to them: otherwise _snapshot offered it). Done after
-        their last events went out (copying a row out of the batch takes ~50 ms at 5k tokens,
-        which the answer's last token, or with max_tokens 1 its first, would otherwise wait
-        for)."""
-        finished, self._finished = self._finished, []
-        for sequence, cache in finished:
-            compact(cache)
-            tokens = sequence.prompt[:-1] + sequence.fed
-            self._prefixes.insert(tokens, cache)
-            if self._prefixes.disk is not None and can_trim_prompt_cache(cache):
-                prompt = [share(layer) for layer in cache]
-                cut(prompt, len(sequence.prompt) - 1)
-                self._prefixes.offer(sequence.prompt[:-1], prompt, tokens)
-
-    def _count(self, tokens: int) -> None:
-        now = time.monotonic()
-        self._recent.append((now, tokens))
-        while self._recent and self._recent[0][0] < now - RATE_WINDOW:
-            self._recent.popleft()
+        # Named here as well: tests settle a runner's finished sequences between steps.
+        self._keeper.settle()
 
     def tokens_per_second(self) -> float:
-        now = time.monotonic()
-        return sum(n for t, n in self._recent if t >= now - RATE_WINDOW) / RATE_WINDOW
+        return self._rate.per_second()
 
     def cancel(self, sequences: list[Sequence], keep_prompts: bool = True) -> None:
         """Drops the sequences wherever they are now; their KV memory goes with them, but for
