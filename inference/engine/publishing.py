@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from inference.engine import weights_format
 from inference.engine.batching import ModelRunner
 from inference.engine.parts import EngineParts
 from inference.engine.pool import LoadedModel
@@ -21,15 +22,21 @@ class StatePublisher:
         self._disk = disk  # this process's prefix disk tier (prefix_disk.shared), if on
         self.kernels = ""  # decided on the engine thread as it starts
         self.state = EngineState(device, parts.config.pool_budget_bytes)
+        # weights_format.describe per loaded model, the loaded ones only: it walks the
+        # parameters, and a snapshot is published after every turn of the loop. Each model is
+        # held with its words, so that no later model can take its id.
+        self._weights: dict[int, tuple[LoadedModel, str]] = {}
 
     def publish(self) -> None:
         """Swaps in a fresh snapshot; readers on other threads never wait for this one."""
         pool = self._parts.pool
+        loaded = pool.loaded()
+        self._weights = {id(m): (m, self._weights_of(m)) for m in loaded}
         self.state = EngineState(
             device=self._device,
             budget_bytes=pool.budget,
             kernels=self.kernels,
-            models=tuple(self._model_state(m) for m in pool.loaded()),
+            models=tuple(self._model_state(m) for m in loaded),
             evictions=pool.evictions,
             prefix_disk=self._disk.state() if self._disk is not None else None,
         )
@@ -73,4 +80,11 @@ class StatePublisher:
             activations=loaded.activations,
             q6k=loaded.q6k,
             context_length=loaded.context_length,
+            weights=self._weights[id(loaded)][1],
         )
+
+    def _weights_of(self, loaded: LoadedModel) -> str:
+        held = self._weights.get(id(loaded))
+        if held is not None and held[0] is loaded:
+            return held[1]
+        return weights_format.describe(loaded.config, loaded.model, loaded.compute_format)

@@ -44,6 +44,9 @@ class ModelState:
     activations: str = ""
     q6k: str = ""  # what a GGUF import's Q6_K layers became ("" where it has none)
     context_length: int = 0  # the context it serves (the catalog's, else its config's)
+    # What its weights are now (weights_format.describe: "4-bit g64", "mxfp4", "bfloat16"):
+    # compute_format "stored" alone does not say what is stored.
+    weights: str = ""
 
     @property
     def idle_seconds(self) -> float:

@@ -94,6 +94,7 @@ def health_document(health: EngineHealth) -> dict:
         "models": {
             m.id: {
                 "compute_format": m.compute_format,
+                "weights": m.weights,  # what is stored, for the "stored" format
                 "cpu_kernels": m.kernels,
                 "activations": m.activations,
                 # A GGUF import's Q6_K layers: 6-bit in the CPU kernels, or MLX 8-bit and why.
@@ -136,6 +137,7 @@ def model_document(model: ModelState) -> dict:
         "id": model.id,
         "bytes": model.bytes,
         "compute_format": model.compute_format,
+        "weights": model.weights,  # what is stored, for the "stored" format
         "cpu_kernels": model.kernels,
         "format_reason": model.format_reason,
         "q6_k": model.q6k or None,  # what a GGUF import's Q6_K layers became

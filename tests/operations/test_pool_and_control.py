@@ -18,7 +18,7 @@ from inference.engine.types import Done, ModelSpec, SamplingParams
 from inference.engine.worker import Engine
 from inference.runtime import engine_handle
 from inference.serving.control import preload_models
-from tests.helpers import ROOT, collect, run_job, start_job, wait_until
+from tests.helpers import ROOT, collect, quantize_model_dir, run_job, start_job, wait_until
 
 NO_EOS = {2: -100.0}
 
@@ -166,6 +166,7 @@ def test_warm_status_unload(client, tiny_entry, settings):
     # float16, else the model's own), and the context it serves.
     assert model["kv_cache"] in ("float16", "native")
     assert model["context_length"] == 512  # the tiny model's max_position_embeddings
+    assert model["weights"] == "float32"  # random weights as MLX made them, unquantized
     assert {
         "id": "tiny-ctl",
         "aliases": [],
@@ -180,6 +181,20 @@ def test_warm_status_unload(client, tiny_entry, settings):
     }
     missing = client.post("/control/models/nope/warm", **auth(settings))
     assert missing.status_code == 404
+
+
+def test_a_stored_quantized_model_says_what_is_stored(client, db, tiny_dir, tmp_path, settings):
+    """compute_format "stored" alone did not say what is stored: /control/pool and /health
+    say the weights too (the tiny model quantized as mlx-lm writes it, 4-bit at group 32)."""
+    folder = quantize_model_dir(tiny_dir, tmp_path / "tiny-4bit")
+    CatalogModel.objects.create(public_id="tiny-q4", location=str(folder), compute_format="stored")
+    assert client.post("/control/models/tiny-q4/warm", **auth(settings)).json()["bytes"] > 0
+    status = client.get("/control/pool", **auth(settings)).json()
+    (model,) = [m for m in status["models"] if m["id"] == "tiny-q4"]
+    assert (model["compute_format"], model["weights"]) == ("stored", "4-bit g32")
+    health = client.get("/health", **auth(settings)).json()["models"]["tiny-q4"]
+    assert (health["compute_format"], health["weights"]) == ("stored", "4-bit g32")
+    client.post("/control/models/tiny-q4/unload", **auth(settings))
 
 
 def test_admin_actions_warm_and_unload(admin_client, tiny_entry, settings):

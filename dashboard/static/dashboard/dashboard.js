@@ -53,7 +53,10 @@ function loadedRow(m) {
   const tr = document.createElement("tr");
   tr.dataset.model = m.id;
   const kernels = m.activations ? `CPU kernels, ${m.activations} activations` : "CPU kernels";
-  const format = cell(m.cpu_kernels ? `${m.compute_format} · ${kernels}` : m.compute_format);
+  // "stored" alone does not say what is stored: the weights ("4-bit g32", "bfloat16") do.
+  const stored = m.compute_format === "stored" && m.weights;
+  const computed = stored ? `stored · ${m.weights}` : m.compute_format;
+  const format = cell(m.cpu_kernels ? `${computed} · ${kernels}` : computed);
   format.title = m.q6_k ? `${m.format_reason}; ${m.q6_k}` : m.format_reason;
   const context = m.context_length ? `${m.context_length} tokens` : "";
   tr.append(cell(m.id), cell(mib(m.bytes)), format, cell(m.kv_cache), cell(context),
