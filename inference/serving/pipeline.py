@@ -33,7 +33,7 @@ async def answer(dialect: Dialect, body: BaseModel, ctx: RequestContext) -> Base
     """A generation endpoint's answer in `dialect`: its stream, or its whole response. Every
     failure before the stream's first line is an HTTP error (APIError)."""
     operation = dialect.operation(body)
-    writer = operation.writer(await start(ctx, operation, body))
+    writer = operation.writer(await start_run(ctx, operation, body))
     if getattr(body, "stream", False):
         return event_stream(dialect, writer)
     await writer.run.generation.finish()
@@ -63,7 +63,7 @@ async def shape(plan: Plan, resolved: ResolvedModel) -> Shaped:
     return Shaped([chat_prompt(plan, resolved, thinking, images)], params, thinking.thinking)
 
 
-async def start(ctx: RequestContext, operation: Operation, body: BaseModel) -> Run:
+async def start_run(ctx: RequestContext, operation: Operation, body: BaseModel) -> Run:
     """Admits the request (prelude.admit: the drain check, its model, the record's model),
     plans, and has the engine admit every choice; failures raise."""
     resolved = await admit(ctx, body.model)  # type: ignore[attr-defined]

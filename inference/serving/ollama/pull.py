@@ -97,7 +97,7 @@ async def pull_model(request: PullRequest, caller: Caller) -> StatusResponse | E
         raise pull_unavailable(request.name)
     if not caller.operator:
         raise operator_only(request.name)
-    events = follow(await start_pull(hub))
+    events = follow(await start(hub))
     if request.stream:
         return EventStream(_progress_lines(events), error_lines, NDJSON)
     async for event in events:  # the last one says how it ended
@@ -124,7 +124,7 @@ class Started:
     process: subprocess.Popen | None  # None: following a pull another request started
 
 
-async def start_pull(hub: HubName) -> Started:
+async def start(hub: HubName) -> Started:
     """Lists the repo (off the event loop), picks a free catalog id and starts the pull."""
     try:
         planned = await asyncio.to_thread(plan_pull, hub.full, hub.tag)
