@@ -28,9 +28,9 @@ class Listed:
 
 def listed_as(entry: CatalogModel, model_id: str | None = None) -> Listed:
     """The entry as `model_id` names it: its own id, or one of its aliases."""
-    if model_id in (None, entry.public_id):
+    if model_id is None or model_id == entry.public_id:
         return Listed(entry.public_id, entry)
-    return Listed(model_id, entry, alias_of=entry.public_id)  # type: ignore[arg-type]
+    return Listed(model_id, entry, alias_of=entry.public_id)
 
 
 async def listed(caller: Caller) -> list[Listed]:
