@@ -187,7 +187,10 @@ def test_a_stored_quantized_model_says_what_is_stored(client, db, tiny_dir, tmp_
     """compute_format "stored" alone did not say what is stored: /control/pool and /health
     say the weights too (the tiny model quantized as mlx-lm writes it, 4-bit at group 32)."""
     folder = quantize_model_dir(tiny_dir, tmp_path / "tiny-4bit")
-    CatalogModel.objects.create(public_id="tiny-q4", location=str(folder), compute_format="stored")
+    # "quantized": the catalog's name for computing in the stored weights.
+    CatalogModel.objects.create(
+        public_id="tiny-q4", location=str(folder), compute_format="quantized"
+    )
     assert client.post("/control/models/tiny-q4/warm", **auth(settings)).json()["bytes"] > 0
     status = client.get("/control/pool", **auth(settings)).json()
     (model,) = [m for m in status["models"] if m["id"] == "tiny-q4"]
