@@ -9,7 +9,7 @@ from django.test import AsyncClient
 from openai.types.chat import ChatCompletionChunk
 
 from catalog.models import CatalogModel
-from inference.serving import pipeline
+from inference.serving import prelude
 from inference.serving.reply import ReplyParser
 from tests.helpers import break_engine_after
 from tests.responses_support import check_stream_events, stream
@@ -25,10 +25,10 @@ BODY = {
 
 
 def test_unexpected_errors_are_generic_500s(client, db, monkeypatch, caplog):
-    async def broken(request, caller):
+    async def broken(model_id, caller, purpose):
         raise RuntimeError("secret internals at /home/admin/.ssh")
 
-    monkeypatch.setattr(pipeline, "resolve_model", broken)
+    monkeypatch.setattr(prelude, "resolve_model", broken)
     response = client.post(CHAT, BODY, content_type="application/json")
     assert response.status_code == 500
     error = response.json()["error"]
