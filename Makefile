@@ -81,8 +81,8 @@ DEMO_ENV := DEMO_GGUF=$(abspath $(DEMO_GGUF)) DEMO_EMBEDDING=$(abspath $(DEMO_EM
 
 # The whole suite on SQLite and, at the same time (scripts/run_tests.sh), again on a throwaway
 # PostgreSQL in var/pg (installed and started by scripts/ensure_postgres.sh; pytest-django
-# creates its own test_ database on it), less what is marked database_independent:
-# tests/unit/, which never touches a database, and the modules whose servers store nothing a
+# creates its own test_ database on it), less what is marked database_independent: each room's
+# unit tests, which never touch a database, and the modules whose servers store nothing a
 # request says (tests/conftest.py).
 test: $(VENV)/.installed-test $(VENV)/.kernels $(VENV)/.llama-tools $(DEMO_GGUF) \
 	  $(DEMO_EMBEDDING)/model.safetensors lint

@@ -34,7 +34,7 @@ DEFAULT = ROOT / "var/cache/all-MiniLM-L6-v2"
 
 
 def sentences(count: int, seed: int) -> list[str]:
-    from tests.embedding_models import WORDS
+    from tests.support.embedding_models import WORDS
 
     rng = random.Random(seed)
     return [" ".join(rng.choices(WORDS, k=rng.randint(8, 40))) for _ in range(count)]
@@ -72,7 +72,7 @@ def main() -> None:
     args = parser.parse_args()
     folder = args.model
     if folder is None:
-        from tests.embedding_models import build_encoder_embedder
+        from tests.support.embedding_models import build_encoder_embedder
 
         folder = build_encoder_embedder(Path(tempfile.mkdtemp()) / "bert")
     spec = ModelSpec("bench", str(folder), purpose="embedding")

@@ -37,7 +37,7 @@ from inference.engine.batching import ModelRunner  # noqa: E402
 from inference.engine.config import EngineConfig  # noqa: E402
 from inference.engine.pool import ModelPool  # noqa: E402
 from inference.engine.types import ModelSpec, SamplingParams  # noqa: E402
-from tests.unit.engine.jobs import make_sequence  # noqa: E402
+from tests.engine.jobs import make_sequence  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -82,7 +82,7 @@ def build(args: argparse.Namespace, tokenizer: Path, folder: Path) -> Path:
 
     from inference.engine.mtp.families import family_of
     from inference.engine.mtp.head import MtpHead, split
-    from tests.mtp_models import _model
+    from tests.support.mtp_models import _model
 
     folder.mkdir(parents=True)
     for file in ("tokenizer.json", "tokenizer_config.json"):

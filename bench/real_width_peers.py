@@ -1,6 +1,6 @@
 """Ours against llama-server at real widths, on the very same GGUF: random-weight models of the
 shapes people run (weights' values do not change the cost) written as llama.cpp's converter
-writes them (tests/gguf_writer.py, on SmolLM2's vocabulary) and quantized Q4_K_M by
+writes them (tests/support/gguf_writer.py, on SmolLM2's vocabulary) and quantized Q4_K_M by
 llama-quantize; ours imports the file with `manage.py import_gguf`. One server at a time, in
 alternating rounds, each figure the median over rounds, beside the machine's copy bandwidth:
 
@@ -152,7 +152,7 @@ def llama_tool(name: str) -> Path:
 def gguf_for(shape: str) -> Path:
     """The shape's Q4_K_M GGUF, made on first use."""
     from inference.conversion.gguf_file import read_metadata
-    from tests.gguf_writer import write_gguf
+    from tests.support.gguf_writer import write_gguf
 
     target = FOLDER / f"{shape}.Q4_K_M.gguf"
     if target.exists():

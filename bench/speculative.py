@@ -4,11 +4,12 @@ rename) decoded greedily with and without n-gram drafts, on the demo model as th
     .venv/bin/python bench/speculative.py [--streams 1,8] [--tokens 256] [--repeats 3] \
         [--draft-layers 8] [--draft-model DIR] [--hybrid] [--mtp]
 
-With --hybrid the model is the demo grafted into Granite 4's hybrid layout (tests/grafted.py:
-its layers as the attention ones, a Mamba-2 layer of random weights after every second one),
-so that a model with recurrent state answers the edit for real: its drafts replay rejections.
+With --hybrid the model is the demo grafted into Granite 4's hybrid layout
+(tests/support/grafted.py: its layers as the attention ones, a Mamba-2 layer of random weights
+after every second one), so that a model with recurrent state answers the edit for real: its
+drafts replay rejections.
 
-With --mtp the model is tests/mtp_models.py's Qwen3.5-shaped hybrid trained with an MTP head
+With --mtp the model is tests/support/mtp_models.py's Qwen3.5-shaped hybrid trained with an MTP head
 (trained once per machine, about a minute), asked to continue walks along the cycle it learnt
 (each stream from its own place); it also runs `speculative: mtp`. Its head is a layer and the
 output head beside a model of two layers, so tokens per step say more than tokens/s do: on a
@@ -103,7 +104,7 @@ def prompt_of(loaded: LoadedModel, variant: int) -> tuple[tuple[int, ...], froze
 
 def cycle_walk(loaded: LoadedModel, variant: int) -> tuple[tuple[int, ...], frozenset[int]]:
     """A walk along the trained MTP model's cycle, from a place of its own (--mtp)."""
-    from tests.mtp_models import cycle_prompt
+    from tests.support.mtp_models import cycle_prompt
 
     return tuple(cycle_prompt(7 * variant, 16)), frozenset()
 
@@ -190,13 +191,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="speculative-") as workdir:
         loaded = load_demo(args.gguf, Path(workdir))
         if args.hybrid:
-            from tests.grafted import grafted
+            from tests.support.grafted import grafted
 
             folder = grafted(Path(loaded.spec.location), Path(workdir) / "hybrid")
             loaded = ModelPool(16 * 2**30).get(ModelSpec(model_id="hybrid", location=str(folder)))
         prompts = prompt_of
         if args.mtp:
-            from tests.mtp_models import trained_once
+            from tests.support.mtp_models import trained_once
 
             folder = trained_once(Path(loaded.spec.location))
             loaded = ModelPool(16 * 2**30).get(ModelSpec(model_id="mtp", location=str(folder)))

@@ -4,7 +4,7 @@ functions and under TYPE_CHECKING), with the cycles in it.
     .venv/bin/python scripts/import_graph.py           # rooms (layers) and the arrows between them
     .venv/bin/python scripts/import_graph.py --modules # every module-to-module arrow
 
-tests/unit/test_architecture.py holds the project to it: no cycle, and arrows only in the one
+tests/house/test_architecture.py holds the project to it: no cycle, and arrows only in the one
 direction the architecture notes draw.
 """
 

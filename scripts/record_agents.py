@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # tests.agent_cli: how the agents are found and launched
+sys.path.insert(0, str(ROOT))  # tests.support.agent_cli: how the agents are found and launched
 
-from tests.agent_cli import claude_env, codex_env, ensure_agents, run_agent  # noqa: E402
+from tests.support.agent_cli import claude_env, codex_env, ensure_agents, run_agent  # noqa: E402
 
 MAIN_MODEL = "main-model"
 SIDE_MODEL = "side-model"

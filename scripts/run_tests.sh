@@ -10,7 +10,7 @@
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
-CONVERSION=tests/unit/conversion
+CONVERSION=tests/conversion
 LANE2_PATHS="tests/engine $CONVERSION/test_gguf_architectures.py $CONVERSION/test_gguf_llama4.py \
 $CONVERSION/test_gguf_types.py"
 cd "$ROOT"

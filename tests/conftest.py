@@ -9,20 +9,17 @@ import pytest
 
 from inference.conversion.gguf import convert_gguf
 from inference.engine.types import ModelSpec
-from tests.helpers import DEMO_ID, ROOT, build_tiny_model
-from tests.live_server import drop_templates, on_postgres
-from tests.scripted import build_scripted_model
+from tests.support.helpers import DEMO_ID, ROOT, build_tiny_model
+from tests.support.live_server import drop_templates, on_postgres
+from tests.support.scripted import build_scripted_model
 
-# tests/unit/ never touches the database: `make test`'s PostgreSQL pass leaves it out
-# (-m "not database_independent"), as it would only repeat the SQLite pass. A module elsewhere
-# that starts its own servers (each with its own SQLite) says so with its own pytestmark.
-UNIT = Path(__file__).parent / "unit"
+# A module that never touches the database marks itself database_independent (each room's
+# unit tests, and the modules that start their own servers, each with its own SQLite): `make
+# test`'s PostgreSQL pass leaves those out (-m "not database_independent"), as it would only
+# repeat the SQLite pass.
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.path.is_relative_to(UNIT):
-            item.add_marker(pytest.mark.database_independent)
     # PostgreSQL-only tests (replicas sharing a database) are deselected on SQLite, not
     # skipped: the SQLite pass reports them as deselected instead of counting them as passed.
     if not on_postgres():
@@ -96,7 +93,7 @@ def scripted_dir(smollm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 @pytest.fixture
 def scripted_entry(db, scripted_dir):
-    """The scripted reasoning model (tests/scripted.py) in the catalog as "thinker", in the
+    """The scripted reasoning model (tests/support/scripted.py) in the catalog as "thinker", in the
     seeded Qwen3 family: <think> markers, enable_thinking switch, Hermes tool calls."""
     from catalog.models import CatalogModel, ModelFamily
 
@@ -110,8 +107,8 @@ def scripted_entry(db, scripted_dir):
 def architecture_dir(
     smollm_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Callable[[str], Path]:
-    """A 4-bit tiny model of one of tests/architectures.py's architectures, built once."""
-    from tests.architectures import built
+    """A 4-bit tiny model of one of tests/support/architectures.py's architectures, built once."""
+    from tests.support.architectures import built
 
     return lambda name: built(name, smollm_dir, tmp_path_factory)
 
@@ -181,8 +178,9 @@ def anonymous_slots_given_back() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def decoder_embedder_dir(smollm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random Qwen3 embedding model with SmolLM2's tokenizer (tests/embedding_models.py)."""
-    from tests.embedding_models import build_decoder_embedder
+    """A random Qwen3 embedding model with SmolLM2's tokenizer
+    (tests/support/embedding_models.py)."""
+    from tests.support.embedding_models import build_decoder_embedder
 
     return build_decoder_embedder(smollm_dir, tmp_path_factory.mktemp("embedders") / "qwen3")
 
@@ -190,6 +188,6 @@ def decoder_embedder_dir(smollm_dir: Path, tmp_path_factory: pytest.TempPathFact
 @pytest.fixture(scope="session")
 def encoder_embedder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random BERT embedding model with a WordPiece tokenizer, mean pooling."""
-    from tests.embedding_models import build_encoder_embedder
+    from tests.support.embedding_models import build_encoder_embedder
 
     return build_encoder_embedder(tmp_path_factory.mktemp("embedders") / "bert")

@@ -11,12 +11,10 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import anthropic
-import openai
 import pytest
 
-from tests.helpers import DEMO_ID
-from tests.live_server import LiveServer, live_server
+from tests.support.helpers import DEMO_ID
+from tests.support.live_server import LiveServer, live_server
 
 # Runs once (SQLite pass): what the grammar lets the model write; the catalog row is only read, so
 # PostgreSQL would only repeat it.
@@ -38,7 +36,7 @@ def server(demo_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 
 def chat_call(server: LiveServer) -> Callable[[], str]:
-    client = openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=120)
+    client = server.openai()
     tool = {"type": "function", "function": {"name": "get_weather", "parameters": CITY}}
     tool["function"]["description"] = DESCRIPTION
 
@@ -57,7 +55,7 @@ def chat_call(server: LiveServer) -> Callable[[], str]:
 
 
 def messages_call(server: LiveServer) -> Callable[[], str]:
-    client = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0)
+    client = server.anthropic()
     tool = {"name": "get_weather", "description": DESCRIPTION, "input_schema": CITY}
 
     def call() -> str:
@@ -75,7 +73,7 @@ def messages_call(server: LiveServer) -> Callable[[], str]:
 
 
 def responses_call(server: LiveServer) -> Callable[[], str]:
-    client = openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=120)
+    client = server.openai()
     tool = {"type": "function", "name": "get_weather", "description": DESCRIPTION}
 
     def call() -> str:

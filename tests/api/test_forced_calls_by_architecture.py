@@ -1,6 +1,6 @@
-"""A forced tool call on every architecture of the matrix (tests/architectures.py): the grammar
-constrains MoE, hybrid, MLA, sliding-window and chunked models alike, so a random-weight model
-still writes the forced call, whole and parsed, through chat completions."""
+"""A forced tool call on every architecture of the matrix (tests/support/architectures.py): the
+grammar constrains MoE, hybrid, MLA, sliding-window and chunked models alike, so a random-weight
+model still writes the forced call, whole and parsed, through chat completions."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.architectures import ARCHITECTURES
+from tests.support.architectures import ARCHITECTURES
 
 # The catalog row is only read, and the grammar is the engine's: PostgreSQL would only repeat it.
 pytestmark = pytest.mark.database_independent

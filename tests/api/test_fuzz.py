@@ -28,7 +28,7 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.result import Ok
 
-from tests.live_server import LiveServer, live_server, on_postgres
+from tests.support.live_server import LiveServer, live_server, on_postgres
 
 MODEL_ID = "tiny"
 EMBEDDING_ID = "tiny-embedder"

@@ -32,7 +32,7 @@ from tests.api.test_fuzz import (
     fuzzed_server,
     hypothesis_home,  # noqa: F401  (autouse: Hypothesis caches go to a temporary directory)
 )
-from tests.live_server import LiveServer, on_postgres
+from tests.support.live_server import LiveServer, on_postgres
 
 SERVED = {
     ("POST", "/chat/completions"),

@@ -2,7 +2,7 @@
 server and the real SmolLM2, with the official SDKs: greedy answers are the same tokens with
 and without n-gram drafts, streamed or not, and /metrics counts the drafts and their
 acceptance. A bad `speculative` is a 400 in each dialect's shape. A model whose files ship an
-MTP head (a Qwen3.5-shaped hybrid trained with one, tests/mtp_models.py) drafts with it by
+MTP head (a Qwen3.5-shaped hybrid trained with one, tests/support/mtp_models.py) drafts with it by
 default, beside the dense demo, and keeps most of its guesses."""
 
 from __future__ import annotations
@@ -11,14 +11,13 @@ import concurrent.futures
 from collections.abc import Iterator
 from pathlib import Path
 
-import anthropic
 import httpx
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import DEMO_ID
-from tests.live_server import LiveServer, demo_server
+from tests.support.helpers import DEMO_ID
+from tests.support.live_server import LiveServer, demo_server
 
 # Drafting happens in the engine; the catalog rows it reads are the same on either database.
 pytestmark = pytest.mark.database_independent
@@ -50,7 +49,7 @@ def api_key(server: LiveServer) -> str:
 
 @pytest.fixture(scope="module")
 def client(server: LiveServer, api_key: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.api, api_key=api_key, max_retries=0, timeout=120)
+    return server.openai(api_key)
 
 
 def drafts(server: LiveServer, model: str = DEMO_ID) -> dict[str, float]:
@@ -122,7 +121,7 @@ def test_streamed_tokens_are_the_same_with_drafts(client):
 
 def test_messages_and_responses_take_the_option(server, client, api_key):
     plain = chat(client, "off").choices[0].message.content
-    claude = anthropic.Anthropic(base_url=server.url, api_key=api_key, max_retries=0)
+    claude = server.anthropic(api_key)
     message = claude.messages.create(
         model=DEMO_ID,
         messages=EDIT,
@@ -220,9 +219,9 @@ def test_a_catalog_draft_model_drafts_and_keeps_the_answer(server, client, smoll
 
 @pytest.fixture(scope="module")
 def hybrid(server: LiveServer, smollm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The demo grafted into Granite 4's hybrid layout (tests/grafted.py): Mamba-2 layers,
+    """The demo grafted into Granite 4's hybrid layout (tests/support/grafted.py): Mamba-2 layers,
     whose state cannot drop a rejected draft's positions, answering as the demo nearly does."""
-    from tests.grafted import grafted
+    from tests.support.grafted import grafted
 
     folder = grafted(smollm_dir, tmp_path_factory.mktemp("grafted") / "demo-hybrid")
     server.manage("add_model", "demo-hybrid", "--local", str(folder))
@@ -273,7 +272,7 @@ def answer(client: openai.OpenAI, model: str, speculative: str) -> str:
 @pytest.fixture(scope="module")
 def mtp_model(server: LiveServer, smollm_dir: Path) -> str:
     """The trained MTP hybrid, added with no --speculative: its head makes mtp its default."""
-    from tests.mtp_models import trained_once
+    from tests.support.mtp_models import trained_once
 
     server.manage("add_model", "mtp-hybrid", "--local", str(trained_once(smollm_dir)))
     return "mtp-hybrid"
@@ -304,7 +303,7 @@ def drafter_counts(server: LiveServer, model: str, drafter: str) -> tuple[float,
 def test_a_model_with_an_mtp_head_drafts_with_it_by_default(server, client, mtp_model):
     """Its catalog default is mtp; the answer is its plain one, in fewer steps than tokens,
     and /metrics, /health and /control/pool say what its head drafted and kept."""
-    from tests.mtp_models import cycle_prompt
+    from tests.support.mtp_models import cycle_prompt
 
     prompt = cycle_prompt(4, 12)
     plain = completion(client, mtp_model, prompt, speculative="off")
@@ -329,7 +328,7 @@ def test_a_model_with_an_mtp_head_drafts_with_it_by_default(server, client, mtp_
 def test_mtp_ngram_and_plain_rows_beside_a_dense_model_keep_their_answers(client, mtp_model):
     """The MTP hybrid's rows (mtp, n-gram, off) and the dense demo's (n-gram, off) at once:
     every answer is its plain one."""
-    from tests.mtp_models import cycle_prompt
+    from tests.support.mtp_models import cycle_prompt
 
     prompts = {"a": cycle_prompt(0, 10), "b": cycle_prompt(30, 64) + cycle_prompt(30, 8)}
     plain = {

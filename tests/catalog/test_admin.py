@@ -130,7 +130,7 @@ def test_admin_sets_mtp_only_where_the_files_ship_a_head(
     add_model makes it the default where they have one, and leaves it off elsewhere."""
     from django.core.management import call_command
 
-    from tests.mtp_models import trained_once
+    from tests.support.mtp_models import trained_once
 
     response = admin_client.post(ADD_URL, form(location=str(tiny_dir), speculative="mtp"))
     assert b"No MTP head here: llama models ship no MTP head" in response.content
@@ -287,7 +287,7 @@ def test_import_from_ollama_page_runs_in_the_background(
     from django.core.management import call_command
 
     from catalog.models import GGUFImport
-    from tests.gguf_layouts import SMOLLM_SYSTEM, add_smollm
+    from tests.support.gguf_layouts import SMOLLM_SYSTEM, add_smollm
 
     settings.OLLAMA_MODELS_DIR = tmp_path / "ollama"
     settings.LMSTUDIO_MODELS_DIR = tmp_path / "no-lmstudio"

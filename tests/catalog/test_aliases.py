@@ -11,7 +11,7 @@ from catalog.aliases import best_match, globs_overlap
 from catalog.models import CatalogModel
 from tests.catalog.test_admin import form
 from tests.edge.test_api_keys import bearer, make_key
-from tests.helpers import CHAT, NO_EOS, assert_error
+from tests.support.helpers import CHAT, NO_EOS, assert_error
 
 SONNET = "claude-sonnet-4-5-20250929"
 

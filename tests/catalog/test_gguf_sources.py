@@ -23,7 +23,7 @@ from catalog.gguf_sources import (
     read_ollama,
 )
 from catalog.models import CatalogModel
-from tests.gguf_layouts import (
+from tests.support.gguf_layouts import (
     MEDIA,
     SMOLLM_SYSTEM,
     SMOLLM_TEMPLATE,
@@ -360,13 +360,13 @@ def test_moe_and_hybrid_models_import_from_ollama(case_id, name, db, settings, d
     from mlx_lm import load
 
     from inference.conversion.gguf_file import read_metadata
-    from tests.gguf_writer import write_gguf
-    from tests.unit.conversion.test_gguf_architectures import (
+    from tests.conversion.test_gguf_architectures import (
         CASES,
         COMMON,
         _parameters,
         build_model,
     )
+    from tests.support.gguf_writer import write_gguf
 
     case = next(case for case in CASES if case.id == case_id)
     config = {**COMMON, **case.config}

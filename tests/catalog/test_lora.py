@@ -10,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from catalog.models import CatalogModel
-from tests.helpers import CHAT, make_adapter
+from tests.support.helpers import CHAT, make_adapter
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """The admin reaches the pool through catalog/pool_seam.py, which the inference app fills as
-Django starts: the catalog never imports inference (tests/unit/test_layout_limits.py)."""
+Django starts: the catalog never imports inference (tests/house/test_layout_limits.py)."""
 
 from __future__ import annotations
 

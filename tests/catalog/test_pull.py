@@ -1,5 +1,5 @@
-"""`manage.py pull` against a stand-in hub (tests/hub_server.py): a repo lands in the catalog
-and serves; a dropped download resumes with Range; a wrong checksum, too little disk and a
+"""`manage.py pull` against a stand-in hub (tests/support/hub_server.py): a repo lands in the
+catalog and serves; a dropped download resumes with Range; a wrong checksum, too little disk and a
 cancel are refused or reported; huggingface_hub itself reads the stand-in as it reads the hub."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from catalog import background
 from catalog import hub as hub_module
 from catalog.hub import RETRIES, HubError, Listing, RepoFile, gguf_for_quantization
 from catalog.models import CatalogModel, HubPull
-from tests.hub_server import stand_in_hub
-from tests.live_server import live_server
+from tests.support.hub_server import stand_in_hub
+from tests.support.live_server import live_server
 
 REPO = "test-org/tiny-llama"
 
@@ -49,7 +49,7 @@ def sha256(path: Path) -> str:
 
 
 def test_a_pull_lands_in_the_catalog(db, hub, storage, tiny_dir, engine):
-    from tests.helpers import run_job
+    from tests.support.helpers import run_job
 
     assert "pulled test-org/tiny-llama as tiny-llama" in pull(REPO)
     entry = CatalogModel.objects.get(public_id="tiny-llama")

@@ -15,8 +15,8 @@ from django.core.management import call_command
 
 from catalog.aliases import named_by, source_aliases
 from catalog.models import CatalogModel
-from tests.gguf_layouts import add_lmstudio_file, add_smollm
-from tests.helpers import CHAT
+from tests.support.gguf_layouts import add_lmstudio_file, add_smollm
+from tests.support.helpers import CHAT
 
 HELLO = [{"role": "user", "content": "Say hi."}]
 

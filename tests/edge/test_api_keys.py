@@ -9,7 +9,7 @@ from django.test import AsyncClient
 
 from apikeys.models import ApiKey
 from catalog.models import CatalogModel
-from tests.helpers import CHAT, SHORT_CHAT, assert_error
+from tests.support.helpers import CHAT, SHORT_CHAT, assert_error
 
 BODY = SHORT_CHAT
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.live_server import LiveServer, live_server, manage
+from tests.support.live_server import LiveServer, live_server, manage
 
 CAP = 2**20  # the server's MAX_REQUEST_BODY
 HUGE = 256 * 2**20

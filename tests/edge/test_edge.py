@@ -20,7 +20,7 @@ from inference.observability import records
 from inference.protocol.errors import APIError
 from inference.runtime import engine_handle, get_supervisor
 from inference.serving.prompts import ChatPrompt, PromptJob
-from tests.helpers import CHAT, SHORT_CHAT, wait_until
+from tests.support.helpers import CHAT, SHORT_CHAT, wait_until
 
 LONG = {**SHORT_CHAT, "max_tokens": 400, "stream": True}
 

@@ -16,8 +16,8 @@ import httpx
 import pytest
 from django.test import Client
 
-from tests.helpers import ROOT
-from tests.live_server import LiveServer, free_port, live_server, manage, server_env
+from tests.support.helpers import ROOT
+from tests.support.live_server import LiveServer, free_port, live_server, manage, server_env
 
 METRICS_TOKEN = "scrape-me"
 HTTPS = {"X-Forwarded-Proto": "https"}  # what a TLS-terminating proxy adds

@@ -11,8 +11,8 @@ from openai.types.chat import ChatCompletionChunk
 from catalog.models import CatalogModel
 from inference.serving import prelude
 from inference.serving.reply import ReplyParser
-from tests.helpers import break_engine_after
-from tests.responses_support import check_stream_events, stream
+from tests.support.helpers import break_engine_after
+from tests.support.responses_support import check_stream_events, stream
 
 CHAT = "/v1/chat/completions"
 BODY = {

@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 from apikeys.models import ApiKey
 from catalog.models import CatalogModel
 from tests.edge.test_api_keys import bearer, make_key
-from tests.helpers import CHAT, assert_error
+from tests.support.helpers import CHAT, assert_error
 
 HELLO = [{"role": "user", "content": "Hi"}]
 REFUSAL = "The API key `limited` does not have access to model `{}`"

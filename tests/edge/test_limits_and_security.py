@@ -4,7 +4,7 @@ import pytest
 from django.test import Client
 
 from inference.runtime import engine_handle, get_supervisor
-from tests.helpers import CHAT, SHORT_CHAT, assert_error
+from tests.support.helpers import CHAT, SHORT_CHAT, assert_error
 
 BODY = SHORT_CHAT
 

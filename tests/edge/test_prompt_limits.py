@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 
 from inference.serving import prepare
-from tests.helpers import CHAT, SHORT_CHAT, assert_error
+from tests.support.helpers import CHAT, SHORT_CHAT, assert_error
 
 
 def post(client: Client, body: dict, url: str = CHAT):

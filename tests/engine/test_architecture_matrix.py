@@ -1,5 +1,5 @@
 """The architecture matrix: a tiny 4-bit model of every architecture people run in 2026
-(tests/architectures.py: MoE, hybrid linear attention and Mamba, MLA, sliding windows with
+(tests/support/architectures.py: MoE, hybrid linear attention and Mamba, MLA, sliding windows with
 sinks, chunked attention, KV-shared layers) through every engine feature, each against the same
 model without it: greedy tokens are mlx-lm's own; rows batched together, joining late, copied
 (n > 1) or cancelled beside them get their own tokens; a prefix-cache hit gives the cold
@@ -22,10 +22,10 @@ from inference.engine.config import EngineConfig
 from inference.engine.kv import NATIVE, KVFormat, KVLayout
 from inference.engine.pool import LoadedModel, ModelPool
 from inference.engine.types import Delta, Done, EngineError, ModelSpec, SamplingParams
-from tests.architectures import ARCHITECTURES, CHUNK
-from tests.helpers import collect, start_job
-from tests.unit.engine.jobs import greedy, make_sequence
-from tests.unit.engine.test_runner import drain, ids_of, mlx_lm_greedy, run
+from tests.engine.jobs import greedy, make_sequence
+from tests.engine.test_runner import drain, ids_of, mlx_lm_greedy, run
+from tests.support.architectures import ARCHITECTURES, CHUNK
+from tests.support.helpers import collect, start_job
 
 pytestmark = pytest.mark.database_independent
 

@@ -8,7 +8,7 @@ import pytest
 from django.conf import settings
 
 from inference import blas
-from tests.helpers import ROOT, wait_until
+from tests.support.helpers import ROOT, wait_until
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="the swap exists on Linux only")
 

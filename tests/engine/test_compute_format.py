@@ -11,7 +11,7 @@ from inference.engine.config import EngineConfig
 from inference.engine.format_verdicts import weights_key
 from inference.engine.types import ModelSpec, SamplingParams
 from inference.engine.worker import Engine
-from tests.helpers import quantize_model_dir, run_job
+from tests.support.helpers import quantize_model_dir, run_job
 
 # The engine never imports Django: the PostgreSQL pass would only repeat these.
 pytestmark = pytest.mark.database_independent

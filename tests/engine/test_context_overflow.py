@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 from inference.adapters import FamilyProfile, get_adapter
 from inference.engine.overflow import droppable, reply_room, truncate_middle
 from inference.serving.generation import TRUNCATED_HEADER
-from tests.helpers import CHAT, NO_EOS
+from tests.support.helpers import CHAT, NO_EOS
 
 # The engine never imports Django: the PostgreSQL pass would only repeat these.
 pytestmark = pytest.mark.database_independent

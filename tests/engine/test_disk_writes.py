@@ -14,8 +14,8 @@ from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
 from inference.engine.types import Done, SamplingParams
 from inference.engine.worker import Engine
-from tests.helpers import collect, start_job
-from tests.unit.engine.test_prefix_disk import KEY, kv_cache
+from tests.engine.test_prefix_disk import KEY, kv_cache
+from tests.support.helpers import collect, start_job
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ import httpx
 import openai
 import pytest
 
-from tests.helpers import build_tiny_model
-from tests.live_server import ADMIN_TOKEN, group_server, live_server
+from tests.support.helpers import build_tiny_model
+from tests.support.live_server import ADMIN_TOKEN, group_server, live_server
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}  # /health's details are for operators
 
@@ -79,7 +79,7 @@ def group(
 
 
 def client(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=120)
+    return server.openai()
 
 
 def answer(server, prompt: str, model: str = "tiny", **params) -> openai.types.chat.ChatCompletion:

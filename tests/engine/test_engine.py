@@ -18,7 +18,7 @@ from inference.engine.types import (
     Started,
 )
 from inference.serving.prompts import ChatPrompt
-from tests.helpers import prepared_job, run_job, start_job, wait_until
+from tests.support.helpers import prepared_job, run_job, start_job, wait_until
 
 # The engine never imports Django: the PostgreSQL pass would only repeat these.
 pytestmark = pytest.mark.database_independent

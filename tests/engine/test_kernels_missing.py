@@ -6,8 +6,8 @@ import os
 import httpx
 import pytest
 
-from tests.helpers import CHAT, DEMO_ID
-from tests.live_server import live_server
+from tests.support.helpers import CHAT, DEMO_ID
+from tests.support.live_server import live_server
 
 # What is tested is the engine's fallback; the server's database plays no part in it.
 pytestmark = pytest.mark.database_independent

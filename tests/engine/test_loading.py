@@ -20,7 +20,7 @@ from inference.engine.types import (
     SamplingParams,
     TokenPrompt,
 )
-from tests.helpers import collect, run_job, start_job
+from tests.support.helpers import collect, run_job, start_job
 
 # The engine never imports Django: the PostgreSQL pass would only repeat these.
 pytestmark = pytest.mark.database_independent
@@ -144,7 +144,7 @@ LLAMA3_ROPE = {
 def llama3_dir(smollm_dir, tmp_path_factory):
     """A 4-bit Llama 3.x (rope scaling: its RoPE computes `_freqs`, an array that is no
     parameter, when the model is made)."""
-    from tests.helpers import build_tiny_model, quantize_model_dir
+    from tests.support.helpers import build_tiny_model, quantize_model_dir
 
     root = tmp_path_factory.mktemp("llama3")
     dense = build_tiny_model(smollm_dir, root / "dense", head_dim=64, rope_scaling=LLAMA3_ROPE)

@@ -20,7 +20,7 @@ from inference.engine.types import (
     Started,
     TokenPrompt,
 )
-from tests.helpers import make_adapter, quantize_model_dir
+from tests.support.helpers import make_adapter, quantize_model_dir
 
 pytestmark = pytest.mark.database_independent
 PROMPT = "The quick brown fox jumps over"

@@ -22,7 +22,7 @@ from inference.engine.state import EngineHealth
 from inference.engine.types import ModelSpec, SamplingParams
 from inference.engine.worker import Engine
 from inference.serving.control import health_document
-from tests.helpers import quantize_gguf, run_job, write_small_llama
+from tests.support.helpers import quantize_gguf, run_job, write_small_llama
 
 pytestmark = pytest.mark.database_independent
 VNNI = cpu.kernel_status().q6k is None

@@ -25,7 +25,7 @@ from inference.engine.types import (
 from inference.engine.worker import Engine
 from inference.runtime import get_supervisor
 from inference.serving.prompts import TextPrompt
-from tests.helpers import assert_error, collect, prepared_job, start_job, wait_until
+from tests.support.helpers import assert_error, collect, prepared_job, start_job, wait_until
 
 # The engine never imports Django: the PostgreSQL pass would only repeat these.
 pytestmark = pytest.mark.database_independent

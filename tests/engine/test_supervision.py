@@ -8,7 +8,7 @@ import pytest
 from inference.engine.config import EngineConfig
 from inference.engine.supervisor import Supervisor
 from inference.engine.types import Done, ErrorKind, Failed, ModelSpec, SamplingParams
-from tests.helpers import collect, start_job
+from tests.support.helpers import collect, start_job
 
 # The engine never imports Django: the PostgreSQL pass would only repeat these.
 pytestmark = pytest.mark.database_independent

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import ROOT, build_tiny_model
-from tests.live_server import LiveServer, live_server
+from tests.support.helpers import ROOT, build_tiny_model
+from tests.support.live_server import LiveServer, live_server
 
 # Runs once (SQLite pass): the prompt and the prefix cache; the catalog row is only read, so
 # PostgreSQL would only repeat it.

@@ -1,7 +1,7 @@
 """The real coding agents against a live server: Claude Code (`claude -p`, Anthropic Messages)
 and Codex (`codex exec`, OpenAI Responses), pinned and cached by scripts/ensure_agents.sh.
 
-The model is the scripted agent (tests/scripted_agent.py): its replies are known, so what is
+The model is the scripted agent (tests/support/scripted_agent.py): its replies are known, so what is
 tested is everything between it and the agent: the agent's real requests (long system prompts,
 dozens of tools, cache_control, namespaces, its own headers and fields; see
 tests/fixtures/agents/README.md), the streams it reads, and a tool call that the agent runs and
@@ -20,9 +20,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.agent_cli import ROOT, AgentRun, claude_env, codex_env, ensure_agents, run_agent
-from tests.live_server import LiveServer, live_server
-from tests.scripted_agent import CONTEXT, MISSED, ScriptedCall, build_agent_model
+from tests.support.agent_cli import ROOT, AgentRun, claude_env, codex_env, ensure_agents, run_agent
+from tests.support.live_server import LiveServer, live_server
+from tests.support.scripted_agent import CONTEXT, MISSED, ScriptedCall, build_agent_model
 
 # Runs once (SQLite pass): what the agents send and read; the catalog row is only read, so
 # PostgreSQL would only repeat it.

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, Field
 
-from tests.helpers import DEMO_ID, ROOT
-from tests.live_server import LiveServer, live_server
+from tests.support.helpers import DEMO_ID, ROOT
+from tests.support.live_server import LiveServer, live_server
 
 # Client compatibility is a matter of the wire, not of the server's database: `make test`'s
 # PostgreSQL pass would only repeat these minutes (its own pytestmark, below).

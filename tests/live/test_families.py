@@ -9,13 +9,17 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-import anthropic
-import openai
 import pytest
 
-from tests.live_server import LiveServer, live_server
-from tests.scripted import WEATHER_TOOL
-from tests.scripted_families import ARGUMENTS, CONTEXT, REASONING, SCRIPTS, build_family_model
+from tests.support.live_server import LiveServer, live_server
+from tests.support.scripted import WEATHER_TOOL
+from tests.support.scripted_families import (
+    ARGUMENTS,
+    CONTEXT,
+    REASONING,
+    SCRIPTS,
+    build_family_model,
+)
 
 # Runs once (SQLite pass): what is read from the model's text; the catalog is only read.
 pytestmark = pytest.mark.database_independent
@@ -46,7 +50,7 @@ def no_markup(text: str | None) -> None:
 
 @pytest.mark.parametrize("model", list(SCRIPTS))
 def test_chat_completions(server: LiveServer, model: str):
-    client = openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=60)
+    client = server.openai(timeout=60)
     stream = client.chat.completions.create(
         model=model,
         messages=[{"role": "user", "content": QUESTION}],
@@ -75,7 +79,7 @@ def test_chat_completions(server: LiveServer, model: str):
 
 @pytest.mark.parametrize("model", list(SCRIPTS))
 def test_messages(server: LiveServer, model: str):
-    client = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=60)
+    client = server.anthropic(timeout=60)
     tool = {"name": FUNCTION["name"], "input_schema": FUNCTION["parameters"]}
     with client.messages.stream(
         model=model,
@@ -96,7 +100,7 @@ def test_messages(server: LiveServer, model: str):
 
 @pytest.mark.parametrize("model", list(SCRIPTS))
 def test_responses(server: LiveServer, model: str):
-    client = openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=60)
+    client = server.openai(timeout=60)
     tool = {"type": "function", **FUNCTION}
     events = list(client.responses.create(model=model, input=QUESTION, tools=[tool], stream=True))
     pieces = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
@@ -117,7 +121,7 @@ def test_forced_call_decodes_in_the_family_syntax(server: LiveServer, model: str
     the values can take another path than the script's and run to max_tokens: only the call
     itself and clean text are asserted; tests/toolcalls/test_*_syntaxes.py check each
     grammar against whole calls token by token.)"""
-    client = openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=60)
+    client = server.openai(timeout=60)
     reply = client.chat.completions.create(
         model=model,
         messages=[{"role": "user", "content": QUESTION}],

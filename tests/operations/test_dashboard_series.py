@@ -11,7 +11,7 @@ from inference.edge.body import STRANGER_BODY_BYTES
 from inference.observability import records
 from inference.observability.history import history, rss_bytes
 from inference.observability.series import ALL, QUANTITIES, Sampler, Series, percentile
-from tests.helpers import CHAT, SHORT_CHAT
+from tests.support.helpers import CHAT, SHORT_CHAT
 
 BODY = {**SHORT_CHAT, "max_tokens": 5}
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
-from tests.live_server import manage
+from tests.support.helpers import ROOT
+from tests.support.live_server import manage
 
 # Its own SQLite files, never the test database: the PostgreSQL pass would only repeat it.
 pytestmark = pytest.mark.database_independent

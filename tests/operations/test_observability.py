@@ -6,7 +6,7 @@ import logging
 from prometheus_client.parser import text_string_to_metric_families
 
 from inference.observability import records
-from tests.helpers import CHAT, SHORT_CHAT, stream
+from tests.support.helpers import CHAT, SHORT_CHAT, stream
 
 BODY = {**SHORT_CHAT, "max_tokens": 5}
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
-from tests.live_server import ADMIN_TOKEN, LiveServer, live_server
+from tests.support.helpers import ROOT
+from tests.support.live_server import ADMIN_TOKEN, LiveServer, live_server
 
 
 @pytest.fixture(scope="module")

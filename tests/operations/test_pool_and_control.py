@@ -18,7 +18,7 @@ from inference.engine.types import Done, ModelSpec, SamplingParams
 from inference.engine.worker import Engine
 from inference.runtime import engine_handle
 from inference.serving.control import preload_models
-from tests.helpers import ROOT, collect, quantize_model_dir, run_job, start_job, wait_until
+from tests.support.helpers import ROOT, collect, quantize_model_dir, run_job, start_job, wait_until
 
 NO_EOS = {2: -100.0}
 
@@ -66,7 +66,7 @@ def test_ten_concurrent_first_requests_load_once(fresh_engine, tiny_dir, monkeyp
 
 
 def run_to_end(job):
-    from tests.helpers import collect
+    from tests.support.helpers import collect
 
     return collect(job)[1]
 

@@ -11,8 +11,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import quantize_model_dir
-from tests.live_server import LiveServer, live_server
+from tests.support.helpers import quantize_model_dir
+from tests.support.live_server import LiveServer, live_server
 
 pytestmark = pytest.mark.database_independent  # its servers have their own SQLite
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import DEMO_ID, ROOT
-from tests.live_server import (
+from tests.support.helpers import DEMO_ID, ROOT
+from tests.support.live_server import (
     LiveServer,
     drop_database,
     free_port,

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.live_server import LiveServer, live_server
+from tests.support.live_server import LiveServer, live_server
 
 LONG = {
     "model": "tiny",

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
-from tests.live_server import live_server, manage
+from tests.support.helpers import ROOT
+from tests.support.live_server import live_server, manage
 
 pytestmark = pytest.mark.database_independent
 

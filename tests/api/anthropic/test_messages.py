@@ -17,8 +17,8 @@ from inference.protocol.anthropic.requests import MessagesRequest
 from inference.protocol.errors import APIError
 from inference.serving.anthropic.plan import template_messages
 from inference.serving.tooluse import arguments_object
-from tests.helpers import break_engine_after
-from tests.scripted import ARGUMENTS, REASONING
+from tests.support.helpers import break_engine_after
+from tests.support.scripted import ARGUMENTS, REASONING
 
 MESSAGES = "/v1/messages"
 COUNT = "/v1/messages/count_tokens"

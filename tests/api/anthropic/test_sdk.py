@@ -9,8 +9,8 @@ from pathlib import Path
 import anthropic
 import pytest
 
-from tests.helpers import DEMO_ID
-from tests.live_server import LiveServer, demo_server
+from tests.support.helpers import DEMO_ID
+from tests.support.live_server import LiveServer, demo_server
 
 # Its servers have their own databases and store nothing a request says: the PostgreSQL pass
 # would only repeat it (tests/conftest.py).
@@ -44,7 +44,7 @@ def api_key(server: LiveServer) -> str:
 @pytest.fixture(scope="module")
 def client(server: LiveServer, api_key: str) -> anthropic.Anthropic:
     # The SDK sends the key as x-api-key and adds /v1/messages to the server's root.
-    return anthropic.Anthropic(base_url=server.url, api_key=api_key, max_retries=0, timeout=120)
+    return server.anthropic(api_key)
 
 
 # SDK 2 dropped sampling arguments (newer Claude models fix them); the API still takes them.
@@ -163,7 +163,7 @@ def test_bearer_auth_token_as_claude_code_sends(server, api_key):
 
 
 def test_errors_are_anthropic_errors(server, client):
-    stranger = anthropic.Anthropic(base_url=server.url, api_key="sk-mlx-nope", max_retries=0)
+    stranger = server.anthropic("sk-mlx-nope")
     with pytest.raises(anthropic.AuthenticationError) as caught:
         stranger.messages.create(model=DEMO_ID, messages=QUESTION, max_tokens=2)
     assert caught.value.body["error"]["type"] == "authentication_error"

@@ -1,5 +1,5 @@
 """Ollama's API (/api/*) with the official `ollama` Python client against a real uvicorn server
-serving the real SmolLM2, the scripted reasoning model (tests/scripted.py: thinking, then a
+serving the real SmolLM2, the scripted reasoning model (tests/support/scripted.py: thinking, then a
 Hermes tool call) and all-MiniLM-L6-v2, API keys required: chat and generate streamed (NDJSON)
 and not, format as a JSON schema, tools, think, options as sampling, embed, the listings, the
 keep_alive that unloads, and Ollama's {"error": ...} for what is wrong."""
@@ -15,9 +15,9 @@ import jsonschema
 import ollama
 import pytest
 
-from tests.helpers import DEMO_ID
-from tests.live_server import LiveServer, live_server
-from tests.scripted import ARGUMENTS, REASONING, WEATHER_TOOL
+from tests.support.helpers import DEMO_ID
+from tests.support.live_server import LiveServer, live_server
+from tests.support.scripted import ARGUMENTS, REASONING, WEATHER_TOOL
 
 # Each server has its own SQLite; nothing here depends on the suite's database.
 pytestmark = pytest.mark.database_independent

@@ -1,6 +1,6 @@
 """Ollama's POST /api/pull from the Hugging Face hub, with the official `ollama` client against a
-live server whose HF_ENDPOINT is the stand-in hub (tests/hub_server.py), serving a GGUF repo of
-two quantizations (copies of the demo SmolLM2): the admin token pulls `hf.co/owner/repo:TAG`
+live server whose HF_ENDPOINT is the stand-in hub (tests/support/hub_server.py), serving a GGUF
+repo of two quantizations (copies of the demo SmolLM2): the admin token pulls `hf.co/owner/repo:TAG`
 with Ollama's progress lines, the name pulled then chats and is listed; an API key may pull
 only what the catalog has; an unknown repo or tag, and a pull that fails, say so in Ollama's
 {"error": ...}."""
@@ -16,8 +16,8 @@ import httpx
 import ollama
 import pytest
 
-from tests.hub_server import Hub, stand_in_hub
-from tests.live_server import ROOT, LiveServer, live_server
+from tests.support.hub_server import Hub, stand_in_hub
+from tests.support.live_server import ROOT, LiveServer, live_server
 
 # Each server has its own SQLite; nothing here depends on the suite's database.
 pytestmark = pytest.mark.database_independent

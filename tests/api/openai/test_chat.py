@@ -7,7 +7,7 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from catalog.models import CatalogModel
-from tests.helpers import CHAT, NO_EOS, assert_error, stream
+from tests.support.helpers import CHAT, NO_EOS, assert_error, stream
 
 
 def chat(client, **body):

@@ -13,7 +13,7 @@ import numpy as np
 import openai
 import pytest
 
-from tests.live_server import LiveServer, live_server
+from tests.support.live_server import LiveServer, live_server
 
 # Its servers have their own databases and store nothing a request says: the PostgreSQL pass
 # would only repeat it (tests/conftest.py).
@@ -54,7 +54,7 @@ def server(
 
 @pytest.fixture(scope="module")
 def client(server: LiveServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=60)
+    return server.openai(timeout=60)
 
 
 def vectors(client: openai.OpenAI, model: str, inputs, **kwargs) -> np.ndarray:

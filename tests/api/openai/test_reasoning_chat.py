@@ -1,4 +1,4 @@
-"""Chat completions with a reasoning model (tests/scripted.py): thinking split out of the
+"""Chat completions with a reasoning model (tests/support/scripted.py): thinking split out of the
 content, tool-call arguments streamed as written, thinking switched off, keep-alive comments."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from asgiref.sync import async_to_sync
 from django.test import AsyncClient
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from tests.helpers import CHAT, stream
-from tests.scripted import ARGUMENTS, REASONING, WEATHER_TOOL
+from tests.support.helpers import CHAT, stream
+from tests.support.scripted import ARGUMENTS, REASONING, WEATHER_TOOL
 
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
 

@@ -14,8 +14,8 @@ import httpx
 import openai
 import pytest
 
-from tests.helpers import DEMO_ID, ROOT
-from tests.live_server import ADMIN_TOKEN, LiveServer, demo_server, free_port
+from tests.support.helpers import DEMO_ID, ROOT
+from tests.support.live_server import ADMIN_TOKEN, LiveServer, demo_server, free_port
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 

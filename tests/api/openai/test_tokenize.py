@@ -11,7 +11,7 @@ import httpx
 import pytest
 from tokenizers import Tokenizer
 
-from tests.live_server import LiveServer, live_server
+from tests.support.live_server import LiveServer, live_server
 
 pytestmark = pytest.mark.database_independent
 

@@ -33,10 +33,10 @@ from inference.engine.types import (
 )
 from inference.protocol.errors import APIError
 from inference.serving.prompts import ChatPrompt
-from tests.helpers import build_tiny_model, prepared_job
-from tests.image_server import image_server
-from tests.live_server import LiveServer, free_port, live_server
-from tests.vision_models import (
+from tests.support.helpers import build_tiny_model, prepared_job
+from tests.support.image_server import image_server
+from tests.support.live_server import LiveServer, free_port, live_server
+from tests.support.vision_models import (
     build_tiny_gemma3,
     build_tiny_llava,
     build_tiny_smolvlm,
@@ -85,12 +85,12 @@ def server(
 
 @pytest.fixture(scope="module")
 def client(server: LiveServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=120)
+    return server.openai()
 
 
 @pytest.fixture(scope="module")
 def claude(server: LiveServer) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=120)
+    return server.anthropic()
 
 
 def image_part(url: str, detail: str = "auto") -> dict:

@@ -14,8 +14,8 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.live_server import LiveServer, live_server
-from tests.rerank_models import build_cross_encoder, build_decoder_reranker
+from tests.support.live_server import LiveServer, live_server
+from tests.support.rerank_models import build_cross_encoder, build_decoder_reranker
 
 pytestmark = pytest.mark.database_independent
 

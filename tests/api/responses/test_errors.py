@@ -9,8 +9,8 @@ import pytest
 
 from apikeys.auth import Caller, limiter
 from apikeys.models import ApiKey
-from tests.helpers import assert_error
-from tests.responses_support import RESPONSES, create, valid_response
+from tests.support.helpers import assert_error
+from tests.support.responses_support import RESPONSES, create, valid_response
 
 TOOL = {"type": "function", "name": "f", "parameters": {"type": "object"}}
 USER = {"role": "user", "content": "Hi"}

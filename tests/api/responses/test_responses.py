@@ -10,15 +10,15 @@ import pytest
 
 from inference.serving.reply import ReplyParser
 from storedresponses.models import StoredResponse
-from tests.helpers import assert_error, break_engine_after
-from tests.responses_support import (
+from tests.support.helpers import assert_error, break_engine_after
+from tests.support.responses_support import (
     RESPONSES,
     check_stream_events,
     create,
     stream,
     valid_response,
 )
-from tests.scripted import ARGUMENTS, REASONING, WEATHER_TOOL
+from tests.support.scripted import ARGUMENTS, REASONING, WEATHER_TOOL
 
 WEATHER = {
     "type": "function",

@@ -11,8 +11,8 @@ import openai
 import pytest
 from openai.types.responses import ResponseFunctionToolCall
 
-from tests.helpers import DEMO_ID
-from tests.live_server import LiveServer, demo_server
+from tests.support.helpers import DEMO_ID
+from tests.support.live_server import LiveServer, demo_server
 
 QUESTION = "What is the capital of France?"
 WEATHER = {
@@ -36,7 +36,7 @@ def server(demo_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 def make_client(server: LiveServer, name: str) -> openai.OpenAI:
     secret = server.manage("create_api_key", name).stdout.strip()
-    return openai.OpenAI(base_url=server.api, api_key=secret, max_retries=0, timeout=120)
+    return server.openai(secret)
 
 
 @pytest.fixture(scope="module")
@@ -222,6 +222,6 @@ def test_errors_through_the_sdk(client, server):
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(model=DEMO_ID, input=QUESTION, temperature=5)
     assert caught.value.body["param"] == "temperature"
-    keyless = openai.OpenAI(base_url=server.api, api_key="sk-wrong", max_retries=0)
+    keyless = server.openai("sk-wrong")
     with pytest.raises(openai.AuthenticationError):
         keyless.responses.create(model=DEMO_ID, input=QUESTION)

@@ -22,8 +22,8 @@ from storedresponses.durations import parse_duration
 from storedresponses.fields import JSONText
 from storedresponses.models import StoredResponse
 from tests.api.responses.test_responses import FORCED
-from tests.helpers import assert_error
-from tests.responses_support import (
+from tests.support.helpers import assert_error
+from tests.support.responses_support import (
     RESPONSES,
     create,
     stream,

@@ -16,8 +16,6 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
-from tests.helpers import ROOT
-from tests.live_server import LiveServer, live_server
 from tests.operations.browser.support import (
     CHROMIUM,
     MODEL,
@@ -26,6 +24,8 @@ from tests.operations.browser.support import (
     Problems,
     screenshot,
 )
+from tests.support.helpers import ROOT
+from tests.support.live_server import LiveServer, live_server
 
 
 @pytest.fixture(scope="package")

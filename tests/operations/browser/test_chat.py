@@ -14,8 +14,8 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from tests.operations.browser.support import USERNAME, WAIT_MS, screenshot
-from tests.scripted import REASONING, WEATHER_TOOL
-from tests.vision_models import build_tiny_llava, png_bytes
+from tests.support.scripted import REASONING, WEATHER_TOOL
+from tests.support.vision_models import build_tiny_llava, png_bytes
 
 TOKENS = re.compile(r"(\d+) prompt \+ (\d+) generated tokens")
 THINKER = "qwen3-thinker"  # the name puts it in the seeded Qwen3 family: <think>, Hermes calls
@@ -156,7 +156,7 @@ def raw_stream(page: Page, model: str, prompt: str) -> str:
 
 @pytest.fixture(scope="module")
 def thinker(page: Page, scripted_dir: Path) -> str:
-    """The scripted reasoning model (tests/scripted.py), added through the admin form."""
+    """The scripted reasoning model (tests/support/scripted.py), added through the admin form."""
     page.goto("/admin/catalog/catalogmodel/add/")
     page.fill("#id_public_id", THINKER)
     page.select_option("#id_source", "local")
@@ -227,7 +227,8 @@ def test_markdown_is_rendered_as_nodes_never_as_html(page, tiny_model):
 
 @pytest.fixture(scope="module")
 def vision_model(page: Page, smollm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A tiny random LLaVA (tests/vision_models.py), added through the admin as reading images."""
+    """A tiny random LLaVA (tests/support/vision_models.py), added through the admin as reading
+    images."""
     location = build_tiny_llava(smollm_dir, tmp_path_factory.mktemp("chat-vision") / "llava")
     page.goto("/admin/catalog/catalogmodel/add/")
     page.fill("#id_public_id", "eyes")

@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import expect
 
-from tests.gguf_layouts import SMOLLM_SYSTEM, add_smollm
 from tests.operations.browser.support import WAIT_MS, screenshot
+from tests.support.gguf_layouts import SMOLLM_SYSTEM, add_smollm
 
 
 def test_admin_adds_the_model_to_the_catalog(page, tiny_model, server):

@@ -11,8 +11,8 @@ import httpx
 import pytest
 from playwright.sync_api import BrowserContext, expect
 
-from tests.helpers import quantize_model_dir
 from tests.operations.browser.support import WAIT_MS, screenshot
+from tests.support.helpers import quantize_model_dir
 
 STORED = "tiny-stored-q4"
 FORGET = (
@@ -44,7 +44,7 @@ def test_the_weights_cell_says_what_is_stored(
         expect(weights).to_have_text(
             re.compile(r"^stored · 4-bit g32( · CPU kernels.*)?$"), timeout=WAIT_MS
         )
-        screenshot(page, shots, "h-weights-cell-stored-4bit")
+        screenshot(page, shots, "31-dashboard-weights-stored-4bit")
     finally:
         page.close()
         unload = f"{server.url}/control/models/{STORED}/unload"
