@@ -16,29 +16,15 @@ from catalog import background
 from catalog.models import CatalogModel, HubPull, ModelFamily
 from inference.runtime import engine_handle
 from inference.serving.control import unload_model, warm_model
+from tests.catalog.test_admin import form
 
 ADD = "/admin/catalog/catalogmodel/add/"
 FAMILY_ADD = "/admin/catalog/modelfamily/add/"
 
 
 def entry_form(location: str, **fields: str) -> dict[str, str]:
-    data = {
-        "public_id": "m",
-        "source": "local",
-        "location": location,
-        "enabled": "on",
-        "compute_format": "auto",
-        "activations": "15bit",
-        "kv_cache": "auto",
-        "speculative": "off",
-        "draft_tokens": "4",
-        "context_overflow": "error",
-        "purpose": "chat",
-        "pooling": "auto",
-        "normalize": "on",
-        "_save": "Save",
-    }
-    return {**data, **fields}
+    """The catalog model form as the admin posts it (test_admin's), for a model `m`."""
+    return form(public_id="m", location=location, **fields)
 
 
 def family_form(**fields: str) -> dict[str, str]:
