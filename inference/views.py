@@ -1,5 +1,6 @@
 """The /v1 endpoints and the health probes. Views declare themselves at the edge, delegate to
-serving, and return wire models or event streams; they never touch the engine."""
+serving, and return wire models or event streams; they never call into the engine (the probes
+only read the health snapshot it publishes, through the request's engine handle)."""
 
 from __future__ import annotations
 
