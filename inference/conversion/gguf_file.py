@@ -43,12 +43,16 @@ class GGUFFile:
         return next((t for t in self.tensors if t.name == name), None)
 
 
-def open_gguf(path: Path) -> GGUFFile:
+def open_gguf(path: Path, complete: bool = True) -> GGUFFile:
     """The header, parsed here rather than by gguf's GGUFReader, which builds a numpy view per
-    vocabulary string: ~170 MB at its peak for a 49k-token vocabulary, more than the import."""
+    vocabulary string: ~170 MB at its peak for a 49k-token vocabulary, more than the import.
+    `complete`: the file must also hold every tensor's bytes (not for a look at metadata)."""
     try:
         with open(path, "rb") as file:
-            return _parse(Path(path), _Cursor(file))
+            parsed = _parse(Path(path), _Cursor(file))
+        if complete:
+            _check_complete(parsed.path, parsed.tensors)
+        return parsed
     except (OSError, ValueError, KeyError, struct.error, UnicodeDecodeError) as exc:
         raise UnsupportedGGUF(f"{path} is not a readable GGUF file: {exc}") from exc
 
@@ -152,8 +156,20 @@ def _parse(path: Path, cursor: _Cursor) -> GGUFFile:
     return GGUFFile(path, metadata, tensors)
 
 
+def _check_complete(path: Path, tensors: list[TensorInfo]) -> None:
+    """A file cut short (a download or copy that stopped) is said to be so here, in plain
+    words, rather than surfacing later as a reshape error deep in a tensor's conversion."""
+    size = path.stat().st_size
+    needed = max((t.offset + t.n_bytes for t in tensors), default=0)
+    if needed > size:
+        raise ValueError(
+            f"the file is cut short: its tensors need {needed:,} bytes but it holds {size:,} "
+            "(an incomplete download or copy?)"
+        )
+
+
 def read_metadata(path: Path) -> dict:
-    return open_gguf(path).metadata
+    return open_gguf(path, complete=False).metadata
 
 
 def read_rows(path: Path, tensor: TensorInfo, max_values: int = 1 << 21) -> Iterator[np.ndarray]:

@@ -217,7 +217,7 @@ def trained_once(tokenizer_source: Path) -> Path:
     import mlx.core as mx
     import mlx_lm
 
-    from tests import architectures
+    from tests.support import architectures
     from tests.support.helpers import ROOT
 
     sources = Path(__file__).read_bytes() + Path(architectures.__file__).read_bytes()
