@@ -241,7 +241,10 @@ function metaNodes(turn) {
   };
   const parts = [node("span", `finish finish-${turn.finish_reason}`, reasons[turn.finish_reason] || turn.finish_reason)];
   if (turn.usage) parts.push(node("span", "tokens", `${turn.usage.prompt_tokens} prompt + ${turn.usage.completion_tokens} generated tokens`));
-  if (turn.tokens_per_second) parts.push(node("span", "speed", `${turn.tokens_per_second.toFixed(1)} tok/s`));
+  if (turn.tokens_per_second) {
+    const overall = turn.speed_overall ? " overall" : "";
+    parts.push(node("span", "speed", `${turn.tokens_per_second.toFixed(1)} tok/s${overall}`));
+  }
   if (turn.first_token_seconds !== undefined) parts.push(node("span", "ttft", `first token ${turn.first_token_seconds.toFixed(2)} s`));
   return parts;
 }
@@ -390,10 +393,17 @@ function finishTiming(turn, clock) {
   const end = performance.now();
   if (clock.first === null) return;
   turn.first_token_seconds = (clock.first - clock.start) / 1000;
-  // The tokens after the first over the time they took; a burst read at once (under 20 ms)
-  // has no honest rate to show.
+  // The tokens after the first over the time they took. When they arrived in one burst (a
+  // busy machine can hand the page a whole answer in one read), that span says nothing: the
+  // rate is then over the whole request, prompt included, and says so.
   const generated = turn.usage ? turn.usage.completion_tokens : 0;
-  if (generated > 1 && end - clock.first >= 20) turn.tokens_per_second = (generated - 1) / ((end - clock.first) / 1000);
+  delete turn.speed_overall;
+  if (generated > 1 && end - clock.first >= 20) {
+    turn.tokens_per_second = (generated - 1) / ((end - clock.first) / 1000);
+  } else if (generated > 0 && end > clock.start) {
+    turn.tokens_per_second = generated / ((end - clock.start) / 1000);
+    turn.speed_overall = true;
+  }
 }
 
 async function save() {
