@@ -6,11 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from inference.engine.vocabulary import chunk_context_limit
-
-# Where configs name their trained context, in the order the engine reads them
-# (inference/engine/vocabulary.py's context_length_of).
-CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "n_positions")
+from inference.engine.vocabulary import chunk_context_limit, position_fields
 
 
 def read_config(folder: Path) -> dict | None:
@@ -28,14 +24,10 @@ def own_context(config: dict) -> int | None:
     scaling factor when its config has one), never past Llama 4's first attention chunk; None
     when the config names none."""
     chunk = chunk_context_limit(config)
-    text_config = config.get("text_config")
-    sources = [config, text_config] if isinstance(text_config, dict) else [config]
-    for source in sources:
-        for key in CONTEXT_KEYS:
-            positions = source.get(key)
-            if isinstance(positions, int) and not isinstance(positions, bool) and positions > 0:
-                limit = max(positions, scaled_positions(source))
-                return min(limit, chunk) if chunk else limit
+    for source, positions in position_fields(config):
+        if not isinstance(positions, bool) and positions > 0:
+            limit = max(positions, scaled_positions(source))
+            return min(limit, chunk) if chunk else limit
     return chunk
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -28,12 +29,20 @@ def context_length_of(spec: ModelSpec, config: dict) -> int:
     limit = chunk_context_limit(config) or float("inf")
     if spec.context_length:
         return int(min(spec.context_length, limit))
+    for _, positions in position_fields(config):
+        return int(min(positions, limit))
+    return int(min(DEFAULT_CONTEXT, limit))
+
+
+def position_fields(config: dict) -> Iterator[tuple[dict, int]]:
+    """Where a config names its trained context, in the order it is read: each integer field
+    (`max_position_embeddings`, then its older names) of the config, then of its text config
+    (a vision model's), with the dict it is in (the catalog reads its RoPE scaling there)."""
     text_config = config.get("text_config") or {}
     for source in (config, text_config):
         for key in ("max_position_embeddings", "max_sequence_length", "n_positions"):
             if isinstance(source.get(key), int):
-                return int(min(source[key], limit))
-    return int(min(DEFAULT_CONTEXT, limit))
+                yield source, source[key]
 
 
 def chunk_context_limit(config: dict) -> int | None:
