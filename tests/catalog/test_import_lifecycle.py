@@ -14,25 +14,11 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
 
-from catalog import background
 from catalog.models import GGUFImport
 from catalog.processes import LOST
 
 ADD = "/admin/catalog/ggufimport/add/"
 REAL_POPEN = subprocess.Popen  # the fixture below replaces the module's
-
-
-@pytest.fixture
-def started(monkeypatch, settings, tmp_path) -> list[list[str]]:
-    """The command lines the admin starts; run in-process by the test (a subprocess could not
-    see the test database)."""
-    settings.MODEL_STORAGE_DIR = tmp_path / "models"
-    settings.VAR_DIR = settings.MEDIA_ROOT = tmp_path
-    commands: list[list[str]] = []
-    monkeypatch.setattr(
-        background.subprocess, "Popen", lambda command, **kwargs: commands.append(command)
-    )
-    return commands
 
 
 def until_zombie(pid: int, timeout: float = 10) -> None:

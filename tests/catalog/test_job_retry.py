@@ -8,29 +8,14 @@ import shutil
 import traceback
 from pathlib import Path
 
-import pytest
 from django.core.management import CommandError, call_command
 
-from catalog import background
 from catalog.background import job_log_path
 from catalog.job_logs import log_failure, readable_log
 from catalog.models import GGUFImport, HubPull
 
 IMPORTS = "/admin/catalog/ggufimport/"
 PULLS = "/admin/catalog/hubpull/"
-
-
-@pytest.fixture
-def started(monkeypatch, settings, tmp_path) -> list[list[str]]:
-    """The command lines the admin starts; run in-process by the test (a subprocess could not
-    see the test database)."""
-    settings.MODEL_STORAGE_DIR = tmp_path / "models"
-    settings.VAR_DIR = settings.MEDIA_ROOT = tmp_path
-    commands: list[list[str]] = []
-    monkeypatch.setattr(
-        background.subprocess, "Popen", lambda command, **kwargs: commands.append(command)
-    )
-    return commands
 
 
 def run_logged(command: list[str], log: Path) -> None:

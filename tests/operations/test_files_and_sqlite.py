@@ -5,7 +5,6 @@ test runs manage.py on a fresh VAR_DIR of its own, as a new install's first star
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from multiprocessing.queues import Queue
@@ -14,23 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.helpers import ROOT
+from tests.support.helpers import ROOT, fresh_env, mode
 from tests.support.live_server import manage
 
 # Its own SQLite files, never the test database: the PostgreSQL pass would only repeat it.
 pytestmark = pytest.mark.database_independent
-
-
-def fresh_env(var_dir: Path) -> dict:
-    # No DATABASE_URL (the default SQLite file in VAR_DIR) and no secrets from the environment
-    # (the install makes its own files).
-    left_out = {"DATABASE_URL", "SECRET_KEY", "ADMIN_TOKEN"}
-    env = {name: value for name, value in os.environ.items() if name not in left_out}
-    return {**env, "VAR_DIR": str(var_dir)}
-
-
-def mode(path: Path) -> int:
-    return path.stat().st_mode & 0o777
 
 
 def test_a_fresh_var_is_owner_only_and_the_check_says_when_it_is_not(tmp_path: Path) -> None:

@@ -6,26 +6,15 @@ open is still said, once: by the command that starts or checks the server, not b
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.support.helpers import ROOT
+from tests.support.helpers import ROOT, fresh_env, mode
 from tests.support.live_server import live_server, manage
 
 pytestmark = pytest.mark.database_independent
-
-
-def fresh_env(var_dir: Path) -> dict:
-    left_out = {"DATABASE_URL", "SECRET_KEY", "ADMIN_TOKEN"}
-    env = {name: value for name, value in os.environ.items() if name not in left_out}
-    return {**env, "VAR_DIR": str(var_dir)}
-
-
-def mode(path: Path) -> int:
-    return path.stat().st_mode & 0o777
 
 
 def said(done: subprocess.CompletedProcess) -> list[str]:

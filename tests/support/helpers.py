@@ -4,6 +4,7 @@ small models, and running engine jobs synchronously. Fixtures live in conftest.p
 from __future__ import annotations
 
 import json
+import os
 import queue
 import shutil
 import subprocess
@@ -292,3 +293,16 @@ def break_engine_after(monkeypatch, tokens: int) -> None:
         return real_on_token(self, *args)
 
     monkeypatch.setattr(Sequence, "on_token", broken)
+
+
+def fresh_env(var_dir: Path) -> dict:
+    """This environment as a fresh install sees it: no DATABASE_URL (the default SQLite file in
+    VAR_DIR) and no secrets from the environment (the install makes its own files)."""
+    left_out = {"DATABASE_URL", "SECRET_KEY", "ADMIN_TOKEN"}
+    env = {name: value for name, value in os.environ.items() if name not in left_out}
+    return {**env, "VAR_DIR": str(var_dir)}
+
+
+def mode(path: Path) -> int:
+    """A file's permission bits."""
+    return path.stat().st_mode & 0o777
