@@ -190,6 +190,20 @@ POOL_MEMORY_BUDGET = byte_size("POOL_MEMORY_BUDGET", physical_memory() // 2)
 ENGINE_MAX_BATCH = env.int("ENGINE_MAX_BATCH", default=32)
 ENGINE_PREFILL_SHARE = env.float("ENGINE_PREFILL_SHARE", default=0.5)
 ENGINE_PREFILL_STEP = env.int("ENGINE_PREFILL_STEP", default=2048)
+# Batch-priority work (the Batch API's lines) runs in what interactive requests leave: it may
+# hold this share of a model's batch while no interactive request is there (the rest stays free,
+# so one starts at once), and this many slots beside interactive work (each row slows every
+# decode step a little); it waits in a queue of its own, MAX_QUEUED_BATCH_REQUESTS sequences,
+# past which a line gets a 429 with Retry-After (interactive requests are never refused for it).
+ENGINE_BATCH_SHARE = env.float("ENGINE_BATCH_SHARE", default=0.75)
+ENGINE_BATCH_SLOTS = env.int("ENGINE_BATCH_SLOTS", default=4)
+MAX_QUEUED_BATCH_REQUESTS = env.int("MAX_QUEUED_BATCH_REQUESTS", default=64)
+if not 0 < ENGINE_BATCH_SHARE <= 1:
+    raise ImproperlyConfigured("ENGINE_BATCH_SHARE is a share of the batch: above 0, at most 1")
+if ENGINE_BATCH_SLOTS < 0 or MAX_QUEUED_BATCH_REQUESTS < 1:
+    raise ImproperlyConfigured(
+        "ENGINE_BATCH_SLOTS must be at least 0 and MAX_QUEUED_BATCH_REQUESTS at least 1"
+    )
 # Reusable prompt KV cache per model: a conversation's next turn prefills only its new tokens.
 PROMPT_CACHE_BYTES = byte_size("PROMPT_CACHE_BYTES", "1GiB")
 # The prefix cache's disk tier: prompts' KV kept in this folder across restarts and the pool's

@@ -24,7 +24,7 @@ from inference.engine.pool import LoadedModel
 from inference.engine.prefill import PrefillBatch
 from inference.engine.prefixes import PrefixCache
 from inference.engine.runner_prefixes import PrefixKeeper
-from inference.engine.scheduling import PrefillPacer, admit, preemptible, starved, weight
+from inference.engine.scheduling import BatchLimits, PrefillPacer, admit, to_set_aside, weight
 from inference.engine.sequence import Sequence
 from inference.engine.speculative import SpeculationStats
 from inference.engine.token_rate import TokenRate
@@ -46,6 +46,7 @@ class ModelRunner:
         self._prefill = PrefillBatch(loaded.model, self.kv.make)
         self._decode = DecodeBatch(loaded.model)
         self._pacer = PrefillPacer(config.prefill_share)
+        self._limits = BatchLimits.of(config.max_batch, config.batch_share, config.batch_beside)
         self._prefix_hits: dict[int, tuple[Any, list[int]]] = {}  # id(sequence) -> (cache, rest)
         self._copies = Copies()
         self._prefixes = PrefixCache.of(loaded, config)
@@ -133,20 +134,24 @@ class ModelRunner:
         self._make_room()
         running = self._prefill.rows + self._decode.rows
         free = self.config.max_batch - sum(weight(s) for s in running)
-        for sequence in admit(self._waiting, running, max(0, free)):
+        chosen = admit(self._waiting, running, max(0, free), self._limits, self._prefill.rows)
+        for sequence in chosen:
             self._waiting.remove(sequence)
             cache, rest = self._prefix_hits.pop(id(sequence))
             self._prefill.add(sequence, cache, rest)
         self._graduate()
 
     def _make_room(self) -> None:
-        """While a request below its share waits without room, sets aside prompts still being
-        read of requests above their share (their caches so far kept: nothing is read twice).
-        Decoding sequences are never interrupted."""
+        """Sets aside prompts still being read (their caches so far kept: nothing is read
+        twice): batch ones for interactive work, and those of requests above their share
+        while one below it waits without room (scheduling.to_set_aside). Decoding sequences
+        are never interrupted."""
         capacity = self.config.max_batch
         running = self._prefill.rows + self._decode.rows
-        while starved(self._waiting, running, capacity) > 0:
-            victim = preemptible(self._waiting, running, self._prefill.rows, capacity)
+        while True:
+            victim = to_set_aside(
+                self._waiting, running, self._prefill.rows, capacity, self._limits
+            )
             if victim is None:
                 return
             sequence, cache, rest = self._prefill.set_aside(victim)
@@ -155,7 +160,8 @@ class ModelRunner:
             running = self._prefill.rows + self._decode.rows
 
     def _read_prompts(self) -> None:
-        budget = self._pacer.budget(bool(self._decode.rows), self.config.prefill_step)
+        rows, step = self._prefill.rows, self.config.prefill_step
+        budget = self._pacer.budget_for(rows, self._decode.rows, step)
         started = time.perf_counter()
         read = self._prefill.step(budget)
         self._pacer.read(read, time.perf_counter() - started)

@@ -23,6 +23,12 @@ class EngineConfig:
     prefix_cache_disk_min_tokens: int = 512
     # Sequences that may wait for a decode slot before new requests are refused (429).
     max_queued: int = 256
+    # Batch-priority work (scheduling.BatchLimits): the share of max_batch it may hold while no
+    # interactive work is there, the slots it may hold beside interactive work, and its own
+    # queue's cap (admission.py).
+    batch_share: float = 0.75
+    batch_beside: int = 4
+    max_queued_batch: int = 64
     # Unpinned models unused this many seconds are unloaded (0: never).
     idle_ttl: float = 0.0
     # The file where the compute format measured at a load is kept for later starts

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 from inference.engine.state import EngineHealth
 from inference.engine.types import (
+    BATCH,
+    INTERACTIVE,
     Done,
     Embedded,
     EmbeddingJob,
@@ -50,8 +52,10 @@ class JobStream:
         requests: list[JobRequest],
         owner: str = "",
         group: str = "",
+        priority: str = INTERACTIVE,
     ) -> None:
         self._admission = admission
+        self._priority = priority
         self._count = len(requests)
         self._remaining = len(requests)
         self._events: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
@@ -65,7 +69,7 @@ class JobStream:
                 job = GenerationJob(
                     r.spec, r.prompt, r.params, sink, r.echo, r.stop_ids, r.stop_strings, r.matcher
                 )
-                job.owner, job.group = owner, group
+                job.owner, job.group, job.priority = owner, group, priority
                 self.jobs.append(job)
             engine.submit(*self.jobs)
         except BaseException:
@@ -97,29 +101,39 @@ class JobStream:
             self._released = True
         for job in self.jobs:  # the engine drops their sequences on its next step
             job.cancelled.set()
-        self._admission.finish(self._count)
+        self._admission.finish(self._count, self._priority)
 
 
 class EngineHandle:
     def __init__(self, supervisor: Supervisor) -> None:
         self._supervisor = supervisor
 
-    def start(self, requests: list[JobRequest], owner: str = "", group: str = "") -> JobStream:
+    def start(
+        self,
+        requests: list[JobRequest],
+        owner: str = "",
+        group: str = "",
+        priority: str = INTERACTIVE,
+    ) -> JobStream:
         """Admits and submits one request's jobs (`owner`: who sent it, `group`: which
-        request, for fair shares); raises EngineError: OVERLOADED past the queue cap (worth a
-        retry), INVALID_REQUEST for more sequences than the queue holds (never worth one)."""
+        request, for fair shares; `priority`: interactive, or batch for work that runs in
+        what interactive work leaves); raises EngineError: OVERLOADED past its queue's cap
+        (worth a retry), INVALID_REQUEST for more sequences than the queue holds (never
+        worth one)."""
         supervisor = self._supervisor
         admission = supervisor.admission
-        if len(requests) > admission.max_queued:  # would wait forever: no retry can help
+        cap = admission.lane(priority).max_queued
+        if len(requests) > cap:  # would wait forever: no retry can help
             raise EngineError(
                 ErrorKind.INVALID_REQUEST,
-                f"{len(requests)} sequences in one request; at most {admission.max_queued} fit.",
+                f"{len(requests)} sequences in one request; at most {cap} fit.",
                 param="n",
             )
-        retry_after = admission.try_admit(len(requests), supervisor.engine.state.decoding)
+        decoding = supervisor.engine.state.decoding_of(priority)
+        retry_after = admission.try_admit(len(requests), decoding, priority)
         if retry_after is not None:
-            raise overloaded(admission.max_queued, retry_after)
-        return JobStream(supervisor.engine, admission, requests, owner, group)
+            raise overloaded(cap, retry_after, priority)
+        return JobStream(supervisor.engine, admission, requests, owner, group, priority)
 
     async def embed(
         self,
@@ -128,39 +142,46 @@ class EngineHandle:
         max_tokens: int | None = None,
         truncate: bool = False,
         owner: str = "",
+        priority: str = INTERACTIVE,
     ) -> Embedded:
-        """One request's embeddings, admitted like a generation (one queue slot: 429 past the
-        cap); raises EngineError for what the engine refuses. Cancelled (client gone, request
-        timed out), the engine drops the request's rows on its next step."""
+        """One request's embeddings, admitted like a generation (one slot in its priority's
+        queue: 429 past the cap); raises EngineError for what the engine refuses. Cancelled
+        (client gone, request timed out), the engine drops the request's rows on its next
+        step."""
         supervisor = self._supervisor
         admission = supervisor.admission
-        retry_after = admission.try_admit(1, supervisor.engine.state.decoding)
+        decoding = supervisor.engine.state.decoding_of(priority)
+        retry_after = admission.try_admit(1, decoding, priority)
         if retry_after is not None:
-            raise overloaded(admission.max_queued, retry_after)
+            raise overloaded(admission.lane(priority).max_queued, retry_after, priority)
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Embedded | Failed] = loop.create_future()
 
         def sink(event: Embedded | Failed) -> None:  # on the engine thread
             loop.call_soon_threadsafe(lambda: answer.done() or answer.set_result(event))
 
-        job = EmbeddingJob(spec, inputs, sink, max_tokens, truncate, owner=owner)
+        job = EmbeddingJob(spec, inputs, sink, max_tokens, truncate, owner=owner, priority=priority)
         try:
             supervisor.engine.submit(job)
             event = await answer
         finally:
             job.cancelled.set()
-            admission.finish(1)
+            admission.finish(1, priority)
         if isinstance(event, Failed):
             raise event.error
         return event
 
     async def rerank(
-        self, spec: ModelSpec, pairs: list[tuple[int, ...]], owner: str = ""
+        self,
+        spec: ModelSpec,
+        pairs: list[tuple[int, ...]],
+        owner: str = "",
+        priority: str = INTERACTIVE,
     ) -> list[float]:
         """One score per (query, document) pair of ids (engine/rerank/tokens.py), in order:
         an embedding job whose vectors are the reranker's one score each, so it is admitted,
         batched and cancelled exactly as embeddings are."""
-        scored = await self.embed(spec, list(pairs), owner=owner)
+        scored = await self.embed(spec, list(pairs), owner=owner, priority=priority)
         return [float(vector[0]) for vector in scored.vectors]
 
     async def call(self, run: Callable[[Engine], T]) -> T:
@@ -190,10 +211,15 @@ class EngineHandle:
         self._supervisor.stop()
 
 
-def overloaded(max_queued: int, retry_after: float) -> EngineError:
-    return EngineError(
-        ErrorKind.OVERLOADED,
-        f"The server is at capacity ({max_queued} requests already waiting); "
-        f"retry in {retry_after:.0f} s.",
-        retry_after=retry_after,
-    )
+def overloaded(max_queued: int, retry_after: float, priority: str = INTERACTIVE) -> EngineError:
+    if priority == BATCH:  # what a batch runner reads: wait, then submit the line again
+        message = (
+            f"The batch-priority queue is full ({max_queued} sequences already waiting, "
+            f"MAX_QUEUED_BATCH_REQUESTS); retry in {retry_after:.0f} s."
+        )
+    else:
+        message = (
+            f"The server is at capacity ({max_queued} requests already waiting); "
+            f"retry in {retry_after:.0f} s."
+        )
+    return EngineError(ErrorKind.OVERLOADED, message, retry_after=retry_after)

@@ -11,6 +11,7 @@ from inference.engine.parts import EngineParts
 from inference.engine.pool import LoadedModel
 from inference.engine.prefix_disk import PrefixDisk
 from inference.engine.state import EngineState, ModelState
+from inference.engine.types import BATCH
 
 
 class StatePublisher:
@@ -51,6 +52,8 @@ class StatePublisher:
         runner = self._parts.runners.get(loaded.spec.model_id)
         sequences = runner.sequences if runner else []
         queued = runner.waiting if runner else 0
+        batch = sum(s.job.priority == BATCH for s in sequences)
+        batch_queued = sum(s.job.priority == BATCH for s in sequences[:queued])  # waiting first
         prefixes = runner.prefixes if isinstance(runner, ModelRunner) else None
         drafts = runner.speculation if isinstance(runner, ModelRunner) else None
         return ModelState(
@@ -65,6 +68,8 @@ class StatePublisher:
             keep_alive=loaded.keep_alive,
             active_sequences=len(sequences) - queued,
             queued_sequences=queued,
+            batch_active_sequences=batch - batch_queued,
+            batch_queued_sequences=batch_queued,
             tokens_per_second=round(runner.tokens_per_second(), 2) if runner else 0.0,
             prefix_cache_bytes=runner.prefix_cache_bytes if runner else 0,
             prefix_disk_hits=prefixes.stats.disk_hits if prefixes else 0,

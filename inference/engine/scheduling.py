@@ -14,6 +14,19 @@ streams decode, a step reads about as many prompt tokens as fit in `prefill_shar
 (running streams keep their cadence: with the default 0.5 a step at most doubles); with
 nothing decoding it reads for up to IDLE_STEP_SECONDS (cancellations land between steps),
 but at least IDLE_MIN_CHUNK tokens.
+
+Priorities (types.PRIORITIES): batch-priority work (the Batch API's lines) runs in what
+interactive work leaves. Admission serves interactive sequences first, by the fair shares
+above among themselves; batch sequences get free slots only when no interactive sequence
+waits, by fair shares among batch work, and within a cap (BatchLimits): `alone`, a share of
+the batch while no interactive work is in the runner (the rest stays free, so an interactive
+request starts at once), and `beside`, a few slots while interactive work runs or waits (a
+decode step's time grows with its rows: interactive streams keep their cadence). Decoding rows
+are never interrupted, so batch rows over the cap leave as they end. While an interactive
+sequence waits or its prompt is being read, every batch prompt being read is set aside (its
+cache kept) and none is admitted: interactive prompts get the reading. Beside interactive
+streams, batch prompts read only BATCH_PREFILL_SHARE of a step; an interactive prompt beside
+batch rows alone reads at the idle pace (batch rows' cadence is not kept).
 """
 
 from __future__ import annotations
@@ -22,6 +35,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from inference.engine.sequence import Sequence
+from inference.engine.types import BATCH
 
 IDLE_STEP_SECONDS = 0.5
 SMOOTHING = 0.3  # weight of the newest measurement in the running averages
@@ -33,6 +47,9 @@ MIN_CHUNK = 16  # tokens: below this a forward pass is mostly fixed cost
 # A cancellation then waits up to this many tokens' reading.
 IDLE_MIN_CHUNK = 256
 UNIT = 512  # prompt tokens per batch slot (see weight)
+# The share of a step batch prompts may read beside interactive streams (prefill_share is
+# theirs among themselves): 0.1 makes such a step at most ~11% longer, MIN_CHUNK tokens aside.
+BATCH_PREFILL_SHARE = 0.1
 
 
 def owner_of(sequence: Sequence) -> str:
@@ -41,6 +58,10 @@ def owner_of(sequence: Sequence) -> str:
 
 def group_of(sequence: Sequence) -> str:
     return sequence.job.group or str(id(sequence.job))
+
+
+def is_batch(sequence: Sequence) -> bool:
+    return sequence.job.priority == BATCH
 
 
 def weight(sequence: Sequence) -> int:
@@ -58,8 +79,49 @@ def held(sequences: list[Sequence], by=group_of) -> Counter:
     return out
 
 
-def admit(waiting: list[Sequence], running: list[Sequence], free: int) -> list[Sequence]:
-    """Picks from `waiting` (oldest first) the sequences to start now, within `free` slots."""
+@dataclass(frozen=True)
+class BatchLimits:
+    """Slots batch-priority work may hold in a runner (reading or decoding): `alone` while no
+    interactive sequence is there, `beside` while one runs or waits."""
+
+    alone: int
+    beside: int
+
+    @classmethod
+    def of(cls, max_batch: int, share: float, beside: int) -> BatchLimits:
+        alone = max(1, int(max_batch * share))
+        return cls(alone, min(beside, alone))
+
+    def cap(self, interactive: bool) -> int:
+        return self.beside if interactive else self.alone
+
+
+def split(sequences: list[Sequence]) -> tuple[list[Sequence], list[Sequence]]:
+    """(interactive, batch), each in its order."""
+    return [s for s in sequences if not is_batch(s)], [s for s in sequences if is_batch(s)]
+
+
+def admit(
+    waiting: list[Sequence],
+    running: list[Sequence],
+    free: int,
+    limits: BatchLimits | None = None,
+    reading: list[Sequence] | None = None,
+) -> list[Sequence]:
+    """Picks from `waiting` (oldest first) the sequences to start now, within `free` slots:
+    interactive ones first; batch ones only while no interactive one waits or is being read
+    (`reading`: the prompts being read, part of `running`), within `limits` (None: no cap)."""
+    waiting_i, waiting_b = split(waiting)
+    running_i, running_b = split(running)
+    if waiting_i or not waiting_b or any(not is_batch(s) for s in reading or []):
+        return _admit(waiting_i, running_i, free)
+    if limits is not None:
+        free = min(free, limits.cap(bool(running_i)) - sum(weight(s) for s in running_b))
+    return _admit(waiting_b, running_b, free)
+
+
+def _admit(waiting: list[Sequence], running: list[Sequence], free: int) -> list[Sequence]:
+    """Fair shares within one priority: `running` are its sequences in the batch."""
     chosen: list[Sequence] = []
     capacity = sum(weight(s) for s in running) + free
 
@@ -114,6 +176,38 @@ def preemptible(
     return max(candidates, key=lambda i: (excess[group_of(reading[i])], i))
 
 
+def to_set_aside(
+    waiting: list[Sequence],
+    running: list[Sequence],
+    reading: list[Sequence],
+    capacity: int,
+    limits: BatchLimits | None = None,
+) -> int | None:
+    """Index in `reading` (prompts being read, part of `running`) of the next prompt to set
+    aside; None if none should be. Every batch prompt (the newest first) while an interactive
+    sequence waits or is being read; then, within each priority, one of a request above its
+    share while one below it waits without room (preemptible)."""
+    waiting_i, waiting_b = split(waiting)
+    if waiting_i or any(not is_batch(s) for s in reading):
+        batch = [i for i, s in enumerate(reading) if is_batch(s)]
+        if batch:
+            return batch[-1]
+    running_i, running_b = split(running)
+    batch_held = sum(weight(s) for s in running_b)
+    classes = [(waiting_i, running_i, capacity - batch_held, False)]
+    if not waiting_i:
+        cap = capacity if limits is None else limits.cap(bool(running_i))
+        classes.append((waiting_b, running_b, cap, True))
+    for waiting_c, running_c, capacity_c, batch_class in classes:
+        if not waiting_c or starved(waiting_c, running_c, capacity_c) <= 0:
+            continue
+        indices = [i for i, s in enumerate(reading) if is_batch(s) == batch_class]
+        victim = preemptible(waiting_c, running_c, [reading[i] for i in indices], capacity_c)
+        if victim is not None:
+            return indices[victim]
+    return None
+
+
 def _shares(waiting: list[Sequence], running: list[Sequence], capacity: int) -> dict[str, int]:
     """Each request's most slots: the batch split between keys, then between a key's requests."""
     groups_of_owner: dict[str, set[str]] = {}
@@ -133,15 +227,27 @@ class PrefillPacer:
     tokens_per_second: float = 0.0  # measured prompt reading speed
     step_seconds: float = 0.0  # measured decode step time
 
-    def budget(self, decoding: bool, ceiling: int) -> int:
-        """Prompt tokens the next step may read."""
+    def budget(self, decoding: bool, ceiling: int, share: float | None = None) -> int:
+        """Prompt tokens the next step may read (`share`: of a decoding step, if not
+        prefill_share)."""
         if self.tokens_per_second <= 0:
             return min(ceiling, MIN_CHUNK * 4)  # first step: measure with a small read
         if decoding:
-            share = min(self.prefill_share, 0.95)
+            share = min(self.prefill_share if share is None else share, 0.95)
             seconds = self.step_seconds * share / (1 - share)
             return max(MIN_CHUNK, min(ceiling, int(seconds * self.tokens_per_second)))
         return min(ceiling, max(IDLE_MIN_CHUNK, int(IDLE_STEP_SECONDS * self.tokens_per_second)))
+
+    def budget_for(self, reading: list[Sequence], decoding: list[Sequence], ceiling: int) -> int:
+        """The next step's budget by priority: interactive prompts (batch prompts were set
+        aside for them) weigh only against interactive streams; batch prompts beside
+        interactive streams get BATCH_PREFILL_SHARE; otherwise as budget."""
+        streams = any(not is_batch(s) for s in decoding)
+        if any(not is_batch(s) for s in reading):
+            return self.budget(streams, ceiling)
+        if streams:
+            return self.budget(True, ceiling, BATCH_PREFILL_SHARE)
+        return self.budget(bool(decoding), ceiling)
 
     def read(self, tokens: int, seconds: float) -> None:
         if tokens >= MIN_CHUNK and seconds > 0:

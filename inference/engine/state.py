@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from inference.engine.types import BATCH
+
 
 @dataclass(frozen=True)
 class ModelState:
@@ -47,6 +49,9 @@ class ModelState:
     # What its weights are now (weights_format.describe: "4-bit g64", "mxfp4", "bfloat16"):
     # compute_format "stored" alone does not say what is stored.
     weights: str = ""
+    # Of active_sequences and queued_sequences, the batch-priority ones (scheduling.py).
+    batch_active_sequences: int = 0
+    batch_queued_sequences: int = 0
 
     @property
     def idle_seconds(self) -> float:
@@ -89,6 +94,14 @@ class EngineState:
     def decoding(self) -> int:
         return sum(m.active_sequences for m in self.models)
 
+    @property
+    def decoding_batch(self) -> int:
+        return sum(m.batch_active_sequences for m in self.models)
+
+    def decoding_of(self, priority: str) -> int:
+        """`decoding`, of one priority (types.PRIORITIES)."""
+        return self.decoding_batch if priority == BATCH else self.decoding - self.decoding_batch
+
 
 @dataclass(frozen=True)
 class EngineHealth:
@@ -103,6 +116,7 @@ class EngineHealth:
     evictions: int  # by every engine of this process
     group: dict | None = None  # rank, size, backend of this process's distributed group
     group_lost: str | None = None  # why the group broke (no restart can mend it)
+    queued_batch: int = 0  # of `queued`, the batch-priority ones
 
     @property
     def ready(self) -> bool:

@@ -11,7 +11,7 @@ from operator import methodcaller
 from inference.engine.admission import Admission
 from inference.engine.config import EngineConfig
 from inference.engine.state import EngineHealth
-from inference.engine.types import EngineError, ErrorKind
+from inference.engine.types import BATCH, INTERACTIVE, EngineError, ErrorKind
 from inference.engine.worker import RESTARTING, Engine
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ class Supervisor:
         self._on_restart = on_restart
         self.engine = Engine(config)
         # Outlives engines: requests admitted before a restart still count until they end.
-        self.admission = Admission(config.max_queued)
+        self.admission = Admission(config.max_queued, config.max_queued_batch)
         self.restarts = 0
         self._evictions_before = 0  # by engines since replaced
         self.restarting = False
@@ -48,13 +48,15 @@ class Supervisor:
     def health(self) -> EngineHealth:
         engine = self.engine
         state = engine.live_state()
+        batch_queued = self.admission.queued(state.decoding_batch, BATCH)
         return EngineHealth(
             state=state,
             alive=engine.alive,
             restarting=self.restarting,
             restarts=self.restarts,
             last_failure=self.last_failure,
-            queued=self.admission.queued(state.decoding),
+            queued=self.admission.queued(state.decoding_of(INTERACTIVE)) + batch_queued,
+            queued_batch=batch_queued,
             evictions=self._evictions_before + state.evictions,
             group=engine.link.describe(),
             group_lost=self.group_lost,

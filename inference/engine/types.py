@@ -8,6 +8,13 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+# A request's priority (RequestContext.priority, carried on each of its jobs): interactive work
+# is served first; batch work (the Batch API's lines) runs in what interactive work leaves
+# (engine/scheduling.py) and queues apart (engine/admission.py).
+INTERACTIVE = "interactive"
+BATCH = "batch"
+PRIORITIES = (INTERACTIVE, BATCH)
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -199,6 +206,7 @@ class GenerationJob:
     # Fair shares: who sent it (the API key's name) and which request it belongs to.
     owner: str = ""
     group: str = ""
+    priority: str = INTERACTIVE  # one of PRIORITIES
     # Engine thread only: the engine's own id for it (the same on every rank of a group),
     # and `cancelled` as the engine last read it (read once per turn, so that every rank
     # drops it at the same step).
@@ -225,5 +233,6 @@ class EmbeddingJob:
     truncate: bool = False  # cut longer inputs to the cap instead of failing the request
     cancelled: threading.Event = field(default_factory=threading.Event)
     owner: str = ""
+    priority: str = INTERACTIVE  # admission's queue only: its rows run in arrival order
     id: int = 0  # as GenerationJob's
     dropped: bool = False

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from apikeys.auth import ANONYMOUS, Caller
 from inference import runtime
 from inference.engine.handle import EngineHandle
+from inference.engine.types import INTERACTIVE
 from inference.observability.records import RequestRecord
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,9 @@ class RequestContext:
     id: str = field(default_factory=request_id)
     # When the request came in (monotonic clock): what Ollama's replies time themselves from.
     started: float = field(default_factory=time.monotonic)
+    # "interactive", or "batch" for work that runs in what interactive requests leave (the
+    # Batch API's lines): carried on every engine job the request makes (engine/scheduling.py).
+    priority: str = INTERACTIVE
     # Set by serving before the view returns (a stream's headers go out with its first line);
     # the edge puts them on the response.
     headers: dict[str, str] = field(default_factory=dict)

@@ -61,6 +61,7 @@ async def embed_inputs(
                 max_tokens=entry.max_input_tokens,
                 truncate=entry.truncate_inputs,
                 owner=ctx.caller.name,
+                priority=ctx.priority,
             )
     except TimeoutError:
         raise api_error(TIMEOUT) from None

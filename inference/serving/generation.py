@@ -10,6 +10,8 @@ from django.conf import settings
 
 from inference.engine.handle import JobStream
 from inference.engine.types import (
+    BATCH,
+    INTERACTIVE,
     Delta,
     Done,
     EngineError,
@@ -58,11 +60,12 @@ TIMEOUT = EngineError(ErrorKind.TIMEOUT, "The request took longer than the serve
 TRUNCATED_HEADER = "X-Context-Truncated-Messages"
 
 
-def check_sequence_count(count: int) -> None:
+def check_sequence_count(count: int, priority: str = INTERACTIVE) -> None:
     """A request larger than the queue could ever hold gets a 400, not a 429 forever."""
+    queue = "MAX_QUEUED_BATCH_REQUESTS" if priority == BATCH else "MAX_QUEUED_REQUESTS"
     limit, setting = min(
         (settings.MAX_REQUEST_SEQUENCES, "MAX_REQUEST_SEQUENCES"),
-        (settings.MAX_QUEUED_REQUESTS, "MAX_QUEUED_REQUESTS"),
+        (getattr(settings, queue), queue),
     )
     if count > limit:
         raise APIError(
@@ -104,11 +107,13 @@ class Generation:
         choices_per_prompt: int = 1,
     ) -> Generation:
         refuse_if_draining()
-        check_sequence_count(len(requests))
+        check_sequence_count(len(requests), ctx.priority)
         # Off the engine thread, before admission: a request over the limits costs nothing.
         requests = await prepare_requests(requests)
         try:
-            stream = ctx.engine.start(requests, owner=ctx.caller.name, group=ctx.id)
+            stream = ctx.engine.start(
+                requests, owner=ctx.caller.name, group=ctx.id, priority=ctx.priority
+            )
         except EngineError as exc:
             raise api_error(exc) from None
         generation = cls(stream, ctx, completion_id(id_prefix), choices_per_prompt)

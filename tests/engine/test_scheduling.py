@@ -13,8 +13,18 @@ from inference.adapters import FamilyProfile, get_adapter
 from inference.engine.config import EngineConfig
 from inference.engine.pool import ModelPool
 from inference.engine.prefill import PrefillBatch
-from inference.engine.scheduling import PrefillPacer, admit, preemptible, starved
+from inference.engine.scheduling import (
+    BATCH_PREFILL_SHARE,
+    BatchLimits,
+    PrefillPacer,
+    admit,
+    preemptible,
+    starved,
+    to_set_aside,
+)
 from inference.engine.types import (
+    BATCH,
+    INTERACTIVE,
     Delta,
     Done,
     Failed,
@@ -33,10 +43,17 @@ pytestmark = pytest.mark.database_independent
 NO_EOS = {2: -100.0}  # the end token of SmolLM2's vocabulary, banned
 
 
-def seq(owner: str, group: str, prompt_tokens: int = 30) -> SimpleNamespace:
+def seq(
+    owner: str, group: str, prompt_tokens: int = 30, priority: str = INTERACTIVE
+) -> SimpleNamespace:
     return SimpleNamespace(
-        job=SimpleNamespace(owner=owner, group=group), prompt=[0] * prompt_tokens
+        job=SimpleNamespace(owner=owner, group=group, priority=priority),
+        prompt=[0] * prompt_tokens,
     )
+
+
+def batch(group: str, owner: str = "k", prompt_tokens: int = 30) -> SimpleNamespace:
+    return seq(owner, group, prompt_tokens, priority=BATCH)
 
 
 def test_a_newcomer_gets_the_next_slot_before_a_request_holding_the_batch():
@@ -200,6 +217,72 @@ def test_long_prompts_take_more_of_the_batch():
     chosen = admit([*waiting, seq("k", "chat8")], running, free=24)
     assert chosen[0].job.group == "chat8"  # both hold nothing: the cheaper first
     assert sum(1 for s in chosen if s.job.group == "big") == 5  # the rest fills, 4 slots each
+
+
+LIMITS = BatchLimits(alone=24, beside=4)
+
+
+def test_interactive_sequences_are_admitted_before_batch_ones_that_came_first():
+    waiting = [batch(f"b{i}") for i in range(10)] + [seq("k", "chat")]
+    assert admit(waiting, [], free=4, limits=LIMITS) == [waiting[-1]]
+
+
+def test_batch_work_gets_free_slots_only_when_no_interactive_sequence_waits():
+    running = [seq("k", f"chat{i}") for i in range(30)]
+    waiting = [seq("k", "big")] * 3 + [batch("b0")]
+    assert batch("x").job.priority == BATCH
+    assert admit(waiting, running, free=2, limits=LIMITS) == waiting[:2]  # no room left over
+    chosen = admit([batch(f"b{i}") for i in range(10)], running, free=2, limits=LIMITS)
+    assert [s.job.group for s in chosen] == ["b0", "b1"]
+
+
+def test_batch_work_holds_a_few_slots_beside_interactive_work_and_a_share_alone():
+    waiting = [batch(f"b{i}") for i in range(40)]
+    assert len(admit(waiting, [], free=32, limits=LIMITS)) == 24  # 8 left for a newcomer
+    running = [seq("k", "chat"), batch("old")]
+    assert len(admit(waiting, running, free=30, limits=LIMITS)) == 3  # 4 beside, 1 held
+    assert admit(waiting, [*running, *waiting[:5]], free=25, limits=LIMITS) == []
+
+
+def test_no_batch_prompt_starts_while_an_interactive_prompt_is_being_read():
+    reading = [seq("k", "chat", prompt_tokens=400)]
+    assert admit([batch("b0")], reading, free=20, limits=LIMITS, reading=reading) == []
+    assert admit([batch("b0")], reading, free=20, limits=LIMITS, reading=[]) != []
+
+
+def test_batch_work_keeps_fair_shares_between_its_own_keys():
+    waiting = [batch("a0", owner="a") for _ in range(10)]
+    waiting += [batch(f"b{i}", owner="b") for i in range(10)]
+    chosen = admit(waiting, [], free=8, limits=LIMITS)
+    assert [s.job.owner for s in chosen].count("b") == 4
+
+
+def test_batch_prompts_being_read_are_set_aside_for_an_interactive_newcomer():
+    reading = [batch("b0"), seq("k", "old"), batch("b1")]
+    running = [*reading, batch("b2")]  # b2 decodes: never interrupted
+    waiting = [seq("k", "chat")]
+    assert to_set_aside(waiting, running, reading, 32, LIMITS) == 2  # the newest batch prompt
+    assert to_set_aside(waiting, running[1:2], reading[1:2], 32, LIMITS) is None
+    # Nothing interactive waits or reads: batch prompts keep reading.
+    assert to_set_aside([batch("b3")], [batch("b0")], [batch("b0")], 32, LIMITS) is None
+
+
+def test_without_batch_work_prompts_are_set_aside_as_before():
+    reading = [seq("k", "big") for _ in range(4)]
+    running = [seq("k", "big") for _ in range(28)] + reading
+    waiting = [seq("k", "small"), seq("k", "big")]
+    assert to_set_aside(waiting, running, reading, 32, LIMITS) == 3
+
+
+def test_batch_prompts_read_only_a_small_share_beside_interactive_streams():
+    pacer = PrefillPacer(prefill_share=0.5)
+    pacer.read(tokens=1000, seconds=1.0)  # 1,000 tokens/s
+    pacer.decoded(0.2)
+    chat, job = seq("k", "chat"), batch("b0")
+    assert pacer.budget_for([job], [chat], 4096) == int(0.2 * BATCH_PREFILL_SHARE / 0.9 * 1000)
+    assert pacer.budget_for([chat], [chat], 4096) == 200  # interactive: its usual share
+    assert pacer.budget_for([job], [batch("b1")], 4096) == 200  # batch among itself: as ever
+    assert pacer.budget_for([chat], [batch("b1")], 4096) == 500  # batch rows wait: idle pace
 
 
 def test_a_one_line_chat_is_answered_while_a_huge_request_holds_the_batch(long_spec):
