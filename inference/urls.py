@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from inference import messages_views, responses_views, views
+from inference import batches_views, files_views, messages_views, responses_views, views
 
 urlpatterns = [
     path("chat/completions", views.chat_completions),
@@ -17,5 +17,11 @@ urlpatterns = [
     path("responses", responses_views.create_response),
     path("responses/<str:response_id>", responses_views.response_detail),
     path("responses/<str:response_id>/input_items", responses_views.response_input_items),
+    path("files", files_views.files_collection),
+    path("files/<str:file_id>", files_views.file_detail),
+    path("files/<str:file_id>/content", files_views.file_content),
+    path("batches", batches_views.batches_collection),
+    path("batches/<str:batch_id>", batches_views.batch_detail),
+    path("batches/<str:batch_id>/cancel", batches_views.batch_cancel),
     re_path(r"^(?P<path>.*)$", views.not_found),
 ]

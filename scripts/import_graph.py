@@ -17,7 +17,15 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("apikeys", "catalog", "config", "dashboard", "inference", "storedresponses")
+PACKAGES = (
+    "apikeys",
+    "batches",
+    "catalog",
+    "config",
+    "dashboard",
+    "inference",
+    "storedresponses",
+)
 # The rooms, most outward first. An app's admin and management commands are edges of their
 # own (for people and shells); every other package is one room.
 ROOMS = (
@@ -27,12 +35,14 @@ ROOMS = (
     "apikeys.management",
     "storedresponses.admin",
     "storedresponses.management",
+    "batches.admin",
     "inference.edge",
     "inference.views",
     "inference.responses_views",
     "inference.control_views",
     "inference.urls",
     "inference.management",
+    "inference.batches",
     "inference.openapi",
     "inference.serving",
     "inference.observability",

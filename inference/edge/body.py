@@ -7,8 +7,9 @@ import logging
 import re
 
 import numpy as np
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import HttpRequest
+from django.http.multipartparser import MultiPartParserError
 from pydantic import BaseModel, ValidationError
 
 from inference.protocol.errors import APIError
@@ -17,6 +18,8 @@ log = logging.getLogger(__name__)
 
 
 def parse_body(request: HttpRequest, schema: type[BaseModel]) -> BaseModel:
+    if getattr(schema, "multipart", False):
+        return validated(schema, parse_form(request))
     try:
         raw = request.body
     except RequestDataTooBig:
@@ -24,6 +27,10 @@ def parse_body(request: HttpRequest, schema: type[BaseModel]) -> BaseModel:
     data = parse_json(raw)
     if not isinstance(data, dict):
         raise APIError("The request body must be a JSON object.")
+    return validated(schema, data)
+
+
+def validated(schema: type[BaseModel], data: dict) -> BaseModel:
     try:
         parsed = schema.model_validate(data)
     except ValidationError as exc:
@@ -31,6 +38,33 @@ def parse_body(request: HttpRequest, schema: type[BaseModel]) -> BaseModel:
     if parsed.model_extra:
         log.warning("ignoring unknown fields: %s", ", ".join(sorted(parsed.model_extra)))
     return parsed
+
+
+def parse_form(request: HttpRequest) -> dict:
+    """A multipart/form-data body (for models that say `multipart`, as POST /v1/files): its
+    fields, `name[key]` nested as the SDKs write objects (`expires_after[seconds]`), and its
+    files as Django's uploaded files (past FILE_UPLOAD_MAX_MEMORY_SIZE on disk, never read
+    whole into memory)."""
+    if request.content_type != "multipart/form-data":
+        raise APIError("This endpoint takes a multipart/form-data body.")
+    try:
+        fields, files = request.POST, request.FILES
+    except RequestDataTooBig:
+        raise APIError("The request body's form fields are too large.", status=413) from None
+    except (MultiPartParserError, TooManyFieldsSent, TooManyFilesSent) as exc:
+        raise APIError(f"We could not parse the multipart body of your request: {exc}") from None
+    data: dict = {}
+    for name, value in fields.items():
+        outer, _, inner = name.partition("[")
+        if inner.endswith("]") and outer:
+            nested = data.setdefault(outer, {})
+            if isinstance(nested, dict):
+                nested[inner[:-1]] = value
+        else:
+            data[name] = value
+    for name in files:
+        data[name] = files[name]
+    return data
 
 
 ASKED_MODEL_CHARS = 200  # of a model name kept for the record: what a table cell can show

@@ -8,9 +8,11 @@ Content-Length over the cap is answered 413 unread, and a body without one (chun
 where it passes the cap: Django is told the client left, and the 413 goes out instead, with
 `Connection: close` so that uvicorn stops reading the rest.
 
-The one larger allowance: the admin's GGUF upload (catalog's GGUF imports) may be
-MAX_GGUF_UPLOAD from a signed-in staff session; anyone else's body there is held to
-MAX_REQUEST_BODY like every other."""
+The larger allowances: the admin's GGUF upload (catalog's GGUF imports) may be
+MAX_GGUF_UPLOAD from a signed-in staff session; an upload to POST /v1/files may be
+MAX_FILE_BYTES (and its form's few fields) from a caller with a valid key (or anyone, where
+keys are not required). Anyone else's body there is held to MAX_REQUEST_BODY like every
+other."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.urls import reverse
 
+from apikeys.auth import authenticate, keys_required
 from inference.edge.dialects import ANTHROPIC, OPENAI, Dialect
 from inference.protocol.errors import APIError
 
@@ -104,12 +107,20 @@ def content_length(scope: Scope) -> int | None:
     return None
 
 
+FILES_PATH = "/v1/files"
+FORM_ALLOWANCE = 64 * 1024  # a file upload's multipart boundaries, headers and other fields
+
+
 async def cap_for(scope: Scope, length: int | None) -> Cap:
     normal = Cap(settings.DATA_UPLOAD_MAX_MEMORY_SIZE, "MAX_REQUEST_BODY")
-    if scope.get("method") != "POST" or scope["path"] != gguf_upload_path():
+    if scope.get("method") != "POST" or scope["path"] not in (gguf_upload_path(), FILES_PATH):
         return normal
     if length is not None and length <= normal.limit:
-        return normal  # small enough for anyone: no session lookup
+        return normal  # small enough for anyone: no session or key lookup
+    if scope["path"] == FILES_PATH:
+        if await holds_key(scope):
+            return Cap(settings.MAX_FILE_BYTES + FORM_ALLOWANCE, "MAX_FILE_BYTES")
+        return normal
     if await sync_to_async(is_staff_session)(cookie(scope, settings.SESSION_COOKIE_NAME)):
         return Cap(settings.MAX_GGUF_UPLOAD, "MAX_GGUF_UPLOAD")
     return normal
@@ -118,6 +129,18 @@ async def cap_for(scope: Scope, length: int | None) -> Cap:
 @cache
 def gguf_upload_path() -> str:
     return reverse("admin:catalog_ggufimport_add")
+
+
+async def holds_key(scope: Scope) -> bool:
+    """Whether the bearer key is valid, or none is needed: what the view's auth would pass."""
+    if not await keys_required():
+        return True
+    for header, value in scope.get("headers", ()):
+        if header == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return await authenticate(token.strip()) is not None
+    return False
 
 
 def cookie(scope: Scope, name: str) -> str | None:

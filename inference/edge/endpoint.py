@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import wraps
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 from pydantic import BaseModel, ValidationError
 
@@ -136,8 +137,8 @@ def _check_query(request: HttpRequest, schema: type[BaseModel]) -> None:
 
 
 def _render(result: ViewResult, dialect: Dialect) -> HttpResponse:
-    if isinstance(result, HttpResponse):
-        return result
+    if isinstance(result, HttpResponseBase):  # a response it made itself (a file's content too)
+        return result  # type: ignore[return-value]
     if isinstance(result, EventStream):
         return event_stream_response(result)
     if isinstance(result, BaseModel):

@@ -16,7 +16,7 @@ from tests.support.helpers import ROOT
 # One room's code called directly: no database, so the PostgreSQL pass leaves it out.
 pytestmark = pytest.mark.database_independent
 
-APPS = ("apikeys", "catalog", "config", "dashboard", "inference", "storedresponses")
+APPS = ("apikeys", "batches", "catalog", "config", "dashboard", "inference", "storedresponses")
 LONGEST_FUNCTION = 60
 
 
@@ -58,6 +58,8 @@ def test_the_module_and_room_graphs_have_no_cycle():
         ("apikeys", r"^inference"),
         # Stored responses are kept by the app and read by serving, never the other way.
         ("storedresponses", r"^inference"),
+        # Files and batches likewise: the runner that calls serving is inference.batches.
+        ("batches", r"^inference"),
     ],
 )
 def test_arrows_point_one_way(room, forbidden):

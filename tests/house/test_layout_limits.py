@@ -15,7 +15,7 @@ from tests.support.helpers import ROOT
 # One room's code called directly: no database, so the PostgreSQL pass leaves it out.
 pytestmark = pytest.mark.database_independent
 
-APPS = ("apikeys", "catalog", "config", "dashboard", "inference", "storedresponses")
+APPS = ("apikeys", "batches", "catalog", "config", "dashboard", "inference", "storedresponses")
 LONGEST_MODULE = 500
 LONGEST_CLASS = 250
 

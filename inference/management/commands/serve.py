@@ -14,6 +14,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 
 from apikeys.models import ApiKey
+from inference.batches.runner import start_batch_runner, stop_batch_runner
 from inference.runtime import engine_handle, stop_engine
 from inference.serving.control import preload_models
 from inference.serving.drain import drain
@@ -55,6 +56,8 @@ class DrainingServer(uvicorn.Server):
 
     async def shutdown(self, sockets=None) -> None:
         await super().shutdown(sockets)
+        # Batch lines still running finish (and are stored) before the engine stops.
+        await asyncio.to_thread(stop_batch_runner, settings.DRAIN_TIMEOUT)
         await asyncio.to_thread(stop_engine)
 
 
@@ -89,6 +92,7 @@ class Command(BaseCommand):
         # Preloading runs beside the server starting up; requests meanwhile queue behind it.
         threading.Thread(target=self._preload, name="preload", daemon=True).start()
         start_purge_timer()  # stored responses past RESPONSES_RETENTION, off the request path
+        start_batch_runner()  # the Batch API's lines, and expired files swept
         config = uvicorn.Config(
             "config.asgi:application",
             host=host,

@@ -1,0 +1,182 @@
+"""The batch runner: one thread with its own asyncio loop inside the server process (started
+by `manage.py serve`), running every active batch a few lines at a time through the same
+serving code as the HTTP endpoints (lines.py).
+
+The engine handle's queues belong to the loop that starts a job (engine/handle.py takes the
+running loop), so jobs started here deliver their events here. Each line's outcome is stored as
+it ends (finish.record); on start, batches still active resume with the lines not yet done.
+Cancelling stops starting lines and cancels those running (their contexts close, which
+releases their engine jobs); the window passing ends the batch `expired`. On shutdown the
+runner stops starting lines and lets those running finish (drain), so a restart runs none of
+them again."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import threading
+import time
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db.models import F
+from django.utils import timezone
+
+from batches.models import Batch, BatchLine
+from batches.retention import sweep_expired
+from inference.batches import finish
+from inference.batches.lines import Interrupted, Retry, run_line
+from inference.batches.scope import caller_of
+from inference.serving.drain import drain
+
+log = logging.getLogger(__name__)
+Status = Batch.Status
+SCAN_SECONDS = 2.0  # how often active batches are looked for without a wake-up
+CHECK_SECONDS = 0.5  # how often a running batch reads whether it was cancelled
+RETRY_SECONDS = 5.0  # the longest wait for a full engine queue before trying again
+
+
+class BatchRunner(threading.Thread):
+    def __init__(self) -> None:
+        super().__init__(name="batch-runner", daemon=True)
+        self.stopping = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._ready = threading.Event()
+
+    def run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self.loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        self._ready.set()
+        tasks: dict[str, asyncio.Task] = {}
+        next_sweep = 0.0
+        while not (self.stopping and not tasks):
+            if settings.FILES_SWEEP_INTERVAL and time.monotonic() >= next_sweep:
+                await sync_to_async(sweep_expired)()
+                next_sweep = time.monotonic() + settings.FILES_SWEEP_INTERVAL
+            tasks = {key: task for key, task in tasks.items() if not task.done()}
+            if not self.quitting:
+                for batch_id in await active_batches():
+                    if batch_id not in tasks:
+                        tasks[batch_id] = asyncio.create_task(self._drive(batch_id))
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), SCAN_SECONDS)
+
+    @property
+    def quitting(self) -> bool:
+        return self.stopping or drain.draining
+
+    def wake(self) -> None:
+        """A batch was made or cancelled: look now rather than at the next scan."""
+        if self.loop is not None and self._wake is not None:
+            self.loop.call_soon_threadsafe(self._wake.set)
+
+    def stop(self, timeout: float) -> None:
+        """No line starts from now; those running get `timeout` seconds to finish."""
+        self.stopping = True
+        self.wake()
+        self.join(timeout)
+
+    async def _drive(self, batch_id: str) -> None:
+        try:
+            await drive(self, batch_id)
+        except Exception:
+            log.exception("batch %s stopped on an error; it resumes at the next scan", batch_id)
+            await asyncio.sleep(SCAN_SECONDS)
+
+
+async def active_batches() -> list[str]:
+    rows = Batch.objects.filter(status__in=Batch.ACTIVE).order_by("created_at")
+    return [pk async for pk in rows.values_list("pk", flat=True)]
+
+
+async def drive(runner: BatchRunner, batch_id: str) -> None:
+    batch = await Batch.objects.select_related("api_key").aget(pk=batch_id)
+    if batch.status == Status.VALIDATING and not await sync_to_async(finish.validate)(batch):
+        return
+    if batch.status == Status.FINALIZING:
+        await sync_to_async(finish.end)(batch_id, Status.COMPLETED)
+        return
+    caller = await sync_to_async(caller_of)(batch.api_key)
+    width = min(settings.BATCH_CONCURRENCY, caller.max_concurrent or math.inf)
+    pending = BatchLine.objects.filter(batch_id=batch_id, state=BatchLine.State.PENDING)
+    queue = [line async for line in pending.order_by("index")]
+    queue.reverse()  # popped from the end: in input order
+    running: set[asyncio.Task] = set()
+    ending: str | None = None
+    while True:
+        status = await Batch.objects.filter(pk=batch_id).values_list("status", flat=True).aget()
+        if status == Status.CANCELLING:
+            ending = Status.CANCELLED
+        elif timezone.now() >= batch.expires_at:
+            ending = Status.EXPIRED
+        if ending or runner.quitting:
+            break
+        while queue and len(running) < width:
+            running.add(asyncio.create_task(execute(queue.pop(), batch.endpoint, caller)))
+        if not running:
+            ending = Status.COMPLETED if not queue else None
+            break
+        done, running = await asyncio.wait(
+            running, timeout=CHECK_SECONDS, return_when=asyncio.FIRST_COMPLETED
+        )
+        if any(isinstance(task.exception(), Interrupted) for task in done):
+            break  # the engine is going away: the lines left wait for the next start
+    await settle(running, cancel=ending is not None)
+    if ending is not None:
+        await sync_to_async(finish.end)(batch_id, ending)
+
+
+async def settle(running: set[asyncio.Task], cancel: bool) -> None:
+    """Cancelled lines (their engine jobs released as their contexts close) or, on shutdown,
+    lines left to finish; either way none is left running unwatched."""
+    for task in running:
+        if cancel:
+            task.cancel()
+    if running:
+        await asyncio.wait(running)
+
+
+async def execute(line: BatchLine, endpoint: str, caller) -> None:
+    await BatchLine.objects.filter(pk=line.pk).aupdate(attempts=F("attempts") + 1)
+    while True:
+        try:
+            outcome = await run_line(endpoint, line.body, caller)
+        except Retry as wait:  # the engine's admission is full: wait it out, never fail
+            await asyncio.sleep(min(wait.after, RETRY_SECONDS))
+            continue
+        break
+    await finish.record(line, outcome)
+
+
+_runner: BatchRunner | None = None
+_lock = threading.Lock()
+
+
+def start_batch_runner() -> BatchRunner:
+    """This process's runner, started on the first call (`manage.py serve`)."""
+    global _runner
+    with _lock:
+        if _runner is None:
+            _runner = BatchRunner()
+            _runner.start()
+            _runner._ready.wait(10)
+        return _runner
+
+
+def wake_runner() -> None:
+    if _runner is not None:
+        _runner.wake()
+
+
+def stop_batch_runner(timeout: float) -> None:
+    global _runner
+    with _lock:
+        runner, _runner = _runner, None
+    if runner is not None:
+        runner.stop(timeout)
