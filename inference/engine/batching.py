@@ -33,25 +33,47 @@ from inference.engine.types import Event
 log = logging.getLogger(__name__)
 
 
+class Rates(dict[str, TokenRate]):
+    """Decode rates by model id: a base's rows' and each of its adapters'."""
+
+    def count(self, produced: list[tuple[Sequence, list]]) -> None:
+        counts: dict[str, int] = {}
+        for sequence, tokens in produced:
+            model_id = sequence.loaded.spec.model_id
+            counts[model_id] = counts.get(model_id, 0) + len(tokens)
+        for model_id, n in counts.items():
+            self.setdefault(model_id, TokenRate()).count(n)
+
+    def per_second(self, model_id: str | None = None) -> float:
+        if model_id is None:
+            return sum(rate.per_second() for rate in self.values())
+        rate = self.get(model_id)
+        return rate.per_second() if rate is not None else 0.0
+
+
 class ModelRunner:
     """Engine thread only. Sequences join between steps; finished ones leave at once. What
     goes to and comes from the prefix cache is its keeper's (runner_prefixes.PrefixKeeper),
-    the decode rate its counter's (token_rate.TokenRate)."""
+    the decode rate its counter's (token_rate.TokenRate). A base model's runner serves its
+    LoRA adapters' rows too, in the same batches (lora.py): each row's `loaded` is its own
+    model, base or adapter."""
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         self.loaded = loaded
         self.config = config
         self._waiting: list[Sequence] = []
         self.kv = KVFormat.of(loaded)  # the same on every rank of a group: spec and format
-        self._prefill = PrefillBatch(loaded.model, self.kv.make)
-        self._decode = DecodeBatch(loaded.model)
+        self._prefill = PrefillBatch(loaded.model, self.kv.make, loaded.lora)
+        self._decode = DecodeBatch(loaded.model, loaded.lora)
         self._pacer = PrefillPacer(config.prefill_share)
         self._limits = BatchLimits.of(config.max_batch, config.batch_share, config.batch_beside)
         self._prefix_hits: dict[int, tuple[Any, list[int]]] = {}  # id(sequence) -> (cache, rest)
         self._copies = Copies()
         self._prefixes = PrefixCache.of(loaded, config)
-        self._keeper = PrefixKeeper(self._prefixes, self._prefill, self._decode, self._prefix_hits)
-        self._rate = TokenRate()
+        self._keeper = PrefixKeeper(
+            self._prefixes, self._prefill, self._decode, self._prefix_hits, config
+        )
+        self._rates = Rates()
 
     @property
     def busy(self) -> bool:
@@ -84,13 +106,17 @@ class ModelRunner:
     def prefixes(self) -> PrefixCache | None:
         return self._prefixes
 
+    def prefixes_of(self, model_id: str) -> PrefixCache | None:
+        """The prefix cache of the model or one of its adapters (lora.py), if any yet."""
+        return self._keeper.named(model_id)
+
     @property
     def speculation(self) -> SpeculationStats:
         """Draft tokens fed and accepted by this model's speculating sequences."""
         return self._decode.stats
 
     def add(self, sequence: Sequence) -> None:
-        self.loaded.active += 1
+        sequence.loaded.active += 1  # its adapter's, for an adapter's row: kept loaded
         self._enqueue(sequence)
 
     def _enqueue(self, sequence: Sequence) -> None:
@@ -98,10 +124,11 @@ class ModelRunner:
         if self._copies.follow(sequence):
             sequence.cached_tokens = len(sequence.prompt) - 1  # read once, for its leader
             return
-        if sequence.embeddings is not None or self._prefixes is None:
+        prefixes = self._keeper.of(sequence)  # its adapter's, never another's
+        if sequence.embeddings is not None or prefixes is None:
             cache, rest = None, sequence.prompt  # images: same tokens, other pictures
         else:
-            cache, rest = self._prefixes.fetch(
+            cache, rest = prefixes.fetch(
                 sequence.prompt, id(sequence), lambda n: self._keeper.copy_of(sequence, n)
             )
         sequence.cached_tokens = len(sequence.prompt) - len(rest)
@@ -125,7 +152,7 @@ class ModelRunner:
         started = time.perf_counter()
         produced = self._decode.step()
         self._pacer.decoded(waited + time.perf_counter() - started)
-        self._rate.count(sum(len(tokens) for _, tokens in produced))
+        self._rates.count(produced)
         return self._deliver(produced)
 
     def _admit(self) -> None:
@@ -195,12 +222,13 @@ class ModelRunner:
                     break
             out.append((sequence, events))
             if sequence.finished:
-                if self._prefixes is not None:
-                    self._prefixes.forget(id(sequence))
+                prefixes = self._keeper.of(sequence)
+                if prefixes is not None:
+                    prefixes.forget(id(sequence))
                     if sequence.embeddings is None:
                         cache = self._decode.extract(index, leaving=True)
                         self._keeper.finish(sequence, cache)
-                self._release()
+                self._release(sequence)
             else:
                 keep.append(index)
         self._decode.keep(keep)
@@ -210,21 +238,31 @@ class ModelRunner:
         # Named here as well: tests settle a runner's finished sequences between steps.
         self._keeper.settle()
 
-    def tokens_per_second(self) -> float:
-        return self._rate.per_second()
+    def tokens_per_second(self, model_id: str | None = None) -> float:
+        """The decode rate of every row, or of the rows of the model or one of its adapters."""
+        return self._rates.per_second(model_id)
+
+    def drop_adapter(self, model_id: str) -> None:
+        """An adapter of the model unloaded: its rows leave the batches (the pool told their
+        requests), and its prefix cache goes."""
+        self.cancel([s for s in self.sequences if s.adapter == model_id], keep_prompts=False)
+        self._keeper.drop(model_id)
 
     def cancel(self, sequences: list[Sequence], keep_prompts: bool = True) -> None:
         """Drops the sequences wherever they are now; their KV memory goes with them, but for
         what the prefix cache expects of them (a prompt read, an entry handed over), kept
         unless not `keep_prompts` (the runner closes)."""
         gone = {id(s) for s in sequences}
-        if self._prefixes is not None:
-            for sequence in sequences:
-                if keep_prompts:
-                    self._prefixes.realize(id(sequence), to_disk=True)  # and forgets it
-                else:
-                    self._prefixes.forget(id(sequence))
-        copies = self._copies.forget(gone)
+        present = [s for s in self.sequences if id(s) in gone]
+        for sequence in sequences:
+            prefixes = self._keeper.of(sequence)
+            if prefixes is None:
+                continue
+            if keep_prompts:
+                prefixes.realize(id(sequence), to_disk=True)  # and forgets it
+            else:
+                prefixes.forget(id(sequence))
+        self._copies.forget(gone)
         for leader in sequences:  # its copies, if still wanted, queue on their own
             for copy in self._copies.release(leader):
                 self._enqueue(copy)
@@ -236,15 +274,14 @@ class ModelRunner:
         if in_prefill:
             self._prefill.drop(in_prefill)
         keep = [i for i, s in enumerate(self._decode.rows) if id(s) not in gone]
-        dropped = len(self._decode.rows) - len(keep)
         self._decode.keep(keep)
-        for _ in range(copies + len(waiting) + len(in_prefill) + dropped):
-            self._release()
+        for sequence in present:
+            self._release(sequence)
 
-    def _release(self) -> None:
+    def _release(self, sequence: Sequence) -> None:
         # Idle time counts from the last sequence's end, not from when it started.
-        self.loaded.active -= 1
-        self.loaded.last_used = time.monotonic()
+        sequence.loaded.active -= 1
+        sequence.loaded.last_used = time.monotonic()
 
     def close(self) -> None:
         """Drops every sequence; with a disk tier, what the prefix cache has or expects of

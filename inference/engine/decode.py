@@ -43,9 +43,9 @@ class DecodeBatch:
     """Engine thread only (a ModelRunner's). Its rows live in a RowTable; a step with drafts
     is the DraftVerifier's; plain steps, pipelined or not, are stepped here."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, lora: Any = None) -> None:
         self.model = model
-        self._table = RowTable(model)
+        self._table = RowTable(model, lora)  # lora: the model's adapters (lora.LoRASet)
         self._verifier = DraftVerifier(self._table)
         self.stats = self._verifier.stats
         # The step queued and not yet read; its rows' next inputs are its tokens, not inputs.
@@ -137,7 +137,8 @@ class DecodeBatch:
         inputs = mx.array(fresh, dtype=mx.uint32)
         if previous is not None:
             inputs = mx.concatenate([previous.tokens.astype(mx.uint32), inputs])
-        logits = self.model(inputs[:, None], cache=table.cache)[:, -1, :]
+        with table.adapted():
+            logits = self.model(inputs[:, None], cache=table.cache)[:, -1, :]
         tokens = sample_unseen(logits, [row.sampler for row in table.rows])
         mx.async_eval(tokens)
         appended(table.orders, 1)

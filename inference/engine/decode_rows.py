@@ -4,6 +4,7 @@ rows are in that order too. Rows join once their prompt is read, and leave toget
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import mlx.core as mx
@@ -19,8 +20,9 @@ class RowTable:
     """Engine thread only. Every per-row list has one entry per row of `rows`; join and
     keep change them all at once."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, lora: Any = None) -> None:
         self.model = model
+        self.lora = lora  # lora.LoRASet: the model's adapters, whose rows decode here too
         self.rows: list[Sequence] = []
         self.cache: list[Any] = []  # one batched cache per layer, rows in self.rows' order
         self.inputs: list[int] = []  # the token each row feeds next
@@ -63,11 +65,19 @@ class RowTable:
         drafters = (row.drafter for row in self.rows if row.drafter is not None)
         self._target = next((d.target for d in drafters if d.target is not None), None)
 
+    def adapted(self) -> AbstractContextManager:
+        """Around building a forward of every row: each row's LoRA adapter, if any, in the
+        model's adapted linears (lora.LoRASet.rows)."""
+        if self.lora is None:
+            return nullcontext()
+        return self.lora.rows([row.adapter for row in self.rows])
+
     def forward(self, tokens: mx.array) -> tuple[mx.array, mx.array | None]:
         """(logits, hidden states when some row's drafter reads them) of one forward."""
-        if self._target is None:
-            return self.model(tokens, cache=self.cache), None
-        return self._target(tokens, self.cache)
+        with self.adapted():
+            if self._target is None:
+                return self.model(tokens, cache=self.cache), None
+            return self._target(tokens, self.cache)
 
     def keep(self, indices: list[int]) -> None:
         """Drops every row not in `indices`, with its KV memory."""

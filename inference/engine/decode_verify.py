@@ -137,7 +137,7 @@ class DraftVerifier:
         rewind.back(keeps)
         again = max(keeps)
         tokens = [row[:k] + [0] * (again - k) for row, k in zip(fed, keeps, strict=True)]
-        with plain_numerics(len(table.rows)):  # the logits are never read: no head computed
+        with plain_numerics(len(table.rows)), table.adapted():  # the logits are never read
             table.model(mx.array(tokens, dtype=mx.uint32), cache=table.cache)
             rewind.settle()
             mx.eval([layer.state for layer in table.cache])

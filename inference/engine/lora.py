@@ -1,59 +1,56 @@
-"""A LoRA adapter served as its own model beside its base, sharing the base's weights.
+"""LoRA adapters decoding in their base's batch: per-row adapter weights in the batched matmul.
 
 An adapter folder is what mlx-lm's `load(adapter_path=)` reads: adapter_config.json
 (`fine_tune_type`, `lora_parameters.scale`...) and adapters.safetensors (`...q_proj.lora_a`,
 `...lora_b` per adapted linear). mlx-lm applies one by replacing the base model's linears with
-`LoRALinear`s in place, which would change the base for every request; fusing the adapter into
-the weights and back per step cannot serve both in one batch either.
+`LoRALinear`s, which would change the base for every request; fusing the adapter into the
+weights and back per step cannot serve both in one batch either.
 
-Here the adapter's model is a second module tree over the same arrays: every module that holds
-other modules (the model, its layers, attention, MLP) is copied, every leaf (linears,
-embeddings, norms, the CPU kernels' layers) is the base's own object, and the adapted linears
-become mlx-lm's `LoRALinear` around the base's linear. So the base computes exactly as before,
-the adapter's model adds `scale * (x @ A) @ B` where mlx-lm would, each model has its own
-runner and batch, and the adapter costs only its A and B matrices in memory. A llama block
-with an adapted linear leaves the CPU kernels' fused path for mlx-lm's own (fused.py checks
-its parts each call); its linears still run the kernels.
+Here, as S-LoRA and vLLM do, the base's model serves its adapters' rows in its own batch: each
+linear some adapter adapts becomes an `AdaptedLinear` around the base's own linear, holding
+each adapter's A and B (outside the model's parameters: the adapter costs only them). A
+forward's rows are told which adapter each serves (`LoRASet.rows`, set by prefill and decode
+around the model call); the linear computes `base(x)` once for every row and adds
+`scale * (x @ A) @ B` to the rows of each adapter (gathered, two small matmuls, added back at
+their rows; all the rows when they are one adapter's, as mlx-lm's LoRALinear computes it).
+Base rows add nothing, and a batch without adapter rows is the base's own: the CPU kernels'
+fused llama block sees an adapted linear's base linear then (`plain`, cpu/fused.py) and keeps
+its fused path; with an adapter row in the batch the adapted blocks take mlx-lm's per-op path
+around the kernels' linears.
 """
 
 from __future__ import annotations
 
-import copy
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_unflatten
-from mlx_lm.tuner.lora import LoRALinear
 
 from inference.engine.types import EngineError, ErrorKind
 
 CONFIG, WEIGHTS = "adapter_config.json", "adapters.safetensors"
+# How an adapter's rows get their low-rank term: "grouped" (each adapter's rows gathered,
+# two matmuls, added back), or "stacked" (every adapter's A and B stacked, each row's picked
+# by mx.gather_mm, base rows a zero slot). bench/lora_mixed.py times both.
+MODE = {"lora": "grouped"}
+
+# An adapter's matrices at one linear: (A [in, r], B [r, out], scale).
+Pair = tuple[mx.array, mx.array, float]
+# The rows of one forward that an adapter serves: None for every row, else their indices.
+Group = tuple[str, mx.array | None]
 
 
 def _refused(message: str) -> EngineError:
     return EngineError(ErrorKind.MODEL_UNAVAILABLE, message)
 
 
-def shared_copy(module: Any) -> Any:
-    """`module`'s tree with every container copied and every leaf module shared."""
-    if isinstance(module, list):
-        return [shared_copy(item) for item in module]
-    if isinstance(module, dict) and not isinstance(module, nn.Module):
-        return {key: shared_copy(value) for key, value in module.items()}
-    if not isinstance(module, nn.Module) or not module.children():
-        return module  # arrays, settings and leaf modules: the base's own
-    twin = copy.copy(module)  # a new dict with the same entries, and the same attributes
-    for key, value in module.items():
-        if isinstance(value, nn.Module | list | dict):
-            twin[key] = shared_copy(value)
-    return twin
-
-
 def read_adapter(folder: Path) -> tuple[dict, dict[str, mx.array]]:
-    """The adapter's config and its LoRA matrices, refused unless mlx-lm LoRA on linears."""
+    """The adapter's config and its LoRA matrices (evaluated: MLX ties a lazy array to the
+    thread that made it), refused unless mlx-lm LoRA on linears."""
     try:
         config = json.loads((folder / CONFIG).read_text())
         weights = mx.load(str(folder / WEIGHTS))
@@ -64,24 +61,210 @@ def read_adapter(folder: Path) -> tuple[dict, dict[str, mx.array]]:
         raise _refused(f"its adapter is {kind!r}; only LoRA adapters share their base's weights")
     if "scale" not in config.get("lora_parameters", {}):
         raise _refused("its adapter_config.json has no lora_parameters.scale")
+    mx.eval(list(weights.values()))
     return config, weights
 
 
-def with_adapter(base: nn.Module, folder: Path) -> tuple[nn.Module, int]:
-    """The adapter's model over `base`'s weights, and the bytes the adapter adds."""
-    config, weights = read_adapter(folder)
-    scale = float(config["lora_parameters"]["scale"])
-    twin = shared_copy(base)
-    named = dict(twin.named_modules())
-    layers = []
-    for path in sorted({name.rsplit(".", 1)[0] for name in weights}):
-        a, b = weights.get(f"{path}.lora_a"), weights.get(f"{path}.lora_b")
-        target = named.get(path)
-        if a is None or b is None or target is None or isinstance(target, nn.Embedding):
-            raise _refused(f"its adapter's {path} is not a LoRA pair on one of the base's linears")
-        lora = LoRALinear(a.shape[0], b.shape[1], r=a.shape[1], scale=scale)
-        lora.linear, lora.lora_a, lora.lora_b = target, a, b
-        layers.append((path, lora))
-    twin.update_modules(tree_unflatten(layers))
-    twin.eval()
-    return twin, sum(array.nbytes for array in weights.values())
+class _Adapters:
+    """What an adapted linear holds beside its base linear, kept out of the module's
+    parameters (a plain object, not an array, list or dict): the model's parameters stay the
+    base's, and each adapter's matrices are its own."""
+
+    def __init__(self) -> None:
+        self.pairs: dict[str, Pair] = {}
+        self.stacked: tuple[list[str], mx.array, mx.array, mx.array] | None = None
+        self._slots: tuple[tuple, mx.array] | None = None  # the rows' key, their slots
+
+    def slots(self, key: tuple[str | None, ...]) -> mx.array:
+        """Each row's slot in the stacked matrices (0: the base's zeros)."""
+        if self._slots is None or self._slots[0] != key:
+            index = {name: i + 1 for i, name in enumerate(self.stack()[0])}
+            slot = mx.array([index.get(n, 0) if n else 0 for n in key], dtype=mx.uint32)
+            self._slots = (key, slot)
+        return self._slots[1]
+
+    def stack(self) -> tuple[list[str], mx.array, mx.array, mx.array]:
+        """Every adapter's A and B stacked behind a zero slot (base rows), ranks padded with
+        zeros (which add exactly nothing), and their scales: for MODE "stacked"."""
+        if self.stacked is None:
+            names = list(self.pairs)
+            a0, b0, _ = next(iter(self.pairs.values()))
+            rank = max(a.shape[1] for a, _, _ in self.pairs.values())
+            a_rows = [mx.zeros((a0.shape[0], rank), a0.dtype)]
+            b_rows = [mx.zeros((rank, b0.shape[1]), b0.dtype)]
+            for a, b, _ in self.pairs.values():
+                a_rows.append(mx.pad(a, [(0, 0), (0, rank - a.shape[1])]))
+                b_rows.append(mx.pad(b, [(0, rank - b.shape[0]), (0, 0)]))
+            scales = mx.array([0.0] + [s for _, _, s in self.pairs.values()])
+            self.stacked = (names, mx.stack(a_rows), mx.stack(b_rows), scales)
+            mx.eval(self.stacked[1:])
+        return self.stacked
+
+
+class AdaptedLinear(nn.Module):
+    """A base model's linear with its adapters' low-rank terms for the rows that ask."""
+
+    def __init__(self, linear: nn.Module, rows: LoRASet) -> None:
+        super().__init__()
+        self.linear = linear
+        object.__setattr__(self, "_rows", rows)  # the forward's rows, shared by the model
+        object.__setattr__(self, "_adapters", _Adapters())
+
+    @property
+    def plain(self) -> nn.Module | None:
+        """The base's linear when no row of this forward has an adapter (cpu/fused.py then
+        computes the block as the base alone would), else None."""
+        return self.linear if self._rows.current is None else None
+
+    @property
+    def x_bytes(self) -> Any:
+        return self.linear.x_bytes  # a kernels' linear: how it rounds its activations
+
+    @property
+    def pairs(self) -> dict[str, Pair]:
+        return self._adapters.pairs
+
+    def add(self, name: str, pair: Pair) -> None:
+        self._adapters.pairs[name] = pair
+        self._adapters.stacked = self._adapters._slots = None
+
+    def remove(self, name: str) -> None:
+        self._adapters.pairs.pop(name, None)
+        self._adapters.stacked = self._adapters._slots = None
+
+    def __call__(self, x: mx.array) -> mx.array:
+        y = self.linear(x)
+        groups = self._rows.current
+        if groups is None:
+            return y
+        if MODE["lora"] == "stacked" and len(self._adapters.pairs) > 1:
+            return self._stacked(x, y)
+        pairs = self._adapters.pairs
+        for name, rows in groups:
+            pair = pairs.get(name)
+            if pair is None:  # the adapter leaves this linear as its base's
+                continue
+            a, b, scale = pair
+            if rows is None:  # every row is this adapter's: mlx-lm's LoRALinear
+                y = y + (scale * ((x @ a) @ b)).astype(x.dtype)
+            else:
+                z = (scale * ((x[rows] @ a) @ b)).astype(x.dtype)
+                y = y.at[rows].add(z)
+        return y
+
+    def _stacked(self, x: mx.array, y: mx.array) -> mx.array:
+        _, a, b, scales = self._adapters.stack()
+        slot = self._adapters.slots(self._rows.key)
+        rows = mx.arange(x.shape[0], dtype=mx.uint32)
+        z = mx.gather_mm(x, a, lhs_indices=rows, rhs_indices=slot)
+        z = mx.gather_mm(z, b, lhs_indices=rows, rhs_indices=slot)
+        return y + (scales[slot][:, None, None] * z).astype(x.dtype)
+
+
+class LoRASet:
+    """The adapters attached to one base model, and which adapter each row of the forward
+    being built serves. Engine thread only (the runner's forwards, the pool's attach and
+    detach between steps)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.current: list[Group] | None = None  # None: no adapter row in this forward
+        self._linears: dict[str, AdaptedLinear] = {}
+        self._adapters: dict[str, list[str]] = {}  # adapter -> the paths it adapts
+        self.key: tuple[str | None, ...] = ()  # each row's adapter, as last grouped
+        self._groups: list[Group] = []
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._adapters)
+
+    def attach(self, name: str, config: dict, weights: dict[str, mx.array]) -> int:
+        """The adapter's A and B on the base's linears (wrapped once, the first adapter
+        on each); returns the bytes they add. Refused, the base left as it was, unless every
+        pair names one of the base's linears."""
+        scale = float(config["lora_parameters"]["scale"])
+        named = dict(self.model.named_modules())
+        pairs = {}
+        for path in sorted({key.rsplit(".", 1)[0] for key in weights}):
+            a, b = weights.get(f"{path}.lora_a"), weights.get(f"{path}.lora_b")
+            target = named.get(path)
+            if isinstance(target, AdaptedLinear):
+                target = target.linear
+            if a is None or b is None or not _fits(target, a, b):
+                raise _refused(
+                    f"its adapter's {path} is not a LoRA pair on one of the base's linears"
+                )
+            pairs[path] = (a, b, scale)
+        wrapped = []
+        for path, pair in pairs.items():
+            linear = self._linears.get(path)
+            if linear is None:
+                linear = self._linears[path] = AdaptedLinear(named[path], self)
+                wrapped.append((path, linear))
+            linear.add(name, pair)
+        if wrapped:
+            self.model.update_modules(_tree(wrapped))
+        self._adapters[name] = list(pairs)
+        self.key = ()
+        return sum(array.nbytes for array in weights.values())
+
+    def detach(self, name: str) -> None:
+        """The adapter's matrices gone; linears no adapter adapts any more are the base's
+        own again (the model's tree as it was loaded)."""
+        unwrapped = []
+        for path in self._adapters.pop(name, []):
+            linear = self._linears[path]
+            linear.remove(name)
+            if not linear.pairs:
+                del self._linears[path]
+                unwrapped.append((path, linear.linear))
+        if unwrapped:
+            self.model.update_modules(_tree(unwrapped))
+        self.key, self.current = (), None
+
+    @contextmanager
+    def rows(self, adapters: list[str | None]) -> Iterator[None]:
+        """Around a forward whose batch rows serve `adapters` (None: the base): the adapted
+        linears add each adapter's term to its rows while the graph is built."""
+        self.current = self._grouped(adapters) if self._adapters else None
+        try:
+            yield
+        finally:
+            self.current = None
+
+    def _grouped(self, adapters: list[str | None]) -> list[Group] | None:
+        key = tuple(adapters)
+        if key != self.key:  # rows joined or left: grouped again, else the last grouping
+            groups: dict[str, list[int]] = {}
+            for i, name in enumerate(key):
+                if name is not None:
+                    groups.setdefault(name, []).append(i)
+            whole = len(key)
+            self._groups = [
+                (name, None if len(rows) == whole else mx.array(rows, dtype=mx.uint32))
+                for name, rows in groups.items()
+            ]
+            self.key = key
+        return self._groups or None
+
+
+def _fits(linear: Any, a: mx.array, b: mx.array) -> bool:
+    """Whether `linear` is a linear (no embedding) that A [in, r] and B [r, out] fit: its
+    output's shape is built, not computed (a float or quantized linear, the kernels' too)."""
+    if not isinstance(linear, nn.Module) or isinstance(
+        linear, nn.Embedding | nn.QuantizedEmbedding
+    ):
+        return False
+    if "weight" not in linear or a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        return False
+    try:
+        out = linear(mx.zeros((1, a.shape[0]), dtype=mx.float32))
+    except (ValueError, TypeError):
+        return False
+    return out.shape == (1, b.shape[1])
+
+
+def _tree(modules: list[tuple[str, nn.Module]]) -> Any:
+    from mlx.utils import tree_unflatten
+
+    return tree_unflatten(modules)

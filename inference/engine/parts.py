@@ -28,7 +28,9 @@ class Runners(dict[str, Runner]):
     so the loop, the publisher and the turn decision read it as one."""
 
     def of(self, loaded: LoadedModel, config: EngineConfig) -> Runner:
-        """The model's runner; a fresh one when the model was loaded again since."""
+        """The model's runner; a fresh one when the model was loaded again since. A LoRA
+        adapter's rows decode in its base's (engine/lora.py)."""
+        loaded = loaded.base if loaded.base is not None else loaded
         runner = self.get(loaded.spec.model_id)
         if runner is None or runner.loaded is not loaded:
             kind = RUNNERS.get(loaded.spec.purpose, ModelRunner)
@@ -40,6 +42,18 @@ class Runners(dict[str, Runner]):
         runner = self.pop(model_id, None)
         if runner is not None:
             runner.close()
+            return
+        for runner in self.values():  # an adapter's rows leave its base's batch
+            if isinstance(runner, ModelRunner):
+                runner.drop_adapter(model_id)
+
+    def serving(self, model_id: str) -> list:
+        """The sequences of the model: its runner's, or an adapter's rows in its base's."""
+        runner = self.get(model_id)
+        if runner is not None:
+            return runner.sequences
+        rows = (r.sequences for r in self.values() if isinstance(r, ModelRunner))
+        return [s for sequences in rows for s in sequences if s.adapter == model_id]
 
 
 @dataclass

@@ -49,7 +49,10 @@ class LoadedModel(TokenizerFacts):
     # Seconds it stays loaded once idle, as its last request said (Ollama's keep_alive): 0
     # unloads it when its sequences end, negative never; None: the engine's idle TTL.
     keep_alive: float | None = None
-    base: LoadedModel | None = None  # a LoRA adapter's base, whose weights its model shares
+    base: LoadedModel | None = None  # a LoRA adapter's base, whose model serves its rows
+    # A chat model's adapters (lora.LoRASet): which its model's adapted linears hold, and
+    # which adapter each row of a forward serves. None for an adapter and other purposes.
+    lora: Any = None
     kv_layout: Any = None  # kv.KVLayout: its cache layers' widths, read once when first needed
     kv_cache: str = ""  # the KV format it computes with, as kv.KVFormat.describe() says
 
@@ -159,7 +162,7 @@ class Loading:
     base: LoadedModel | None = None
     base_load: Loading | None = None
     base_read: Read | None = None
-    adapter_bytes: int = 0
+    adapter: tuple[dict, dict] | None = None  # its config and LoRA matrices, as read
 
     def read(self) -> Read:
         """The weights, in the format the model will compute in (this rank's shard of a
@@ -200,8 +203,9 @@ class Loading:
         return model, tokenizer, config, choice
 
     def _read_adapter(self) -> Read:
-        """The base's model (read now if it was not loaded) with the adapter's layers over
-        its weights; the base's tokenizer, config and format."""
+        """The base's model (read now if it was not loaded), its tokenizer, config and
+        format; the adapter's matrices into `adapter`, attached to the base's linears on the
+        engine thread (pool.finish: the base may be decoding meanwhile)."""
         if self.base_load is not None:
             self.base_read = self.base_load.read()
             model, tokenizer, config, choice = self.base_read
@@ -211,14 +215,30 @@ class Loading:
             choice = compute_format.FormatChoice(
                 base.compute_format, base.format_reason, base.kernels, base.activations, base.q6k
             )
-        twin, self.adapter_bytes = lora.with_adapter(model, Path(self.spec.location))
+        self.adapter = lora.read_adapter(Path(self.spec.location))
         reason = f"its base {self.spec.base.model_id}'s: {choice.reason}"
-        return (
-            twin,
-            tokenizer,
-            config,
-            replace(choice, reason=reason),
-        )
+        return model, tokenizer, config, replace(choice, reason=reason)
+
+
+def _attached(load: Loading, base: LoadedModel) -> int:
+    """The adapter's matrices on its base's linears, the bytes they add (its rows decode in
+    the base's batch: lora.py). Engine thread only."""
+    config, weights = load.adapter
+    if base.lora is None:
+        refused = EngineError(ErrorKind.MODEL_UNAVAILABLE, "its base serves no adapters")
+        raise _refusal(load.spec, refused)
+    try:
+        return base.lora.attach(load.spec.model_id, config, weights)
+    except EngineError as refusal:
+        raise _refusal(load.spec, refusal) from refusal
+
+
+def _serves_adapters(entry: LoadedModel) -> None:
+    """A chat model's LoRA set (lora.py); an adapter's word for its missing MTP head."""
+    if entry.base is not None:
+        entry.mtp_reason = "a LoRA adapter's rows draft with n-gram lookup only"
+    elif entry.spec.purpose == "chat" and prepares_compute_format(entry.spec):
+        entry.lora = lora.LoRASet(entry.model)
 
 
 def q6k_refusal(spec: ModelSpec) -> str | None:
@@ -350,12 +370,19 @@ class ModelPool:
                 outcome = EngineError(ErrorKind.MODEL_UNAVAILABLE, "its base was unloaded")
         if isinstance(outcome, Exception):
             raise _refusal(load.spec, outcome) from outcome
-        return self._adopt(load, outcome, base)
+        nbytes = _attached(load, base)
+        try:
+            return self._adopt(load, outcome, base, nbytes)
+        except BaseException:
+            base.lora.detach(load.spec.model_id)
+            raise
 
-    def _adopt(self, load: Loading, read: Read, base: LoadedModel | None = None) -> LoadedModel:
+    def _adopt(
+        self, load: Loading, read: Read, base: LoadedModel | None = None, adapter_bytes: int = 0
+    ) -> LoadedModel:
         spec, (model, tokenizer, config, choice) = load.spec, read
-        # An adapter's model shares its base's arrays: only its own LoRA matrices count.
-        nbytes = load.adapter_bytes if base is not None else _parameter_bytes(model)
+        # An adapter computes with its base's model: only its own LoRA matrices count.
+        nbytes = adapter_bytes if base is not None else _parameter_bytes(model)
         if load.draft is not None:
             nbytes += _parameter_bytes(load.draft)
         if load.mtp is not None:
@@ -379,6 +406,7 @@ class ModelPool:
             mtp_reason=load.mtp_reason,
             base=base,
         )
+        _serves_adapters(entry)
         if spec.purpose == "chat":
             try:  # refused here, saying why, when its kv_cache cannot apply
                 entry.kv_cache = KVFormat.of(entry).describe()
@@ -401,8 +429,10 @@ class ModelPool:
         if entry is None:
             return False
         for adapter in [m for m in self._models.values() if m.base is entry]:
-            self.unload(adapter.spec.model_id)  # its model holds the base's weights
-        self._on_unload(model_id)
+            self.unload(adapter.spec.model_id)  # its rows decode in the base's batch
+        self._on_unload(model_id)  # an adapter's rows leave its base's batch first
+        if entry.base is not None:  # its matrices leave the base's linears
+            entry.base.lora.detach(model_id)
         del entry
         gc.collect()
         mx.clear_cache()

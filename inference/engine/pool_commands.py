@@ -66,13 +66,9 @@ class PoolCommands:
 
     def unload(self, model_id: str) -> bool:
         parts = self._parts
-        runner = parts.runners.get(model_id)
-        if runner is not None:
-            error = Failed(
-                EngineError(ErrorKind.MODEL_UNAVAILABLE, f"model '{model_id}' was unloaded")
-            )
-            for sequence in runner.sequences:
-                parts.emit(sequence.job, error)
+        error = Failed(EngineError(ErrorKind.MODEL_UNAVAILABLE, f"model '{model_id}' was unloaded"))
+        for sequence in parts.runners.serving(model_id):  # an adapter's: its rows only
+            parts.emit(sequence.job, error)
         return parts.pool.unload(model_id)
 
     def load(self, spec: ModelSpec) -> LoadedModel:

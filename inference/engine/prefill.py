@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,8 +60,11 @@ class Reading:
 
 
 class PrefillBatch:
-    def __init__(self, model: nn.Module, make_cache: Callable[[], list[Any]] | None = None) -> None:
+    def __init__(
+        self, model: nn.Module, make_cache: Callable[[], list[Any]] | None = None, lora: Any = None
+    ) -> None:
         self.model = model
+        self.lora = lora  # lora.LoRASet: the model's adapters, whose rows read here too
         # A new prompt's empty cache, in the model's KV format (engine/kv.py).
         self._make_cache = make_cache or (lambda: make_prompt_cache(model))
         self._readings: list[Reading] = []
@@ -108,13 +112,16 @@ class PrefillBatch:
                 for r, s, t in zip(readings, starts, tokens, strict=True)
             ]
         wanted = any(r.sequence.drafter is not None and r.sequence.drafter.target for r in readings)
-        if len(readings) == 1:
-            hidden = self._forward(readings[0].cache, tokens, embeddings, wanted)
-        else:
-            cache = merge([r.cache for r in readings])
-            hidden = self._forward(cache, tokens, embeddings, wanted)
-            for i, reading in enumerate(readings):
-                reading.cache = [layer.extract(i) for layer in cache]
+        lora = self.lora
+        adapted = lora.rows([r.sequence.adapter for r in readings]) if lora else nullcontext()
+        with adapted:  # each row's adapter, if any, in the adapted linears (lora.py)
+            if len(readings) == 1:
+                hidden = self._forward(readings[0].cache, tokens, embeddings, wanted)
+            else:
+                cache = merge([r.cache for r in readings])
+                hidden = self._forward(cache, tokens, embeddings, wanted)
+                for i, reading in enumerate(readings):
+                    reading.cache = [layer.extract(i) for layer in cache]
         if hidden is not None:
             self._hand_hidden(readings, starts, tokens, hidden)
         return len(tokens) * max(len(t) for t in tokens)

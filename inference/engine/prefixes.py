@@ -86,6 +86,19 @@ def _common_length(a: list[int], b: list[int]) -> int:
     return low
 
 
+def _stored(trie: dict) -> list[list[int]]:
+    """The token lists of every entry under one model's node of mlx-lm's PromptTrie."""
+    found, stack = [], [(trie, [])]
+    while stack:
+        node, tokens = stack.pop()
+        for key, child in node.items():
+            if key == "__value__":
+                found.append(tokens)
+            else:
+                stack.append((child, [*tokens, key]))
+    return found
+
+
 @dataclass
 class PrefixStats:
     lookups: int = 0
@@ -99,10 +112,20 @@ class PrefixCache:
     """Engine thread only."""
 
     def __init__(
-        self, model_id: str, max_bytes: int, disk: PrefixDisk | None = None, disk_key: str = ""
+        self,
+        model_id: str,
+        max_bytes: int,
+        disk: PrefixDisk | None = None,
+        disk_key: str = "",
+        memory: LRUPromptCache | None = None,
     ) -> None:
+        # The model whose KV it keeps: its entries' key in the memory's trie, which a base
+        # shares with its LoRA adapters (`memory`: one byte budget, one LRU), each adapter's
+        # KV under its own id (never served to another's rows), and its own disk key.
         self.model_id = model_id
-        self._memory = LRUPromptCache(max_size=MAX_ENTRIES, max_bytes=max_bytes)
+        self._memory = (
+            memory if memory is not None else LRUPromptCache(MAX_ENTRIES, max_bytes=max_bytes)
+        )
         self.stats = PrefixStats()
         self._disk = disk
         self._disk_key = disk_key  # prefix_disk.model_key: whose entries on disk are ours
@@ -111,18 +134,34 @@ class PrefixCache:
         self._offered: OrderedDict[tuple[int, ...], list[int]] = OrderedDict()
 
     @classmethod
-    def of(cls, loaded: LoadedModel, config: EngineConfig) -> PrefixCache | None:
-        """The prefix cache a runner of `loaded` keeps under `config` (None: reuse is off)."""
+    def of(
+        cls, loaded: LoadedModel, config: EngineConfig, beside: PrefixCache | None = None
+    ) -> PrefixCache | None:
+        """The prefix cache a runner of `loaded` keeps under `config` (None: reuse is off);
+        `beside`: the base's, whose memory an adapter's shares."""
         if not config.prompt_cache_bytes:
             return None
         disk = prefix_disk.shared(config)
         spec = loaded.spec
         key = prefix_disk.model_key(spec, loaded.compute_format, loaded.kernels) if disk else ""
-        return cls(spec.model_id, config.prompt_cache_bytes, disk, key)
+        memory = beside._memory if beside is not None else None
+        return cls(spec.model_id, config.prompt_cache_bytes, disk, key, memory)
 
     @property
     def nbytes(self) -> int:
+        """The bytes of its memory (shared with its base's or adapters' caches)."""
         return self._memory.nbytes
+
+    def clear(self) -> None:
+        """Its entries out of memory (an adapter unloaded: its id may come back with other
+        weights); what it wrote to disk stays, keyed by the files that computed it."""
+        memory, self._running = self._memory, {}
+        self._offered.clear()
+        for tokens in _stored(memory._trie._trie.get(self.model_id, {})):
+            entry = memory._trie.pop(self.model_id, tokens)
+            memory._lru.remove(self.model_id, tokens)
+            memory._n_bytes -= entry.nbytes
+            memory._n_bytes_by_type[entry.cache_type] -= entry.nbytes
 
     def fetch(
         self, prompt: list[int], owner: int | None = None, take: Take | None = None

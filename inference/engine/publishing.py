@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from inference.engine import weights_format
 from inference.engine.batching import ModelRunner
-from inference.engine.parts import EngineParts
+from inference.engine.parts import EngineParts, Runner
 from inference.engine.pool import LoadedModel
 from inference.engine.prefix_disk import PrefixDisk
 from inference.engine.state import EngineState, ModelState
@@ -49,13 +49,21 @@ class StatePublisher:
         return state if self._disk is None else replace(state, prefix_disk=self._disk.state())
 
     def _model_state(self, loaded: LoadedModel) -> ModelState:
-        runner = self._parts.runners.get(loaded.spec.model_id)
+        model_id = loaded.spec.model_id
+        # A LoRA adapter's rows decode in its base's runner (lora.py): each model shows its own.
+        base = loaded.base if loaded.base is not None else loaded
+        runner = self._parts.runners.get(base.spec.model_id)
         sequences = runner.sequences if runner else []
         queued = runner.waiting if runner else 0
+        if isinstance(runner, ModelRunner):
+            queued = sum(s.loaded is loaded for s in sequences[:queued])
+            sequences = [s for s in sequences if s.loaded is loaded]
         batch = sum(s.job.priority == BATCH for s in sequences)
         batch_queued = sum(s.job.priority == BATCH for s in sequences[:queued])  # waiting first
-        prefixes = runner.prefixes if isinstance(runner, ModelRunner) else None
+        prefixes = runner.prefixes_of(model_id) if isinstance(runner, ModelRunner) else None
         drafts = runner.speculation if isinstance(runner, ModelRunner) else None
+        # A batch's drafts are counted once, on its base (every row of its models).
+        drafts = drafts if loaded.base is None else None
         return ModelState(
             id=loaded.spec.model_id,
             bytes=loaded.nbytes,
@@ -70,8 +78,9 @@ class StatePublisher:
             queued_sequences=queued,
             batch_active_sequences=batch - batch_queued,
             batch_queued_sequences=batch_queued,
-            tokens_per_second=round(runner.tokens_per_second(), 2) if runner else 0.0,
-            prefix_cache_bytes=runner.prefix_cache_bytes if runner else 0,
+            tokens_per_second=round(_rate(runner, model_id), 2) if runner else 0.0,
+            # One memory holds a base's prefixes and its adapters': counted on the base.
+            prefix_cache_bytes=runner.prefix_cache_bytes if runner and base is loaded else 0,
             prefix_disk_hits=prefixes.stats.disk_hits if prefixes else 0,
             prefix_disk_tokens=prefixes.stats.disk_tokens if prefixes else 0,
             draft_tokens=drafts.drafted if drafts else 0,
@@ -93,3 +102,10 @@ class StatePublisher:
         if held is not None and held[0] is loaded:
             return held[1]
         return weights_format.describe(loaded.config, loaded.model, loaded.compute_format)
+
+
+def _rate(runner: Runner, model_id: str) -> float:
+    """The model's decode rate: its own rows' where its runner serves adapters' too."""
+    if isinstance(runner, ModelRunner):
+        return runner.tokens_per_second(model_id)
+    return runner.tokens_per_second()

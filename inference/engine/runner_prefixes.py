@@ -14,6 +14,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
+from inference.engine.config import EngineConfig
 from inference.engine.decode import DecodeBatch
 from inference.engine.kv import grows_only
 from inference.engine.prefill import PrefillBatch
@@ -56,7 +57,8 @@ def cut(cache: list[Any], length: int) -> None:
 
 
 class PrefixKeeper:
-    """Engine thread only, like its runner."""
+    """Engine thread only, like its runner. `prefixes` is the runner's model's cache; each
+    LoRA adapter whose rows the runner serves has its own beside it (`of`), in its memory."""
 
     def __init__(
         self,
@@ -64,13 +66,40 @@ class PrefixKeeper:
         prefill: PrefillBatch,
         decode: DecodeBatch,
         hits: dict[int, tuple[Any, list[int]]],
+        config: EngineConfig | None = None,
     ) -> None:
         self.prefixes = prefixes
+        self._config = config
+        self._adapters: dict[str, PrefixCache] = {}  # by the adapter's model id
         self._prefill = prefill
         self._decode = decode
         self._hits = hits  # the runner's: id(sequence) -> (cache, rest) of waiting sequences
         # Finished sequences' caches, kept for the prefix cache once their events are out.
         self._finished: list[tuple[Sequence, list[Any]]] = []
+
+    def of(self, sequence: Sequence) -> PrefixCache | None:
+        """The prefix cache of the sequence's model: its adapter's, or the base's."""
+        name, base = sequence.adapter, self.prefixes
+        if name is None or base is None or self._config is None:
+            return base
+        cache = self._adapters.get(name)
+        if cache is None:
+            cache = self._adapters[name] = PrefixCache.of(sequence.loaded, self._config, base)
+        return cache
+
+    def named(self, model_id: str) -> PrefixCache | None:
+        """The cache kept for `model_id` (the base's or an adapter's), if any yet."""
+        base = self.prefixes
+        if base is not None and base.model_id == model_id:
+            return base
+        return self._adapters.get(model_id)
+
+    def drop(self, model_id: str) -> None:
+        """An adapter unloaded: its entries leave memory (its finished rows' are never kept)."""
+        self._finished = [(s, c) for s, c in self._finished if s.adapter != model_id]
+        cache = self._adapters.pop(model_id, None)
+        if cache is not None:
+            cache.clear()
 
     @property
     def pending(self) -> bool:
@@ -88,13 +117,14 @@ class PrefixKeeper:
         early still leaves its prompt behind. Any other (a sliding window, a recurrent
         state) is kept now, by reference: once decoding went on it could not be cut back,
         while the next turn extends the prompt (the answer's tokens come back re-rendered)."""
-        if self.prefixes is None or sequence.embeddings is not None or not sequence.prompt[1:]:
+        prefixes = self.of(sequence)
+        if prefixes is None or sequence.embeddings is not None or not sequence.prompt[1:]:
             return
         tokens = sequence.prompt[:-1]
         if grows_only(cache):
-            self.prefixes.expect(id(sequence), tokens, lambda n: self.copy_of(sequence, n))
+            prefixes.expect(id(sequence), tokens, lambda n: self.copy_of(sequence, n))
         else:
-            self.prefixes.insert(tokens, [share(layer) for layer in cache], to_disk=True)
+            prefixes.insert(tokens, [share(layer) for layer in cache], to_disk=True)
 
     def copy_of(self, sequence: Sequence, length: int) -> list[Any] | None:
         """The first `length` tokens of a running sequence's KV, copied out of wherever it
@@ -121,10 +151,11 @@ class PrefixKeeper:
         for)."""
         finished, self._finished = self._finished, []
         for sequence, cache in finished:
+            prefixes = self.of(sequence)
             compact(cache)
             tokens = sequence.prompt[:-1] + sequence.fed
-            self.prefixes.insert(tokens, cache)
-            if self.prefixes.disk is not None and can_trim_prompt_cache(cache):
+            prefixes.insert(tokens, cache)
+            if prefixes.disk is not None and can_trim_prompt_cache(cache):
                 prompt = [share(layer) for layer in cache]
                 cut(prompt, len(sequence.prompt) - 1)
-                self.prefixes.offer(sequence.prompt[:-1], prompt, tokens)
+                prefixes.offer(sequence.prompt[:-1], prompt, tokens)

@@ -63,6 +63,9 @@ class Sequence:
     def __init__(self, job: GenerationJob, loaded: LoadedModel) -> None:
         self.job = job
         self.loaded = loaded
+        # The LoRA adapter its rows add (its model id; None: the base's own). It decodes in its
+        # base's batch, and its forwards tell the base's adapted linears so (lora.LoRASet).
+        self.adapter = loaded.spec.model_id if loaded.base is not None else None
         # A prompt with images is read from its input embeddings (prefill), never cached.
         self.embeddings: mx.array | None = None
         self.truncated_messages = 0

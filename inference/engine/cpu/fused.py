@@ -63,6 +63,10 @@ def _parts(block: nn.Module) -> tuple | None:
     linears = []
     for m in (attn["q_proj"], attn["k_proj"], attn["v_proj"], attn["o_proj"],
               mlp.get("gate_proj"), mlp.get("up_proj"), mlp.get("down_proj")):  # fmt: skip
+        if type(m) not in _FUSED_LINEARS and m is not None:
+            # A LoRA-adapted linear (engine/lora.py): its base's while no adapter row is in
+            # the batch, so a batch of base rows keeps the fused path.
+            m = getattr(m, "plain", None)
         if type(m) not in _FUSED_LINEARS or "bias" in m:
             break
         linears.append((m["weight"], m["scales"], m["biases"], m.group_size, m.bits))
