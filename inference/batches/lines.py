@@ -28,7 +28,13 @@ from inference.serving.openai.embeddings import answer_embeddings
 from inference.serving.pipeline import answer
 
 log = logging.getLogger(__name__)
-BATCH_PRIORITY = "batch"  # RequestContext.priority: the engine runs it below interactive work
+BATCH_PRIORITY = "batch"
+# The engine's codes (serving/errors.py) that say nothing of the line itself.
+INTERRUPTIONS = (
+    "shutting_down",
+    "engine_restarted",
+    "engine_unavailable",
+)  # RequestContext.priority: the engine runs it below interactive work
 
 
 class Retry(Exception):
@@ -40,7 +46,12 @@ class Retry(Exception):
 
 
 class Interrupted(Exception):
-    """The server is shutting down or its engine is gone: the line stays to be done."""
+    """The server is shutting down or its engine is gone: the line stays to be done.
+    `refused`: the drain turned it away before it reached the engine (it never ran)."""
+
+    def __init__(self, message: str, refused: bool) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 @dataclass(frozen=True)
@@ -97,8 +108,8 @@ async def run_line(url: str, body: dict, caller: Caller) -> Outcome:
     except APIError as exc:
         if exc.status == 429 and exc.code == "queue_full":
             raise Retry(float(exc.headers.get("Retry-After", 1))) from None
-        if exc.status == 503:
-            raise Interrupted(exc.message) from None
+        if exc.status == 503 and exc.code in INTERRUPTIONS:
+            raise Interrupted(exc.message, refused=exc.code == "shutting_down") from None
         return Outcome(exc.status, route.dialect.error_body(exc).model_dump(mode="json"), ctx.id)
     except Exception:
         log.exception("batch line failed (%s)", url)

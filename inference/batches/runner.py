@@ -150,6 +150,10 @@ async def execute(line: BatchLine, endpoint: str, caller) -> None:
         except Retry as wait:  # the engine's admission is full: wait it out, never fail
             await asyncio.sleep(min(wait.after, RETRY_SECONDS))
             continue
+        except Interrupted as stopped:
+            if stopped.refused:  # turned away by the drain before it ran: not an attempt
+                await BatchLine.objects.filter(pk=line.pk).aupdate(attempts=F("attempts") - 1)
+            raise
         break
     await finish.record(line, outcome)
 
