@@ -7,6 +7,7 @@ serves others."""
 from __future__ import annotations
 
 import queue
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from inference.engine.pool import ModelPool
 from inference.engine.types import (
     Delta,
     Done,
+    EngineError,
     Failed,
     GenerationJob,
     ModelSpec,
@@ -203,8 +205,8 @@ def test_rows_of_a_base_and_two_adapters_decode_in_one_batch(mixed):
     assert all(m.active == 0 for m in models)
 
 
-def _texts(runner: ModelRunner, jobs) -> list[str]:
-    sequences = [make_sequence(m, ids, greedy_params(MIXED_TOKENS)) for m, ids in jobs]
+def _texts(runner: ModelRunner, jobs, **params: object) -> list[str]:
+    sequences = [make_sequence(m, ids, greedy_params(MIXED_TOKENS, **params)) for m, ids in jobs]
     texts = {id(s): "" for s in sequences}
     for sequence in sequences:
         runner.add(sequence)
@@ -270,6 +272,7 @@ def test_an_adapter_unloads_while_its_base_serves_others(engine, tiny_dir, adapt
     answer = _Stream(engine, base, ids, max_tokens=60)
     answer.until_text()  # both decoding in the base's one batch now
     assert list(engine._parts.runners) == ["ul-base"]
+    assert _rows_shown(engine) == {"ul-base": 1, "ul-adapted": 1}  # /health's snapshot
     unload(engine, "ul-adapted")
     failed = rows.last()
     assert isinstance(failed, Failed) and "was unloaded" in failed.error.message
@@ -280,6 +283,31 @@ def test_an_adapter_unloads_while_its_base_serves_others(engine, tiny_dir, adapt
     assert not any(type(m).__name__ == "AdaptedLinear" for _, m in shared.model.named_modules())
     assert greedy(engine, base, ids, tokens=60)[0] == expected
     unload(engine, "ul-base")
+
+
+def _rows_shown(engine) -> dict[str, int]:
+    """Each loaded model's decoding rows as the published snapshot (/health, /control/pool,
+    the dashboard) shows them, once a turn has published both rows."""
+    for _ in range(200):
+        shown = {m.id: m.active_sequences for m in engine.state.models}
+        if sum(shown.values()) == 2:
+            return shown
+        time.sleep(0.01)
+    return shown
+
+
+def test_adapter_rows_speculate_with_ngrams_and_refuse_mtp_plainly(mixed):
+    """An adapter's row verifies n-gram drafts through the adapted linears (its greedy text
+    as without drafts, beside a base row); MTP, which its base's head would draft for the
+    base's weights, is refused saying why."""
+    _, (base, adapter, _) = mixed
+    ids = base.tokenizer.encode("one two three one two three one two three one two")
+    plain = _texts(ModelRunner(base, NO_CACHE), [(adapter, ids), (base, ids)])
+    runner = ModelRunner(base, NO_CACHE)
+    drafted = _texts(runner, [(adapter, ids), (base, ids)], speculative="ngram")
+    assert drafted == plain and runner.speculation.steps > 0
+    with pytest.raises(EngineError, match="LoRA adapter's rows draft with n-gram lookup only"):
+        make_sequence(adapter, ids, greedy_params(4, speculative="mtp"))
 
 
 class _Stream:
