@@ -14,7 +14,7 @@ from batches.models import Batch, StoredFile
 
 
 @pytest.fixture
-def stored(settings, tmp_path) -> StoredFile:
+def stored(db, settings, tmp_path) -> StoredFile:
     settings.VAR_DIR = tmp_path
     row = StoredFile(filename="in.jsonl", purpose="batch", created_at=timezone.now())
     row.bytes = storage.write(row.id, [b'{"a": 1}\n'])
@@ -48,3 +48,16 @@ def test_files_and_batches_in_the_admin(admin_client, client, stored):
     )
     batch.refresh_from_db()
     assert batch.status == "cancelling" and batch.cancelling_at is not None
+
+
+def test_expired_files_are_swept_content_and_row(stored):
+    from batches.retention import sweep_expired
+
+    kept = StoredFile(filename="kept", purpose="user_data", created_at=timezone.now())
+    kept.expires_at = timezone.now() + timedelta(hours=1)
+    kept.bytes = storage.write(kept.id, [b"x"])
+    kept.save(force_insert=True)
+    StoredFile.objects.filter(pk=stored.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert sweep_expired() == 1
+    assert list(StoredFile.objects.values_list("pk", flat=True)) == [kept.pk]
+    assert not storage.path_of(stored.pk).exists() and storage.path_of(kept.pk).exists()
