@@ -60,7 +60,6 @@ INSTALLED_APPS = [
     "catalog",
     "apikeys",
     "storedresponses",
-    "batches",
     "inference",
     "dashboard",
 ]
@@ -341,22 +340,6 @@ try:
     RESPONSES_PURGE_INTERVAL = parse_duration(env.str("RESPONSES_PURGE_INTERVAL", default="1h"))
 except ValueError as exc:
     raise ImproperlyConfigured(f"RESPONSES_PURGE_INTERVAL: {exc}") from None
-# OpenAI's Files and Batch API (batches/, inference/batches/). A file uploaded to /v1/files may
-# be MAX_FILE_BYTES (OpenAI's batch input cap), streamed to disk rather than held to
-# MAX_REQUEST_BODY; a key's files together (the anonymous callers' likewise) MAX_FILE_BYTES_PER_KEY.
-MAX_FILE_BYTES = byte_size("MAX_FILE_BYTES", "200MiB")
-MAX_FILE_BYTES_PER_KEY = byte_size("MAX_FILE_BYTES_PER_KEY", "10GiB")
-# Lines of one batch running at once (never more than its key's concurrency limit), and the
-# most lines a batch may have (OpenAI's 50,000).
-BATCH_CONCURRENCY = env.int("BATCH_CONCURRENCY", default=4)
-BATCH_MAX_LINES = env.int("BATCH_MAX_LINES", default=50_000)
-if BATCH_CONCURRENCY < 1 or BATCH_MAX_LINES < 1:
-    raise ImproperlyConfigured("BATCH_CONCURRENCY and BATCH_MAX_LINES must be at least 1")
-# How often the batch runner deletes files past their expires_after.
-try:
-    FILES_SWEEP_INTERVAL = parse_duration(env.str("FILES_SWEEP_INTERVAL", default="10m"))
-except ValueError as exc:
-    raise ImproperlyConfigured(f"FILES_SWEEP_INTERVAL: {exc}") from None
 # Largest request body /v1 accepts (bytes); a larger one is refused at the door
 # (inference/edge/door.py) with 413 before any of it is read or written anywhere.
 DATA_UPLOAD_MAX_MEMORY_SIZE = byte_size("MAX_REQUEST_BODY", "4MiB")

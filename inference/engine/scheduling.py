@@ -21,7 +21,9 @@ above among themselves; batch sequences get free slots only when no interactive 
 waits, by fair shares among batch work, and within a cap (BatchLimits): `alone`, a share of
 the batch while no interactive work is in the runner (the rest stays free, so an interactive
 request starts at once), and `beside`, a few slots while interactive work runs or waits (a
-decode step's time grows with its rows: interactive streams keep their cadence). Decoding rows
+decode step's time grows with its rows: interactive streams keep their cadence; on one core,
+SmolLM2-135M with 4 streams, 1-2 batch rows more were within the noise of the step time and 4
+made it ~1.7x, hence 2 by default, ENGINE_BATCH_SLOTS). Decoding rows
 are never interrupted, so batch rows over the cap leave as they end. While an interactive
 sequence waits or its prompt is being read, every batch prompt being read is set aside (its
 cache kept) and none is admitted: interactive prompts get the reading. Beside interactive
