@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "catalog",
     "apikeys",
     "storedresponses",
+    "batches",
     "inference",
     "dashboard",
 ]
@@ -196,7 +197,7 @@ ENGINE_PREFILL_STEP = env.int("ENGINE_PREFILL_STEP", default=2048)
 # decode step a little); it waits in a queue of its own, MAX_QUEUED_BATCH_REQUESTS sequences,
 # past which a line gets a 429 with Retry-After (interactive requests are never refused for it).
 ENGINE_BATCH_SHARE = env.float("ENGINE_BATCH_SHARE", default=0.75)
-ENGINE_BATCH_SLOTS = env.int("ENGINE_BATCH_SLOTS", default=4)
+ENGINE_BATCH_SLOTS = env.int("ENGINE_BATCH_SLOTS", default=2)
 MAX_QUEUED_BATCH_REQUESTS = env.int("MAX_QUEUED_BATCH_REQUESTS", default=64)
 if not 0 < ENGINE_BATCH_SHARE <= 1:
     raise ImproperlyConfigured("ENGINE_BATCH_SHARE is a share of the batch: above 0, at most 1")
@@ -340,6 +341,22 @@ try:
     RESPONSES_PURGE_INTERVAL = parse_duration(env.str("RESPONSES_PURGE_INTERVAL", default="1h"))
 except ValueError as exc:
     raise ImproperlyConfigured(f"RESPONSES_PURGE_INTERVAL: {exc}") from None
+# OpenAI's Files and Batch API (batches/, inference/batches/). A file uploaded to /v1/files may
+# be MAX_FILE_BYTES (OpenAI's batch input cap), streamed to disk rather than held to
+# MAX_REQUEST_BODY; a key's files together (the anonymous callers' likewise) MAX_FILE_BYTES_PER_KEY.
+MAX_FILE_BYTES = byte_size("MAX_FILE_BYTES", "200MiB")
+MAX_FILE_BYTES_PER_KEY = byte_size("MAX_FILE_BYTES_PER_KEY", "10GiB")
+# Lines of one batch running at once (never more than its key's concurrency limit), and the
+# most lines a batch may have (OpenAI's 50,000).
+BATCH_CONCURRENCY = env.int("BATCH_CONCURRENCY", default=4)
+BATCH_MAX_LINES = env.int("BATCH_MAX_LINES", default=50_000)
+if BATCH_CONCURRENCY < 1 or BATCH_MAX_LINES < 1:
+    raise ImproperlyConfigured("BATCH_CONCURRENCY and BATCH_MAX_LINES must be at least 1")
+# How often the batch runner deletes files past their expires_after.
+try:
+    FILES_SWEEP_INTERVAL = parse_duration(env.str("FILES_SWEEP_INTERVAL", default="10m"))
+except ValueError as exc:
+    raise ImproperlyConfigured(f"FILES_SWEEP_INTERVAL: {exc}") from None
 # Largest request body /v1 accepts (bytes); a larger one is refused at the door
 # (inference/edge/door.py) with 413 before any of it is read or written anywhere.
 DATA_UPLOAD_MAX_MEMORY_SIZE = byte_size("MAX_REQUEST_BODY", "4MiB")
