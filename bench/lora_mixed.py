@@ -4,11 +4,13 @@
 
 In-process, on the demo model as the server runs it (the CPU kernels, fused llama blocks), with
 two random-weight adapters of rank `--rank` on every layer's q and v projections (what
-mlx-lm's trainer saves). Three runners of `--batch` rows each, decoding without end (greedy,
+mlx-lm's trainer saves). Runners of `--batch` rows each, decoding without end (greedy,
 no stops: pipelined as the server's plain batches are): the base's rows alone; a third of the
 rows each the base's and the two adapters', with the adapters' terms grouped by adapter
 (engine/lora.py MODE "grouped": gathered rows, two matmuls, added back); the same mixed batch
-with every adapter's matrices stacked and each row's picked by mx.gather_mm ("stacked").
+with every adapter's matrices stacked and each row's picked by mx.gather_mm ("stacked");
+and the base's rows alone with the fused blocks off ("per-op": what an adapted block costs
+without its low-rank terms, since it leaves the fused path while an adapter row is in).
 Whole engine steps (ModelRunner.step) are timed in blocks of `--steps`, the three ways
 alternated `--rounds` times so that the machine's drift touches them alike; medians of
 tokens/s, and each mixed way over the base alone.
@@ -36,6 +38,7 @@ from inference.conversion.gguf import convert_gguf  # noqa: E402
 from inference.engine import lora  # noqa: E402
 from inference.engine.batching import ModelRunner  # noqa: E402
 from inference.engine.config import EngineConfig  # noqa: E402
+from inference.engine.cpu import fused  # noqa: E402
 from inference.engine.pool import LoadedModel, ModelPool  # noqa: E402
 from inference.engine.sequence import Sequence  # noqa: E402
 from inference.engine.types import GenerationJob, ModelSpec, SamplingParams, TokenPrompt  # noqa: E402
@@ -77,7 +80,8 @@ def filled(base: LoadedModel, models: list[LoadedModel], batch: int) -> ModelRun
 
 
 def block_tokens_per_second(runner: ModelRunner, mode: str, steps: int) -> float:
-    lora.MODE["lora"] = mode
+    fused.use_fused(mode != "per-op")
+    lora.MODE["lora"] = "stacked" if mode == "stacked" else "grouped"
     runner.step()  # the first of a block switches ways
     started = time.perf_counter()
     for _ in range(steps):
@@ -119,6 +123,9 @@ def main() -> None:
             "base alone": (filled(base, [base], args.batch), "grouped"),
             "mixed, grouped": (filled(base, [base, *adapters], args.batch), "grouped"),
             "mixed, stacked": (filled(base, [base, *adapters], args.batch), "stacked"),
+            # Where a mixed batch's cost goes: the base's rows alone, its blocks per-op (the
+            # path an adapted block takes while an adapter row is in the batch).
+            "base, per-op": (filled(base, [base], args.batch), "per-op"),
         }
         rates: dict[str, list[float]] = {way: [] for way in ways}
         for _ in range(args.rounds):

@@ -11,12 +11,15 @@ linear some adapter adapts becomes an `AdaptedLinear` around the base's own line
 each adapter's A and B (outside the model's parameters: the adapter costs only them). A
 forward's rows are told which adapter each serves (`LoRASet.rows`, set by prefill and decode
 around the model call); the linear computes `base(x)` once for every row and adds
-`scale * (x @ A) @ B` to the rows of each adapter (gathered, two small matmuls, added back at
-their rows; all the rows when they are one adapter's, as mlx-lm's LoRALinear computes it).
+`scale * (x @ A) @ B` to the rows of each adapter (each row's A and B picked from the
+adapters' stacked matrices by mx.gather_mm, base rows a zero slot; or, one adapter, its rows
+gathered, two small matmuls, added back: as mlx-lm's LoRALinear computes it when every row is
+the adapter's; MODE).
 Base rows add nothing, and a batch without adapter rows is the base's own: the CPU kernels'
 fused llama block sees an adapted linear's base linear then (`plain`, cpu/fused.py) and keeps
 its fused path; with an adapter row in the batch the adapted blocks take mlx-lm's per-op path
-around the kernels' linears.
+around the kernels' linears (the fused primitives compute the query inside `decoder_layer`,
+where no low-rank term can be added without the kernels' help).
 """
 
 from __future__ import annotations
@@ -33,10 +36,15 @@ import mlx.nn as nn
 from inference.engine.types import EngineError, ErrorKind
 
 CONFIG, WEIGHTS = "adapter_config.json", "adapters.safetensors"
-# How an adapter's rows get their low-rank term: "grouped" (each adapter's rows gathered,
-# two matmuls, added back), or "stacked" (every adapter's A and B stacked, each row's picked
-# by mx.gather_mm, base rows a zero slot). bench/lora_mixed.py times both.
-MODE = {"lora": "grouped"}
+# How the rows get their low-rank terms where a linear holds several adapters: "stacked"
+# (every adapter's A and B stacked behind a zero slot, each row's picked by mx.gather_mm: two
+# products for the whole batch), or "grouped" (each adapter's rows gathered, two matmuls,
+# added back at their rows: two products per adapter). bench/lora_mixed.py times both: at
+# c=12 with 2 rank-8 adapters on the demo model's q and v, stacked kept 0.84 of the base's
+# tokens/s, grouped 0.79 (the per-op path alone, which adapted blocks take while an adapter
+# row is in the batch, 0.88). A linear with one adapter adds it grouped (mlx-lm's own sum when
+# every row is the adapter's).
+MODE = {"lora": "stacked"}
 
 # An adapter's matrices at one linear: (A [in, r], B [r, out], scale).
 Pair = tuple[mx.array, mx.array, float]
@@ -73,14 +81,18 @@ class _Adapters:
     def __init__(self) -> None:
         self.pairs: dict[str, Pair] = {}
         self.stacked: tuple[list[str], mx.array, mx.array, mx.array] | None = None
-        self._slots: tuple[tuple, mx.array] | None = None  # the rows' key, their slots
+        self._slots: tuple[tuple, tuple[mx.array, mx.array]] | None = None  # rows' key, slots
 
-    def slots(self, key: tuple[str | None, ...]) -> mx.array:
-        """Each row's slot in the stacked matrices (0: the base's zeros)."""
+    def slots(self, key: tuple[str | None, ...]) -> tuple[mx.array, mx.array]:
+        """Each row's slot in the stacked matrices (0: the base's zeros), and its adapter's
+        scale (rows, 1, 1), for the rows' adapters `key`; kept while the rows stay."""
         if self._slots is None or self._slots[0] != key:
-            index = {name: i + 1 for i, name in enumerate(self.stack()[0])}
+            names, _, _, scales = self.stack()
+            index = {name: i + 1 for i, name in enumerate(names)}
             slot = mx.array([index.get(n, 0) if n else 0 for n in key], dtype=mx.uint32)
-            self._slots = (key, slot)
+            scale = scales[slot].reshape(-1, 1, 1)
+            mx.eval(scale)
+            self._slots = (key, (slot, scale))
         return self._slots[1]
 
     def stack(self) -> tuple[list[str], mx.array, mx.array, mx.array]:
@@ -153,12 +165,10 @@ class AdaptedLinear(nn.Module):
         return y
 
     def _stacked(self, x: mx.array, y: mx.array) -> mx.array:
-        _, a, b, scales = self._adapters.stack()
-        slot = self._adapters.slots(self._rows.key)
-        rows = mx.arange(x.shape[0], dtype=mx.uint32)
-        z = mx.gather_mm(x, a, lhs_indices=rows, rhs_indices=slot)
-        z = mx.gather_mm(z, b, lhs_indices=rows, rhs_indices=slot)
-        return y + (scales[slot][:, None, None] * z).astype(x.dtype)
+        _, a, b, _ = self._adapters.stack()
+        slot, scale = self._adapters.slots(self._rows.key)
+        z = mx.gather_mm(mx.gather_mm(x, a, rhs_indices=slot), b, rhs_indices=slot)
+        return y + (scale * z).astype(x.dtype)
 
 
 class LoRASet:

@@ -16,7 +16,7 @@ import pytest
 from mlx_lm import load
 from mlx_lm.generate import generate_step
 
-from inference.engine import prefix_disk
+from inference.engine import lora, prefix_disk
 from inference.engine.batching import ModelRunner
 from inference.engine.config import EngineConfig
 from inference.engine.cpu import fused
@@ -174,7 +174,15 @@ def mixed(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     return pool, [pool.get(spec) for spec in specs]
 
 
-def test_rows_of_a_base_and_two_adapters_decode_in_one_batch(mixed):
+@pytest.fixture(params=["grouped", "stacked"])
+def lora_mode(request: pytest.FixtureRequest):
+    """Each way the adapted linears add their rows' terms (lora.MODE)."""
+    default, lora.MODE["lora"] = lora.MODE["lora"], request.param
+    yield request.param
+    lora.MODE["lora"] = default
+
+
+def test_rows_of_a_base_and_two_adapters_decode_in_one_batch(mixed, lora_mode):
     """Each row's greedy text in a batch mixing the base and two adapters, rows joining at
     different steps, is the text it gets alone; and they decode in one batch, one step."""
     _, models = mixed
