@@ -66,6 +66,14 @@ class EngineCollector(Collector):
         queued = GaugeMetricFamily(
             "inference_requests_queued", "Sequences waiting for prefill or a batch slot."
         )
+        # Of those, the batch-priority ones (the Batch API's lines, run below interactive work).
+        batch_running = GaugeMetricFamily(
+            "inference_batch_requests_running", "Batch-priority sequences being decoded now."
+        )
+        batch_queued = GaugeMetricFamily(
+            "inference_batch_requests_queued",
+            "Batch-priority sequences waiting for prefill or a batch slot.",
+        )
         loaded = GaugeMetricFamily("inference_models_loaded", "Models in the pool.")
         memory = GaugeMetricFamily(
             "inference_model_memory_bytes", "Weights in memory per model.", labels=["model"]
@@ -79,12 +87,15 @@ class EngineCollector(Collector):
         models = health.models if health else ()
         running.add_metric([], health.state.decoding if health else 0)
         queued.add_metric([], health.queued if health else 0)
+        batch_running.add_metric([], health.state.decoding_batch if health else 0)
+        batch_queued.add_metric([], health.queued_batch if health else 0)
         loaded.add_metric([], len(models))
         for model in models:
             memory.add_metric([model.id], model.bytes)
         evictions.add_metric([], health.evictions if health else 0)
         restarts.add_metric([], health.restarts if health else 0)
-        yield from (running, queued, loaded, memory, evictions, restarts)
+        yield from (running, queued, batch_running, batch_queued, loaded, memory)
+        yield from (evictions, restarts)
         yield from speculation_metrics(models)
         disk = health.state.prefix_disk if health else None
         if disk is not None:

@@ -11,8 +11,10 @@ from inference.engine.admission import Admission
 from inference.engine.config import EngineConfig
 from inference.engine.handle import overloaded
 from inference.engine.prefill import PrefillBatch
+from inference.engine.state import EngineHealth
 from inference.engine.types import BATCH, Delta, Done, GenerationJob, SamplingParams, Started
 from inference.engine.worker import Engine
+from inference.observability.metrics import EngineCollector
 from inference.serving.prompts import TextPrompt
 from tests.support.helpers import collect, prepared_job, wait_until
 
@@ -66,6 +68,13 @@ def batch_rows(engine: Engine) -> tuple[int, int]:
     return model.batch_active_sequences, model.batch_queued_sequences
 
 
+def gauges(engine: Engine) -> dict[str, float]:
+    """/metrics' engine gauges over this engine's snapshot."""
+    health = EngineHealth(engine.state, True, False, 0, None, queued=0, evictions=0)
+    families = EngineCollector(lambda: health).collect()
+    return {f.name: f.samples[0].value for f in families if len(f.samples) == 1}
+
+
 def test_an_interactive_request_starts_at_once_beside_a_full_batch_and_answers_as_alone(
     engine, long_spec
 ):
@@ -76,6 +85,7 @@ def test_an_interactive_request_starts_at_once_beside_a_full_batch_and_answers_a
     engine.submit(*work)
     # Alone, batch work takes half the slots; the rest of it waits.
     assert wait_until(lambda: batch_rows(engine) == (4, 2), 30)
+    assert gauges(engine)["inference_batch_requests_running"] == 4  # /metrics counts them apart
     assert isinstance(work[0].events.get(timeout=30), Started)
     assert isinstance(work[0].events.get(timeout=30), Delta)  # decoding
     chat = job(long_spec, " the river runs", 12)
