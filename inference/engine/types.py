@@ -233,6 +233,6 @@ class EmbeddingJob:
     truncate: bool = False  # cut longer inputs to the cap instead of failing the request
     cancelled: threading.Event = field(default_factory=threading.Event)
     owner: str = ""
-    priority: str = INTERACTIVE  # admission's queue only: its rows run in arrival order
+    priority: str = INTERACTIVE  # an interactive request's rows run before batch ones
     id: int = 0  # as GenerationJob's
     dropped: bool = False

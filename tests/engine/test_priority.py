@@ -12,7 +12,16 @@ from inference.engine.config import EngineConfig
 from inference.engine.handle import overloaded
 from inference.engine.prefill import PrefillBatch
 from inference.engine.state import EngineHealth
-from inference.engine.types import BATCH, Delta, Done, GenerationJob, SamplingParams, Started
+from inference.engine.types import (
+    BATCH,
+    Delta,
+    Done,
+    EmbeddingJob,
+    GenerationJob,
+    ModelSpec,
+    SamplingParams,
+    Started,
+)
 from inference.engine.worker import Engine
 from inference.observability.metrics import EngineCollector
 from inference.serving.prompts import TextPrompt
@@ -140,3 +149,17 @@ def test_batch_work_queues_apart_and_its_429_says_so():
     assert "batch-priority queue is full" in message and "retry in 3 s" in message
     with pytest.raises(ValueError, match="priority 'bulk'"):
         admission.try_admit(1, decoding=0, priority="bulk")
+
+
+def test_an_interactive_embedding_runs_before_batch_rows_waiting(engine, encoder_embedder_dir):
+    spec = ModelSpec("bert-priority", str(encoder_embedder_dir), purpose="embedding")
+    engine.call(lambda e: e.warm(spec)).result(timeout=60)
+    answers: queue.SimpleQueue = queue.SimpleQueue()
+    inputs = ["the quick brown fox jumps over the lazy dog"] * 40  # 5 rows a 64-token batch
+    bulk = EmbeddingJob(spec, inputs, lambda e: answers.put(("batch", e)), priority=BATCH)
+    chat = EmbeddingJob(spec, ["a question", "another"], lambda e: answers.put(("chat", e)))
+    engine.submit(bulk)
+    engine.submit(chat)
+    first, second = answers.get(timeout=60), answers.get(timeout=60)
+    assert [first[0], second[0]] == ["chat", "batch"]
+    assert len(second[1].vectors) == 40 and len(first[1].vectors) == 2

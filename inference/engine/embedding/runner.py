@@ -1,9 +1,11 @@
 """Embedding requests of one loaded model, run a bounded batch per engine step.
 
 Every input becomes a row; rows wait in the order their requests came (a request's own rows
-shortest first, so one batch pads little). A step runs at most one forward pass of at most
-`prefill_step` padded tokens, so chat models' decoding on the same engine thread never waits
-more than one such pass. A request is answered when its last row is done.
+shortest first, so one batch pads little), an interactive request's ahead of every
+batch-priority one's (engine/scheduling.py: batch work runs in what interactive work leaves).
+A step runs at most one forward pass of at most `prefill_step` padded tokens, so chat models'
+decoding on the same engine thread never waits more than one such pass. A request is answered
+when its last row is done.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from inference.engine.embedding.load import EmbeddingModel
 from inference.engine.embedding.pooling import l2_normalize, pool
 from inference.engine.embedding.tokens import EmbeddingTokenizer
 from inference.engine.pool import LoadedModel
-from inference.engine.types import Embedded, EmbeddingJob, EngineError, ErrorKind
+from inference.engine.types import BATCH, Embedded, EmbeddingJob, EngineError, ErrorKind
 
 RATE_WINDOW = 10.0  # seconds of steps behind tokens/s
 PAD_SLACK = 1.25  # padded tokens a batch may run per real token
@@ -92,7 +94,13 @@ class EmbeddingRunner:
         self._pending.append(pending)
         self.loaded.active += 1
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        self._rows.extend((pending, i) for i in order)
+        rows = [(pending, i) for i in order]
+        later = [row for row in self._rows if row[0].job.priority == BATCH]
+        if job.priority == BATCH or not later:
+            self._rows.extend(rows)
+        else:  # before the batch rows waiting: the batch step running now is not cut
+            sooner = [row for row in self._rows if row[0].job.priority != BATCH]
+            self._rows = deque([*sooner, *rows, *later])
 
     def _tokens(self, job: EmbeddingJob, index: int, item: str | tuple[int, ...]) -> list[int]:
         if isinstance(item, str):
