@@ -80,37 +80,27 @@ class _Adapters:
 
     def __init__(self) -> None:
         self.pairs: dict[str, Pair] = {}
-        self.stacked: tuple[list[str], mx.array, mx.array, mx.array] | None = None
-        self._slots: tuple[tuple, tuple[mx.array, mx.array]] | None = None  # rows' key, slots
+        self._stacked: tuple[tuple[str, ...], mx.array, mx.array] | None = None
 
-    def slots(self, key: tuple[str | None, ...]) -> tuple[mx.array, mx.array]:
-        """Each row's slot in the stacked matrices (0: the base's zeros), and its adapter's
-        scale (rows, 1, 1), for the rows' adapters `key`; kept while the rows stay."""
-        if self._slots is None or self._slots[0] != key:
-            names, _, _, scales = self.stack()
-            index = {name: i + 1 for i, name in enumerate(names)}
-            slot = mx.array([index.get(n, 0) if n else 0 for n in key], dtype=mx.uint32)
-            scale = scales[slot].reshape(-1, 1, 1)
-            mx.eval(scale)
-            self._slots = (key, (slot, scale))
-        return self._slots[1]
-
-    def stack(self) -> tuple[list[str], mx.array, mx.array, mx.array]:
-        """Every adapter's A and B stacked behind a zero slot (base rows), ranks padded with
-        zeros (which add exactly nothing), and their scales: for MODE "stacked"."""
-        if self.stacked is None:
-            names = list(self.pairs)
+    def stack(self, order: tuple[str, ...]) -> tuple[mx.array, mx.array]:
+        """A and B of the set's adapters in its `order` behind a zero slot (base rows),
+        zeros too for an adapter that leaves this linear alone, ranks padded with zeros
+        (which add exactly nothing): for MODE "stacked"."""
+        if self._stacked is None or self._stacked[0] != order:
             a0, b0, _ = next(iter(self.pairs.values()))
             rank = max(a.shape[1] for a, _, _ in self.pairs.values())
-            a_rows = [mx.zeros((a0.shape[0], rank), a0.dtype)]
-            b_rows = [mx.zeros((rank, b0.shape[1]), b0.dtype)]
-            for a, b, _ in self.pairs.values():
+            none = (
+                mx.zeros((a0.shape[0], rank), a0.dtype),
+                mx.zeros((rank, b0.shape[1]), b0.dtype),
+            )
+            a_rows, b_rows = [none[0]], [none[1]]
+            for name in order:
+                a, b, _ = self.pairs.get(name, (*none, 0.0))
                 a_rows.append(mx.pad(a, [(0, 0), (0, rank - a.shape[1])]))
                 b_rows.append(mx.pad(b, [(0, rank - b.shape[0]), (0, 0)]))
-            scales = mx.array([0.0] + [s for _, _, s in self.pairs.values()])
-            self.stacked = (names, mx.stack(a_rows), mx.stack(b_rows), scales)
-            mx.eval(self.stacked[1:])
-        return self.stacked
+            self._stacked = (order, mx.stack(a_rows), mx.stack(b_rows))
+            mx.eval(self._stacked[1:])
+        return self._stacked[1], self._stacked[2]
 
 
 class AdaptedLinear(nn.Module):
@@ -138,11 +128,9 @@ class AdaptedLinear(nn.Module):
 
     def add(self, name: str, pair: Pair) -> None:
         self._adapters.pairs[name] = pair
-        self._adapters.stacked = self._adapters._slots = None
 
     def remove(self, name: str) -> None:
         self._adapters.pairs.pop(name, None)
-        self._adapters.stacked = self._adapters._slots = None
 
     def __call__(self, x: mx.array) -> mx.array:
         y = self.linear(x)
@@ -150,7 +138,10 @@ class AdaptedLinear(nn.Module):
         if groups is None:
             return y
         if MODE["lora"] == "stacked" and len(self._adapters.pairs) > 1:
-            return self._stacked(x, y)
+            a, b = self._adapters.stack(self._rows.order)
+            slot, scale = self._rows.slots()
+            z = mx.gather_mm(mx.gather_mm(x, a, rhs_indices=slot), b, rhs_indices=slot)
+            return y + (scale * z).astype(x.dtype)
         pairs = self._adapters.pairs
         for name, rows in groups:
             pair = pairs.get(name)
@@ -164,12 +155,6 @@ class AdaptedLinear(nn.Module):
                 y = y.at[rows].add(z)
         return y
 
-    def _stacked(self, x: mx.array, y: mx.array) -> mx.array:
-        _, a, b, _ = self._adapters.stack()
-        slot, scale = self._adapters.slots(self._rows.key)
-        z = mx.gather_mm(mx.gather_mm(x, a, rhs_indices=slot), b, rhs_indices=slot)
-        return y + (scale * z).astype(x.dtype)
-
 
 class LoRASet:
     """The adapters attached to one base model, and which adapter each row of the forward
@@ -181,8 +166,12 @@ class LoRASet:
         self.current: list[Group] | None = None  # None: no adapter row in this forward
         self._linears: dict[str, AdaptedLinear] = {}
         self._adapters: dict[str, list[str]] = {}  # adapter -> the paths it adapts
-        self.key: tuple[str | None, ...] = ()  # each row's adapter, as last grouped
-        self._groups: list[Group] = []
+        self._scales: dict[str, float] = {}
+        self.order: tuple[str, ...] = ()  # the adapters, as the stacked matrices hold them
+        # By the rows' adapters (a forward's; prefill's and decode's alternate): their
+        # grouping, and lazily each row's slot and scale for the stacked matrices.
+        self._seen: dict[tuple[str | None, ...], list] = {}
+        self._now: list = [None, None]
 
     @property
     def names(self) -> list[str]:
@@ -214,8 +203,8 @@ class LoRASet:
             linear.add(name, pair)
         if wrapped:
             self.model.update_modules(_tree(wrapped))
-        self._adapters[name] = list(pairs)
-        self.key = ()
+        self._adapters[name], self._scales[name] = list(pairs), scale
+        self.order, self._seen = tuple(self._adapters), {}
         return sum(array.nbytes for array in weights.values())
 
     def detach(self, name: str) -> None:
@@ -230,7 +219,8 @@ class LoRASet:
                 unwrapped.append((path, linear.linear))
         if unwrapped:
             self.model.update_modules(_tree(unwrapped))
-        self.key, self.current = (), None
+        self._scales.pop(name, None)
+        self.order, self._seen, self.current = tuple(self._adapters), {}, None
 
     @contextmanager
     def rows(self, adapters: list[str | None]) -> Iterator[None]:
@@ -244,18 +234,33 @@ class LoRASet:
 
     def _grouped(self, adapters: list[str | None]) -> list[Group] | None:
         key = tuple(adapters)
-        if key != self.key:  # rows joined or left: grouped again, else the last grouping
+        seen = self._seen.get(key)
+        if seen is None:  # rows joined or left: grouped again
             groups: dict[str, list[int]] = {}
             for i, name in enumerate(key):
                 if name is not None:
                     groups.setdefault(name, []).append(i)
             whole = len(key)
-            self._groups = [
+            grouped = [
                 (name, None if len(rows) == whole else mx.array(rows, dtype=mx.uint32))
                 for name, rows in groups.items()
             ]
-            self.key = key
-        return self._groups or None
+            if len(self._seen) >= 8:
+                self._seen.clear()
+            seen = self._seen[key] = [key, grouped, None]
+        self._now = seen
+        return seen[1] or None
+
+    def slots(self) -> tuple[mx.array, mx.array]:
+        """Each row of this forward's slot in the stacked matrices (0: the base's zeros),
+        and its adapter's scale, shaped (rows, 1, 1): made once for all the linears."""
+        now = self._now
+        if now[2] is None:
+            index = {name: i + 1 for i, name in enumerate(self.order)}
+            slot = mx.array([index[n] if n else 0 for n in now[0]], dtype=mx.uint32)
+            scale = mx.array([self._scales[n] if n else 0.0 for n in now[0]])
+            now[2] = (slot, scale.reshape(-1, 1, 1))
+        return now[2]
 
 
 def _fits(linear: Any, a: mx.array, b: mx.array) -> bool:
