@@ -1,12 +1,13 @@
 """Decode at real widths, in-process: random-weight models of the shapes people run (weights'
 values do not change the cost), quantized 4-bit in groups of 32 as a Q4_K import stores them,
-with the CPU kernels swapped in as the engine swaps them. Per shape and matmul path (float, the
-direct integer path): every quantized product of one decode step streamed from memory, and
-greedy decoding through mlx-lm's own loop (graph building overlapped with evaluation), each
-beside the machine's copy bandwidth.
+with the CPU kernels swapped in as the engine swaps them. Per shape and weight layout (MLX's,
+and the kernels' x8 where the CPU has AVX-512 VNNI: eight columns interleaved), on the direct
+integer path: every quantized product of one decode step streamed from memory (at 1 row, and at
+--rows more, as a batch of streams), and greedy decoding through mlx-lm's own loop (graph
+building overlapped with evaluation), each beside the machine's copy bandwidth.
 
     .venv/bin/python bench/real_width.py [--shapes qwen3-1.7b,llama-3.2-1b] [--tokens 48]
-        [--rounds 3]
+        [--rounds 3] [--rows 8]
 
 Models are built once into var/bench/real-width/<shape>/ (about a minute and 1 GB each).
 Rounds alternate the paths, and each figure is the median over rounds: on a shared VM one run
@@ -40,6 +41,7 @@ from mlx_lm.utils import load_model, save_config, save_model  # noqa: E402
 
 from bench.kernels import copy_bandwidth  # noqa: E402
 from inference.engine import cpu  # noqa: E402
+from inference.engine.cpu import layers as cpu_layers  # noqa: E402
 
 SHAPES = {
     "qwen3-1.7b": (qwen3, dict(model_type="qwen3", hidden_size=2048, num_hidden_layers=28,
@@ -53,7 +55,7 @@ SHAPES = {
                                  vocab_size=128256, rope_theta=500000.0,
                                  tie_word_embeddings=True)),
 }  # fmt: skip
-PATHS = {"float": "never", "direct": "direct"}
+LAYOUTS = ("mlx", "x8")
 
 
 def built(name: str) -> Path:
@@ -72,16 +74,20 @@ def built(name: str) -> Path:
     return folder
 
 
-def products_seconds(model: nn.Module) -> tuple[float, int]:
-    """One decode step's quantized products (batch 1) in one evaluation, and their bytes."""
+def features(m: nn.Module) -> int:
+    per_element = 8 if m["weight"].dtype == mx.uint8 else 32  # the x8 layout's bytes
+    return m["weight"].shape[1] * per_element // m.bits
+
+
+def products_seconds(model: nn.Module, rows: int) -> tuple[float, int]:
+    """One decode step's quantized products (`rows` streams) in one evaluation, and their
+    bytes."""
     layers = [m for _, m in model.named_modules() if isinstance(m, cpu.QuantizedKernelLayer)]
-    inputs = {m["weight"].shape[1] * 32 // m.bits for m in layers}
-    x = {k: mx.random.normal((1, k)) for k in inputs}
+    x = {k: mx.random.normal((rows, k)) for k in {features(m) for m in layers}}
 
     def product(m: nn.Module) -> mx.array:
-        features = m["weight"].shape[1] * 32 // m.bits
         return ck.quantized_matmul(
-            x[features], m["weight"], m["scales"], m["biases"], m.group_size, m.bits
+            x[features(m)], m["weight"], m["scales"], m["biases"], m.group_size, m.bits
         )
 
     def step():
@@ -118,31 +124,44 @@ def as_imported(model: nn.Module) -> None:
     mx.eval(model.parameters())
 
 
-def measure(name: str, tokens: int, rounds: int, copy_gbs: float) -> None:
+def loaded(name: str, layout: str) -> nn.Module:
+    """The shape's model with the kernels swapped in, its linears in `layout` (x8: as the
+    engine lays them out where the CPU reads it; mlx: kept as MLX packs them)."""
     model, _ = load_model(built(name))
     as_imported(model)
-    swapped = cpu.accelerate(model)
-    total = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
-    print(f"\n{name}: {total / 2**20:.0f} MiB of weights; swapped {dict(swapped)}")
-    figures: dict[str, dict[str, list[float]]] = {p: {"products": [], "token": []} for p in PATHS}
+    chosen = cpu_layers.x8_weights
+    if layout == "mlx":
+        cpu_layers.x8_weights = lambda module: False
+    try:
+        cpu.accelerate(model)
+    finally:
+        cpu_layers.x8_weights = chosen
+    return model
+
+
+def measure(name: str, tokens: int, rounds: int, rows: int, copy_gbs: float) -> None:
+    layouts = LAYOUTS if ck.x8_isa() != "none" else LAYOUTS[:1]
+    models = {layout: loaded(name, layout) for layout in layouts}
+    total = sum(v.nbytes for _, v in tree_flatten(models["mlx"].parameters()))
+    print(f"\n{name}: {total / 2**20:.0f} MiB of weights")
+    figures: dict[str, dict[str, list[float]]] = {
+        layout: {"products": [], "batch": [], "token": []} for layout in layouts
+    }
     nbytes = 0
     for _ in range(rounds):
-        for path, mode in PATHS.items():
-            ck.use_int8(mode)
-            try:
-                seconds, nbytes = products_seconds(model)
-                figures[path]["products"].append(seconds)
-                figures[path]["token"].append(decode_seconds(model, tokens))
-            finally:
-                ck.use_int8("auto")
-    header = f"{'path':<8} {'products ms':>12} {'GB/s':>6} {'of copy':>8}"
-    print(f"{header} {'ms/token':>9} {'tok/s':>6}")
-    for path, got in figures.items():
+        for layout, model in models.items():
+            seconds, nbytes = products_seconds(model, 1)
+            figures[layout]["products"].append(seconds)
+            figures[layout]["batch"].append(products_seconds(model, rows)[0])
+            figures[layout]["token"].append(decode_seconds(model, tokens))
+    header = f"{'layout':<8} {'products ms':>12} {'GB/s':>6} {'of copy':>8}"
+    print(f"{header} {f'{rows} rows ms':>11} {'ms/token':>9} {'tok/s':>6}")
+    for layout, got in figures.items():
         products, token = statistics.median(got["products"]), statistics.median(got["token"])
         rate = nbytes / products / 1e9
         print(
-            f"{path:<8} {products * 1e3:12.1f} {rate:6.1f} {rate / copy_gbs:8.2f} "
-            f"{token * 1e3:9.1f} {1 / token:6.1f}"
+            f"{layout:<8} {products * 1e3:12.1f} {rate:6.1f} {rate / copy_gbs:8.2f} "
+            f"{statistics.median(got['batch']) * 1e3:11.1f} {token * 1e3:9.1f} {1 / token:6.1f}"
         )
 
 
@@ -151,6 +170,7 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rows", type=int, default=8)
     args = parser.parse_args()
     status = cpu.kernel_status()
     if not status.available:
@@ -158,7 +178,7 @@ def main() -> None:
     copy_gbs = copy_bandwidth()
     print(f"CPU kernels: {status.describe()}; copy bandwidth {copy_gbs:.1f} GB/s (read+write)")
     for name in args.shapes.split(","):
-        measure(name, args.tokens, args.rounds, copy_gbs)
+        measure(name, args.tokens, args.rounds, args.rows, copy_gbs)
 
 
 if __name__ == "__main__":

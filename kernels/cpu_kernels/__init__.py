@@ -24,6 +24,7 @@ from cpu_kernels._ext import (
     use_int8,
     use_int8_rows,
     use_isa,
+    x8_isa,
 )
 
 __all__ = [
@@ -50,4 +51,5 @@ __all__ = [
     "use_int8",
     "use_int8_rows",
     "use_isa",
+    "x8_isa",
 ]

@@ -210,6 +210,15 @@ NB_MODULE(_ext, m) {
       "avx512vnni, avx2 or none.");
 
   m.def(
+      "x8_isa",
+      [] {
+        const ck::DirectInt8* k = ck::x8_direct_for(ck::active_kernels());
+        return std::string(k ? k->isa : "none");
+      },
+      "The direct path over the x8 layout (uint8 weights, eight columns interleaved) under the "
+      "active instruction set: avx512vnni-x8, or none where products cannot take that layout.");
+
+  m.def(
       "panels_isa",
       [] {
         const ck::Panels* k = ck::panels_for(ck::active_kernels());

@@ -46,6 +46,10 @@ struct DirectInt8 {
 const DirectInt8* vnni_direct_int8();
 const DirectInt8* avx2_direct_int8();
 
+// The direct path over the x8 layout (Problem::x8, x8_vnni.cpp), nullptr where this CPU lacks
+// AVX-512 VNNI.
+const DirectInt8* vnni_direct_x8();
+
 // The direct path for Q6_K's weights (bits 6, k6.h, k6_vnni.cpp), nullptr where this CPU
 // lacks AVX-512 VNNI.
 const DirectInt8* vnni_k6();

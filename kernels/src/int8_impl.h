@@ -122,6 +122,15 @@ void unpack_column(const uint8_t* src, int K, int bits, uint8_t* row) {
   }
 }
 
+// Column n's packed bytes in MLX's order: where they lie, or for the x8 layout (qmm.h) its
+// 16-byte units gathered from the eight columns' blocks into `scratch` (row_bytes bytes).
+inline const uint8_t* column_bytes(const Problem& p, int n, size_t row_bytes, uint8_t* scratch) {
+  if (!p.x8) return p.w + size_t(n) * row_bytes;
+  const uint8_t* block = p.w + size_t(n / 8) * row_bytes * 8 + size_t(n % 8) * 16;
+  for (size_t u = 0; u < row_bytes / 16; u++) std::memcpy(scratch + 16 * u, block + 128 * u, 16);
+  return scratch;
+}
+
 // Weight tile t: each column's values as bytes, then four k at a time side by side; columns
 // past N are zero (scale and bias too), so they add nothing and are never stored.
 template <class T>
@@ -139,9 +148,9 @@ void pack_tile(const Problem& p, const Packed& P, int t, uint8_t* rows) {
       for (int g = 0; g < G; g++) wd[g * TN + c] = wb[g * TN + c] = 0.0f;
       continue;
     }
-    unpack_column<T::offset8>(p.w + size_t(n) * row_bytes, K, p.bits, row);
+    unpack_column<T::offset8>(column_bytes(p, n, row_bytes, rows + size_t(TN) * K), K, p.bits, row);
     for (int g = 0; g < G; g++) {
-      const size_t i = size_t(n) * G + g;
+      const size_t i = p.x8 ? (size_t(n / 8) * G + g) * 8 + n % 8 : size_t(n) * G + g;
       float s, b;
       if (p.bits == 6) {  // Q6_K: d * scales[g], and the codes' offset of 32 as the bias
         s = param(p, p.biases, size_t(n) * (K / 256) + g / 16) * float(static_cast<const int8_t*>(p.scales)[i]);
@@ -258,7 +267,7 @@ void tiles_all_rows(const Problem& p, const Packed& P, int t0) {
 template <class T, int BITS, int GROUP, int XB>
 void tile_range(const Problem& p, const Packed& P, int t0, int t1) {
   thread_local std::vector<uint8_t> rows;
-  rows.resize(size_t(TN) * p.K);
+  rows.resize(size_t(TN) * p.K + p.K);  // and a column's gathered bytes (column_bytes)
   int t = t0;
   for (; t + T::V <= t1; t += T::V) {
     for (int v = 0; v < T::V; v++) pack_tile<T>(p, P, t + v, rows.data());

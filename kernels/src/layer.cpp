@@ -81,8 +81,10 @@ void check_linear(const char* op, const Linear& l, int in_features, const char* 
     msg << "bits " << l.bits << " with group size " << l.group_size << " is not supported";
     refuse(op, msg.str());
   }
-  if (l.w.dtype() != mx::uint32 || l.w.ndim() != 2) refuse(op, msg.str() + "w must be 2-D uint32");
-  int K = l.w.shape(1) * 32 / l.bits;
+  if ((l.w.dtype() != mx::uint32 && !is_x8(l.w)) || l.w.ndim() != 2) refuse(op, msg.str() + "w must be 2-D uint32 (or uint8: the x8 layout)");
+  const std::string x8_why = x8_refusal(l.w, l.bits);
+  if (!x8_why.empty()) refuse(op, msg.str() + x8_why);
+  int K = cpu_kernels::in_features(l.w, l.bits);
   if (K != in_features) {
     msg << "takes " << K << " features, given " << in_features;
     refuse(op, msg.str());
@@ -114,9 +116,10 @@ Problem problem(const std::vector<mx::array>& in, size_t at, int group, int bits
       throw std::runtime_error("[cpu_kernels] weights must be contiguous");
     }
   }
-  const int K = in[at].shape(1) * 32 / bits;
+  const int K = in_features(in[at], bits);
   return Problem{x, in[at].data<uint8_t>(), in[at + 1].data<void>(), in[at + 2].data<void>(),
-                 params_type(in[at + 1], bits), out, M, in[at].shape(0), K, group, bits, x_bytes};
+                 params_type(in[at + 1], bits), out, M, in[at].shape(0), K, group, bits, x_bytes,
+                 is_x8(in[at])};
 }
 
 void product(const std::vector<mx::array>& in, size_t at, int group, int bits, int x_bytes,

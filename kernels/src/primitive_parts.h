@@ -36,6 +36,15 @@ std::string k6_refusal(const mx::array& w, const mx::array& scales, const mx::ar
 // scales are float16; otherwise the scales' dtype.
 ScaleType params_type(const mx::array& scales, int bits);
 
+// Weights in the x8 layout (qmm.h's Problem::x8) come as uint8 [N, K * bits / 8], MLX's as
+// uint32 [.., N, K * bits / 32].
+bool is_x8(const mx::array& w);
+// The in_features a weight array holds, by its layout.
+int in_features(const mx::array& w, int bits);
+// Why w cannot be x8 weights of `bits` (N a multiple of 8, 4 or 8 bits, one matrix, this CPU's
+// kernels), "" when it can or is not x8.
+std::string x8_refusal(const mx::array& w, int bits);
+
 // A float32 or float16 K/V array [B, H, S, D] as the attention kernels read it.
 KVSide plain_side(const mx::array& x, std::vector<uint8_t>& buffer);
 

@@ -122,6 +122,22 @@ std::string k6_refusal(const mx::array& w, const mx::array& scales, const mx::ar
   return "";
 }
 
+bool is_x8(const mx::array& w) {
+  return w.dtype() == mx::uint8;
+}
+
+int in_features(const mx::array& w, int bits) {
+  return w.shape(-1) * (is_x8(w) ? 8 : 32) / bits;
+}
+
+std::string x8_refusal(const mx::array& w, int bits) {
+  if (!is_x8(w)) return "";
+  if (w.ndim() != 2 || (bits != 4 && bits != 8)) return "uint8 weights (the x8 layout) must be one matrix of 4 or 8 bits";
+  if (w.shape(0) % 8 != 0) return "uint8 weights (the x8 layout) must have a multiple of 8 out_features";
+  if (x8_direct_for(active_kernels()) == nullptr) return "uint8 weights (the x8 layout) need the AVX-512 VNNI kernels, not in use here";
+  return "";
+}
+
 ScaleType params_type(const mx::array& scales, int bits) {
   return bits == 6 ? ScaleType::F16 : scale_type(scales.dtype());
 }
@@ -162,10 +178,12 @@ int check_weights(const char* op, const mx::array& w, const mx::array& scales,
         << " for one matrix)";
     refuse(op, msg.str());
   }
-  if (w.dtype() != mx::uint32 || w.ndim() != ndim) {
-    refuse(op, "w must be a " + std::to_string(ndim) + "-D uint32 array");
+  if ((w.dtype() != mx::uint32 && !(is_x8(w) && ndim == 2)) || w.ndim() != ndim) {
+    refuse(op, "w must be a " + std::to_string(ndim) + "-D uint32 array" + (ndim == 2 ? " (or uint8: the x8 layout)" : ""));
   }
-  const int K = w.shape(-1) * 32 / bits;
+  const std::string x8_why = x8_refusal(w, bits);
+  if (!x8_why.empty()) refuse(op, x8_why);
+  const int K = in_features(w, bits);
   if (bits == 6) {
     const std::string why = k6_refusal(w, scales, biases, K);
     if (!why.empty()) refuse(op, why);
@@ -222,7 +240,8 @@ mx::array quantized_matmul(
         K,
         group_size,
         bits,
-        x_bytes};
+        x_bytes,
+        is_x8(in[1])};
     if (p.M > 0 && p.N > 0) run_product(p, active_kernels());
   };
   return make(

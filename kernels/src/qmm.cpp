@@ -73,6 +73,15 @@ const DirectInt8* k6_direct_for(const Kernels& kernels) {
   return nullptr;
 }
 
+const DirectInt8* x8_direct_for(const Kernels& kernels) {
+#ifndef CPU_KERNELS_GENERIC_ONLY
+  if (std::string(kernels.isa) == "avx512") return vnni_direct_x8();
+#else
+  (void)kernels;
+#endif
+  return nullptr;
+}
+
 void prepare(const Problem& p, int lanes, float* xk) {
   if (p.bits != 4 || lanes == 1) {
     std::memcpy(xk, p.x, sizeof(float) * size_t(p.M) * p.K);
@@ -219,7 +228,7 @@ bool same_activations(const Problem* ps, int count, bool by_group) {
   for (int i = 1; i < count; i++) {
     const Problem& p = ps[i];
     if (p.x != ps[0].x || p.M != ps[0].M || p.K != ps[0].K || p.bits != ps[0].bits) return false;
-    if (p.x_bytes != ps[0].x_bytes) return false;
+    if (p.x_bytes != ps[0].x_bytes || p.x8 != ps[0].x8) return false;
     if (by_group && p.group != ps[0].group) return false;
   }
   return true;
@@ -233,13 +242,16 @@ void run_product(const Problem& p, const Kernels& kernels) {
 
 namespace {
 
-// Q6_K's weights: the direct path up to its row bound, the integer tiles past it (or as a
-// mode forces either); they have no float path.
-void run_k6(const Problem* ps, int count, const Kernels& kernels) {
-  const DirectInt8* direct = k6_direct_for(kernels);
+// Weights in a layout of their own (Q6_K's, or MLX's interleaved eight columns at a time):
+// the direct path up to its row bound, the integer tiles past it (or as a mode forces
+// either); they have no float path.
+void run_own_layout(const Problem* ps, int count, const Kernels& kernels) {
+  const bool k6 = ps[0].bits == 6;
+  const DirectInt8* direct = k6 ? k6_direct_for(kernels) : x8_direct_for(kernels);
   const Int8Kernels* tiles = int8_kernels_for(kernels);
   if (direct == nullptr || tiles == nullptr) {
-    throw std::runtime_error("[cpu_kernels] Q6_K weights need AVX-512 VNNI (this build or CPU has none)");
+    throw std::runtime_error(std::string("[cpu_kernels] ") + (k6 ? "Q6_K weights" : "weights in the x8 layout") +
+                             " need AVX-512 VNNI (this build or CPU has none)");
   }
   if (count > 1 && !same_activations(ps, count, true)) {  // other formats among them too
     for (int i = 0; i < count; i++) run_products(&ps[i], 1, kernels);
@@ -264,7 +276,7 @@ void run_k6(const Problem* ps, int count, const Kernels& kernels) {
 
 void run_products(const Problem* ps, int count, const Kernels& kernels) {
   if (count < 1) return;
-  if (ps[0].bits == 6) return run_k6(ps, count, kernels);
+  if (ps[0].bits == 6 || ps[0].x8) return run_own_layout(ps, count, kernels);
   // Few rows: the direct integer path where there is one; many: the float panels (AVX2) or
   // the integer tiles (VNNI); else floats.
   const DirectInt8* direct = direct_choice(ps[0], kernels);

