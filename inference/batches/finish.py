@@ -18,7 +18,7 @@ from django.utils import timezone
 from batches import storage
 from batches.models import Batch, BatchLine, StoredFile
 from inference.batches.lines import Outcome
-from inference.batches.validate import check_input
+from inference.batches.validate import Checked, check_input
 from inference.protocol.openai.batches import BatchOutputLine, LineError, LineResponse
 
 State = BatchLine.State
@@ -40,7 +40,12 @@ def validate(batch: Batch) -> bool:
     """The input file checked into the batch's lines (in_progress), or the batch failed with
     its errors; True when it may run."""
     now = timezone.now()
-    checked = check_input(batch.input_file_name, batch.endpoint, settings.BATCH_MAX_LINES)
+    try:
+        checked = check_input(batch.input_file_name, batch.endpoint, settings.BATCH_MAX_LINES)
+    except FileNotFoundError:  # deleted after the batch was made
+        message = f"The input file {batch.input_file_name} was deleted before it was read."
+        error = {"code": "file_not_found", "message": message, "param": "input_file_id"}
+        checked = Checked(errors=[error | {"line": None}])
     if checked.errors:
         Batch.objects.filter(pk=batch.pk, status=Status.VALIDATING).update(
             status=Status.FAILED, errors=checked.errors, failed_at=now

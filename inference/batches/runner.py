@@ -24,6 +24,7 @@ from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
+from apikeys.auth import Caller
 from batches.models import Batch, BatchLine
 from batches.retention import sweep_expired
 from inference.batches import finish
@@ -45,6 +46,13 @@ class BatchRunner(threading.Thread):
         self.loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._ready = threading.Event()
+        # Per key, its concurrency limit over all its batches together.
+        self._key_slots: dict[int | None, asyncio.Semaphore] = {}
+
+    def slots(self, caller: Caller) -> asyncio.Semaphore | None:
+        if caller.max_concurrent is None:
+            return None
+        return self._key_slots.setdefault(caller.key_id, asyncio.Semaphore(caller.max_concurrent))
 
     def run(self) -> None:
         asyncio.run(self._main())
@@ -110,15 +118,16 @@ async def drive(runner: BatchRunner, batch_id: str) -> None:
     running: set[asyncio.Task] = set()
     ending: str | None = None
     while True:
-        status = await Batch.objects.filter(pk=batch_id).values_list("status", flat=True).aget()
-        if status == Status.CANCELLING:
+        now = await Batch.objects.filter(pk=batch_id).values_list("status", "expires_at").aget()
+        if now[0] == Status.CANCELLING:
             ending = Status.CANCELLED
-        elif timezone.now() >= batch.expires_at:
+        elif timezone.now() >= now[1]:
             ending = Status.EXPIRED
         if ending or runner.quitting:
             break
         while queue and len(running) < width:
-            running.add(asyncio.create_task(execute(queue.pop(), batch.endpoint, caller)))
+            line = execute(queue.pop(), batch.endpoint, caller, runner.slots(caller))
+            running.add(asyncio.create_task(line))
         if not running:
             ending = Status.COMPLETED if not queue else None
             break
@@ -142,7 +151,17 @@ async def settle(running: set[asyncio.Task], cancel: bool) -> None:
         await asyncio.wait(running)
 
 
-async def execute(line: BatchLine, endpoint: str, caller) -> None:
+async def execute(
+    line: BatchLine, endpoint: str, caller: Caller, slots: asyncio.Semaphore | None
+) -> None:
+    if slots is None:
+        await run_and_record(line, endpoint, caller)
+        return
+    async with slots:
+        await run_and_record(line, endpoint, caller)
+
+
+async def run_and_record(line: BatchLine, endpoint: str, caller: Caller) -> None:
     await BatchLine.objects.filter(pk=line.pk).aupdate(attempts=F("attempts") + 1)
     while True:
         try:

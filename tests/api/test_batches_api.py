@@ -262,6 +262,24 @@ def test_a_cancelled_batch_ends_with_its_partial_output(alice):
         )
 
 
+def test_a_batch_past_its_window_ends_expired(server: LiveServer, alice):
+    made = alice.batches.create(
+        input_file_id=upload(alice, chat_lines(60)),
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
+    wait(alice, made.id, ("in_progress",))
+    with sqlite3.connect(server.env["DATABASE_URL"].removeprefix("sqlite:///")) as db:
+        db.execute(  # the 24 hours passed
+            "UPDATE batches_batch SET expires_at = '2000-01-01 00:00:00' WHERE id = ?", (made.id,)
+        )
+    batch = wait(alice, made.id, ("expired",))
+    assert batch.expired_at and batch.request_counts.completed < 60
+    not_run = output(alice, batch.error_file_id)
+    assert {row["error"]["code"] for row in not_run.values()} == {"batch_expired"}
+    assert len(not_run) + batch.request_counts.completed == 60
+
+
 def attempts(server: LiveServer, batch_id: str) -> dict[str, int]:
     database = server.env["DATABASE_URL"].removeprefix("sqlite:///")
     with sqlite3.connect(database) as db:
@@ -275,7 +293,7 @@ def test_a_batch_survives_a_restart_and_runs_no_line_twice(server: LiveServer, a
     """Last in the module: it stops the module's server and serves the same var/ and
     database again on a new port."""
     made = alice.batches.create(
-        input_file_id=upload(alice, chat_lines(80)),
+        input_file_id=upload(alice, chat_lines(40)),
         endpoint="/v1/chat/completions",
         completion_window="24h",
     )
@@ -287,7 +305,7 @@ def test_a_batch_survives_a_restart_and_runs_no_line_twice(server: LiveServer, a
     before = alice.batches  # the client of the stopped server
     stopped = attempts(server, made.id)
     done_before = sum(1 for n in stopped.values() if n)
-    assert 4 <= done_before < 80
+    assert 4 <= done_before < 40
     port = free_port()
     with (Path(server.env["VAR_DIR"]) / "restarted.log").open("w") as log:
         process = subprocess.Popen(
@@ -302,8 +320,8 @@ def test_a_batch_survives_a_restart_and_runs_no_line_twice(server: LiveServer, a
         again.wait_ready()
         client = again.openai(alice.api_key)
         batch = wait(client, made.id, ("completed",))
-        assert (batch.request_counts.completed, batch.request_counts.failed) == (80, 0)
-        assert sorted(output(client, batch.output_file_id)) == sorted(f"n{i}" for i in range(80))
+        assert (batch.request_counts.completed, batch.request_counts.failed) == (40, 0)
+        assert sorted(output(client, batch.output_file_id)) == sorted(f"n{i}" for i in range(40))
         assert set(attempts(again, made.id).values()) == {1}  # no line started twice
     finally:
         again.stop()
