@@ -106,6 +106,10 @@ class Batch(models.Model):
     expired_at = models.DateTimeField(null=True, blank=True)
     cancelling_at = models.DateTimeField(null=True, blank=True)
     cancelled_at = models.DateTimeField(null=True, blank=True)
+    # Which server process runs it, until when: instances on one database never run one batch
+    # together (a lease renewed while it runs, given back when it stops).
+    runner = models.CharField(max_length=128, blank=True)
+    leased_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

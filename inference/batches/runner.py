@@ -16,12 +16,16 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
+import secrets
+import socket
 import threading
 import time
+from datetime import timedelta
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from apikeys.auth import Caller
@@ -37,6 +41,8 @@ Status = Batch.Status
 SCAN_SECONDS = 2.0  # how often active batches are looked for without a wake-up
 CHECK_SECONDS = 0.5  # how often a running batch reads whether it was cancelled
 RETRY_SECONDS = 5.0  # the longest wait for a full engine queue before trying again
+LEASE_SECONDS = 15.0  # a batch's lease, renewed at every check while it runs
+INSTANCE = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
 class BatchRunner(threading.Thread):
@@ -103,7 +109,26 @@ async def active_batches() -> list[str]:
     return [pk async for pk in rows.values_list("pk", flat=True)]
 
 
+async def claim(batch_id: str) -> bool:
+    """This process's lease on the batch, taken or renewed; False while another holds it."""
+    now = timezone.now()
+    free = Q(runner="") | Q(runner=INSTANCE) | Q(leased_until__lt=now)
+    until = now + timedelta(seconds=LEASE_SECONDS)
+    return bool(
+        await Batch.objects.filter(free, pk=batch_id).aupdate(runner=INSTANCE, leased_until=until)
+    )
+
+
 async def drive(runner: BatchRunner, batch_id: str) -> None:
+    if not await claim(batch_id):
+        return  # another instance on this database runs it
+    try:
+        await run_batch(runner, batch_id)
+    finally:  # given back at once, so that a restarted server resumes it without waiting
+        await Batch.objects.filter(pk=batch_id, runner=INSTANCE).aupdate(runner="")
+
+
+async def run_batch(runner: BatchRunner, batch_id: str) -> None:
     batch = await Batch.objects.select_related("api_key").aget(pk=batch_id)
     if batch.status == Status.VALIDATING and not await sync_to_async(finish.validate)(batch):
         return
@@ -123,7 +148,7 @@ async def drive(runner: BatchRunner, batch_id: str) -> None:
             ending = Status.CANCELLED
         elif timezone.now() >= now[1]:
             ending = Status.EXPIRED
-        if ending or runner.quitting:
+        if ending or runner.quitting or not await claim(batch_id):
             break
         while queue and len(running) < width:
             line = execute(queue.pop(), batch.endpoint, caller, runner.slots(caller))
