@@ -24,7 +24,7 @@ from inference.engine.pool import LoadedModel
 from inference.engine.prefill import PrefillBatch
 from inference.engine.prefixes import PrefixCache
 from inference.engine.runner_prefixes import PrefixKeeper
-from inference.engine.scheduling import BatchLimits, PrefillPacer, admit, to_set_aside, weight
+from inference.engine.scheduling import BatchLimits, PrefillPacer, admit, to_set_aside, used
 from inference.engine.sequence import Sequence
 from inference.engine.speculative import SpeculationStats
 from inference.engine.token_rate import TokenRate
@@ -160,7 +160,7 @@ class ModelRunner:
             return
         self._make_room()
         running = self._prefill.rows + self._decode.rows
-        free = self.config.max_batch - sum(weight(s) for s in running)
+        free = self.config.max_batch - used(running, self._limits)
         chosen = admit(self._waiting, running, max(0, free), self._limits, self._prefill.rows)
         for sequence in chosen:
             self._waiting.remove(sequence)

@@ -98,6 +98,17 @@ class BatchLimits:
         return self.beside if interactive else self.alone
 
 
+def used(running: list[Sequence], limits: BatchLimits | None = None) -> int:
+    """Slots `running` holds, its batch work counted at most `limits.alone`: a batch sequence
+    larger than its share takes all of that share (as one larger than the batch takes the
+    batch), never the slots kept for interactive work."""
+    interactive, batch = split(running)
+    held_b = sum(weight(s) for s in batch)
+    if limits is not None:
+        held_b = min(held_b, limits.alone)
+    return sum(weight(s) for s in interactive) + held_b
+
+
 def split(sequences: list[Sequence]) -> tuple[list[Sequence], list[Sequence]]:
     """(interactive, batch), each in its order."""
     return [s for s in sequences if not is_batch(s)], [s for s in sequences if is_batch(s)]
@@ -195,8 +206,7 @@ def to_set_aside(
         if batch:
             return batch[-1]
     running_i, running_b = split(running)
-    batch_held = sum(weight(s) for s in running_b)
-    classes = [(waiting_i, running_i, capacity - batch_held, False)]
+    classes = [(waiting_i, running_i, capacity - used(running_b, limits), False)]
     if not waiting_i:
         cap = capacity if limits is None else limits.cap(bool(running_i))
         classes.append((waiting_b, running_b, cap, True))

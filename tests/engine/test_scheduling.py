@@ -21,6 +21,7 @@ from inference.engine.scheduling import (
     preemptible,
     starved,
     to_set_aside,
+    used,
 )
 from inference.engine.types import (
     BATCH,
@@ -242,6 +243,14 @@ def test_batch_work_holds_a_few_slots_beside_interactive_work_and_a_share_alone(
     running = [seq("k", "chat"), batch("old")]
     assert len(admit(waiting, running, free=30, limits=LIMITS)) == 3  # 4 beside, 1 held
     assert admit(waiting, [*running, *waiting[:5]], free=25, limits=LIMITS) == []
+
+
+def test_a_batch_sequence_larger_than_its_share_leaves_the_interactive_slots_free():
+    huge = batch("long", prompt_tokens=20_000)  # 40 slots by its weight
+    assert admit([huge], [], free=32, limits=LIMITS) == [huge]  # it takes batch work's share
+    assert used([huge], LIMITS) == 24
+    chats = [seq("k", f"chat{i}") for i in range(10)]
+    assert len(admit(chats, [huge], free=32 - used([huge], LIMITS), limits=LIMITS)) == 8
 
 
 def test_no_batch_prompt_starts_while_an_interactive_prompt_is_being_read():
