@@ -16,6 +16,8 @@ no key). Phases, each `--seconds` of `--clients` greedy chat streams in a closed
   closed-loop clients as the batch runner runs lines, BATCH_CONCURRENCY), which is what the
   batch would cost the streams without its priority.
 Prints each phase as it comes, then the ratios of the batch phase to the mean of the two alone.
+The server takes the shell's environment: ENGINE_BATCH_SLOTS=0, 1, 2... (batch rows beside
+interactive ones) and BATCH_CONCURRENCY (lines a batch runs at once) are what to vary.
 Loopback only; every wait is bounded.
 """
 
