@@ -10,7 +10,6 @@ from django.db.models import Model, Q, QuerySet
 
 from apikeys.auth import Caller, anonymous
 from apikeys.models import ApiKey
-from inference.protocol.errors import APIError
 
 
 def owned(queryset: QuerySet, caller: Caller) -> QuerySet:
@@ -24,10 +23,6 @@ def epoch(moment: datetime | None) -> int | None:
 
 def rfc3339(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat().replace("+00:00", "Z")
-
-
-def not_found(what: str, ident: str, param: str | None = None) -> APIError:
-    return APIError(f"No such {what}: '{ident}'.", status=404, param=param, code=None)
 
 
 async def page(

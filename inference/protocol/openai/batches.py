@@ -8,7 +8,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from inference.protocol.openai.common import JSONObject
 from inference.protocol.wire import RequestModel
 
 BatchEndpoint = Literal[
@@ -78,15 +77,6 @@ class BatchesQuery(BaseModel):
     after: str = ""
 
     model_config = {"extra": "ignore"}
-
-
-class BatchInputLine(BaseModel):
-    """One line of a batch's input file, as checked before the batch runs."""
-
-    custom_id: str = Field(min_length=1, max_length=512)
-    method: str
-    url: str
-    body: JSONObject
 
 
 class LineResponse(BaseModel):
