@@ -84,7 +84,7 @@ async def upload(caller: Caller, form: FileUpload) -> FileObject:
             code="file_storage_quota_exceeded",
         )
     expires_in = form.expires_after.seconds if form.expires_after else None
-    name = form.file.name or "upload"
+    name = (form.file.name or "").replace("\x00", "") or "upload"  # PostgreSQL: no NUL in text
     row = await store(caller, purpose, name, form.file.chunks(), expires_in, limit=cap)
     return file_object(row)
 

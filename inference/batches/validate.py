@@ -41,8 +41,9 @@ def check_line(raw: bytes, number: int, endpoint: str) -> tuple[str, dict] | dic
                 name,
             )
     custom_id, body = data["custom_id"], data["body"]
-    if not isinstance(custom_id, str) or not custom_id or len(custom_id) > 512:
-        message = "The custom_id must be a string of 1 to 512 characters."
+    # NUL: PostgreSQL's text refuses it.
+    if not isinstance(custom_id, str) or not 0 < len(custom_id) <= 512 or "\x00" in custom_id:
+        message = "The custom_id must be a string of 1 to 512 characters (no NUL)."
         return _error("invalid_custom_id", message, number, "custom_id")
     if data["method"] != "POST":
         message = "The HTTP method for this request is not supported. Only POST is supported."
