@@ -197,7 +197,7 @@ ENGINE_PREFILL_STEP = env.int("ENGINE_PREFILL_STEP", default=2048)
 # decode step a little); it waits in a queue of its own, MAX_QUEUED_BATCH_REQUESTS sequences,
 # past which a line gets a 429 with Retry-After (interactive requests are never refused for it).
 ENGINE_BATCH_SHARE = env.float("ENGINE_BATCH_SHARE", default=0.75)
-ENGINE_BATCH_SLOTS = env.int("ENGINE_BATCH_SLOTS", default=2)
+ENGINE_BATCH_SLOTS = env.int("ENGINE_BATCH_SLOTS", default=1)
 MAX_QUEUED_BATCH_REQUESTS = env.int("MAX_QUEUED_BATCH_REQUESTS", default=64)
 if not 0 < ENGINE_BATCH_SHARE <= 1:
     raise ImproperlyConfigured("ENGINE_BATCH_SHARE is a share of the batch: above 0, at most 1")

@@ -138,6 +138,7 @@ class ModelRunner:
     def step(self) -> list[tuple[Sequence, list[Event]]]:
         """Admits, reads a paced share of waiting prompts, decodes one token per stream."""
         self._settle()
+        self._limits.tick(self.sequences)
         self._admit()
         waited = 0.0
         if self._prefill.rows:

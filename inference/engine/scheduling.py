@@ -20,15 +20,16 @@ interactive work leaves. Admission serves interactive sequences first, by the fa
 above among themselves; batch sequences get free slots only when no interactive sequence
 waits, by fair shares among batch work, and within a cap (BatchLimits): `alone`, a share of
 the batch while no interactive work is in the runner (the rest stays free, so an interactive
-request starts at once), and `beside`, a few slots while interactive work runs or waits (a
-decode step's time grows with its rows: interactive streams keep their cadence; on one core,
-SmolLM2-135M with 4 streams, 1-2 batch rows more were within the noise of the step time and 4
-made it ~1.7x, hence 2 by default, ENGINE_BATCH_SLOTS). Decoding rows
-are never interrupted, so batch rows over the cap leave as they end. While an interactive
-sequence waits or its prompt is being read, every batch prompt being read is set aside (its
-cache kept) and none is admitted: interactive prompts get the reading. Beside interactive
-streams, batch prompts read only BATCH_PREFILL_SHARE of a step; an interactive prompt beside
-batch rows alone reads at the idle pace (batch rows' cadence is not kept).
+request starts at once; regained step by step once interactive work has gone), and `beside`,
+a few slots while interactive work runs or waits. A decode step's time grows with its rows:
+on one shared core, SmolLM2-135M, 4 closed-loop streams lost about a fifth of their tokens/s
+per batch row beside them (bench/batch_priority.py, noisy), hence 1 by default
+(ENGINE_BATCH_SLOTS; 0 leaves batch work only the lulls). Decoding rows are never
+interrupted, so batch rows over the cap leave as they end. While an interactive sequence
+waits or its prompt is being read, every batch prompt being read is set aside (its cache
+kept) and none is admitted: interactive prompts get the reading. Beside interactive streams,
+batch prompts read only BATCH_PREFILL_SHARE of a step; an interactive prompt beside batch rows
+alone reads at the idle pace (batch rows' cadence is not kept).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ UNIT = 512  # prompt tokens per batch slot (see weight)
 # The share of a step batch prompts may read beside interactive streams (prefill_share is
 # theirs among themselves): 0.1 makes such a step at most ~11% longer, MIN_CHUNK tokens aside.
 BATCH_PREFILL_SHARE = 0.1
+RAMP_STEPS = 4  # steps without interactive work per slot more for batch work (BatchLimits)
 
 
 def owner_of(sequence: Sequence) -> str:
@@ -81,13 +83,18 @@ def held(sequences: list[Sequence], by=group_of) -> Counter:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass
 class BatchLimits:
-    """Slots batch-priority work may hold in a runner (reading or decoding): `alone` while no
-    interactive sequence is there, `beside` while one runs or waits."""
+    """Slots batch-priority work may hold in a runner (reading or decoding): `beside` while an
+    interactive sequence runs or waits; once none has for a while, one more slot every
+    RAMP_STEPS steps up to `alone`. Decoding rows are never interrupted, so a batch that
+    filled its share in a moment's gap between interactive requests (a client's next turn,
+    a closed loop's streams ending together) would slow the next ones for as long as its rows
+    last; counted in steps, not seconds, so every rank of a group decides alike."""
 
     alone: int
     beside: int
+    quiet: int | None = None  # steps since interactive work was last here (None: never)
 
     @classmethod
     def of(cls, max_batch: int, share: float, beside: int) -> BatchLimits:
@@ -95,7 +102,18 @@ class BatchLimits:
         return cls(alone, min(beside, alone))
 
     def cap(self, interactive: bool) -> int:
-        return self.beside if interactive else self.alone
+        if interactive:
+            return self.beside
+        if self.quiet is None:
+            return self.alone
+        return min(self.alone, self.beside + self.quiet // RAMP_STEPS)
+
+    def tick(self, sequences: list[Sequence]) -> None:
+        """Once a step, with the runner's sequences (waiting, reading, decoding)."""
+        if any(not is_batch(s) for s in sequences):
+            self.quiet = 0
+        elif self.quiet is not None:
+            self.quiet += 1
 
 
 def used(running: list[Sequence], limits: BatchLimits | None = None) -> int:

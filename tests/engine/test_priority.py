@@ -98,6 +98,7 @@ def test_an_interactive_request_starts_at_once_beside_a_full_batch_and_answers_a
     assert isinstance(work[0].events.get(timeout=30), Started)
     assert isinstance(work[0].events.get(timeout=30), Delta)  # decoding
     chat = job(long_spec, " the river runs", 12)
+    drain(work)
     engine.submit(chat)
     assert isinstance(chat.events.get(timeout=30), Started)
     assert isinstance(first := chat.events.get(timeout=30), Delta)

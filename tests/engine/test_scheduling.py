@@ -253,6 +253,19 @@ def test_a_batch_sequence_larger_than_its_share_leaves_the_interactive_slots_fre
     assert len(admit(chats, [huge], free=32 - used([huge], LIMITS), limits=LIMITS)) == 8
 
 
+def test_after_interactive_work_batch_work_regains_its_share_step_by_step():
+    limits = BatchLimits(alone=24, beside=2)
+    assert limits.cap(interactive=False) == 24  # interactive work never came
+    limits.tick([seq("k", "chat"), batch("b0")])
+    assert limits.cap(interactive=False) == 2  # it just left: a gap between its requests
+    for _ in range(8):
+        limits.tick([batch("b0")])
+    assert limits.cap(interactive=False) == 4
+    for _ in range(200):
+        limits.tick([batch("b0")])
+    assert limits.cap(interactive=False) == 24 and limits.cap(interactive=True) == 2
+
+
 def test_no_batch_prompt_starts_while_an_interactive_prompt_is_being_read():
     reading = [seq("k", "chat", prompt_tokens=400)]
     assert admit([batch("b0")], reading, free=20, limits=LIMITS, reading=reading) == []
