@@ -154,12 +154,17 @@ async def run_batch(runner: BatchRunner, batch_id: str) -> None:
             line = execute(queue.pop(), batch.endpoint, caller, runner.slots(caller))
             running.add(asyncio.create_task(line))
         if not running:
-            ending = Status.COMPLETED if not queue else None
+            # A line whose outcome could not be stored is still pending: the next scan runs it.
+            ending = Status.COMPLETED if not await pending.aexists() else None
             break
         done, running = await asyncio.wait(
             running, timeout=CHECK_SECONDS, return_when=asyncio.FIRST_COMPLETED
         )
-        if any(isinstance(task.exception(), Interrupted) for task in done):
+        failures = [task.exception() for task in done if task.exception() is not None]
+        for failure in failures:
+            if not isinstance(failure, Interrupted):
+                log.error("batch %s: a line failed", batch_id, exc_info=failure)
+        if any(isinstance(failure, Interrupted) for failure in failures):
             break  # the engine is going away: the lines left wait for the next start
     await settle(running, cancel=ending is not None)
     if ending is not None:
