@@ -27,7 +27,7 @@ class EngineConfig:
     # interactive work is there, the slots it may hold beside interactive work, and its own
     # queue's cap (admission.py).
     batch_share: float = 0.75
-    batch_beside: int = 1
+    batch_beside: int = 0
     max_queued_batch: int = 64
     # Unpinned models unused this many seconds are unloaded (0: never).
     idle_ttl: float = 0.0
