@@ -22,9 +22,9 @@ waits, by fair shares among batch work, and within a cap (BatchLimits): `alone`,
 the batch while no interactive work is in the runner (the rest stays free, so an interactive
 request starts at once; regained step by step once interactive work has gone), and `beside`,
 a few slots while interactive work runs or waits. A decode step's time grows with its rows:
-on one shared core, SmolLM2-135M, 4 closed-loop streams lost about a fifth of their tokens/s
-per batch row beside them (bench/batch_priority.py, noisy), hence 1 by default
-(ENGINE_BATCH_SLOTS; 0 leaves batch work only the lulls). Decoding rows are never
+4 closed-loop streams of SmolLM2-135M on 2 quiet cores (bench/batch_priority.py) kept x0.93
+of their tokens/s beside a batch with no slot beside them (the batch ran in the lulls), x0.71
+with one; hence 0 by default (ENGINE_BATCH_SLOTS). Decoding rows are never
 interrupted, so batch rows over the cap leave as they end. While an interactive sequence
 waits or its prompt is being read, every batch prompt being read is set aside (its cache
 kept) and none is admitted: interactive prompts get the reading. Beside interactive streams,
