@@ -108,6 +108,9 @@ NB_MODULE(_ext, m) {
         "Each row of x [rows, K] times its expert's weights of w [E, N, K * bits / 32], as "
         "mx.gather_qmm(transpose=True) over rows, in float32; x_bytes as quantized_matmul's.");
 
+  m.def("interleave8", &ck::interleave8, "a"_a, "unit"_a, nb::kw_only(), "stream"_a = nb::none(),
+        "a [..., N, B] with each block of eight rows interleaved in units of `unit` bytes (the "
+        "x8 layout's weights: unit 16; its scales and biases: their item size).");
   m.def("rms_norm", &ck::rms_norm, "x"_a, "weight"_a, "eps"_a, nb::kw_only(),
         "stream"_a = nb::none(), "mx.fast.rms_norm in float32, one pass per row.");
 

@@ -16,6 +16,7 @@
 #include "qmm.h"
 #include "recurrence.h"
 #include "sampling.h"
+#include "threads.h"
 
 namespace cpu_kernels {
 
@@ -338,6 +339,34 @@ mx::array gather_quantized_matmul(
       {float(group_size), float(bits), float(x_bytes)},
       run,
       {f32(x, stream), index, w, scales, biases});
+}
+
+mx::array interleave8(const mx::array& a, int unit, mx::StreamOrDevice s) {
+  const char* op = "interleave8";
+  if (a.ndim() < 2 || a.shape(-2) % 8 != 0) refuse(op, "a must be [..., N, B] with N a multiple of 8");
+  const size_t row = size_t(a.shape(-1)) * a.itemsize();
+  if (unit < 1 || row % size_t(unit) != 0) refuse(op, "a row's bytes must be a multiple of unit");
+  auto stream = cpu_stream(op, s);
+  auto run = [unit](const std::vector<mx::array>& in, mx::array& out) {
+    require_dense_weights(in, 0, "interleave8");
+    const uint8_t* src = in[0].data<uint8_t>();
+    uint8_t* dst = out.data<uint8_t>();
+    const size_t bytes = size_t(in[0].shape(-1)) * in[0].itemsize(), units = bytes / unit;
+    const size_t blocks = in[0].size() / in[0].shape(-1) / 8;
+    // A load's one pass over every weight, on every core: MLX's strided copy took 0.7 s for a
+    // 1.7B model's 1 GB.
+    split(blocks, 8 * bytes, 1, [&](size_t b0, size_t b1) {
+      for (size_t b = b0; b < b1; b++) {
+        for (int r = 0; r < 8; r++) {
+          const uint8_t* from = src + (b * 8 + r) * bytes;
+          uint8_t* to = dst + b * 8 * bytes + size_t(r) * unit;
+          for (size_t u = 0; u < units; u++) std::memcpy(to + u * 8 * unit, from + u * unit, unit);
+        }
+      }
+    });
+  };
+  return make(a.shape(), stream, "CpuInterleave8", {float(unit)}, run, {mx::contiguous(a, false, stream)},
+              a.dtype());
 }
 
 mx::array rms_norm(const mx::array& x, const mx::array& weight, float eps, mx::StreamOrDevice s) {

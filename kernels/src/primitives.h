@@ -42,6 +42,11 @@ mx::array gather_quantized_matmul(
     int x_bytes = 2,
     mx::StreamOrDevice s = {});
 
+// a [..., N, B] (any dtype, N a multiple of 8) with each block of eight rows interleaved in
+// units of `unit` bytes: a block holds unit 0 of its eight rows side by side, then unit 1...
+// (the x8 layout's weights with unit 16, its scales and biases with their item size).
+mx::array interleave8(const mx::array& a, int unit, mx::StreamOrDevice s = {});
+
 // As mx.fast.rms_norm(x, weight, eps).
 mx::array rms_norm(const mx::array& x, const mx::array& weight, float eps, mx::StreamOrDevice s = {});
 
