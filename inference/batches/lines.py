@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from apikeys.auth import Caller
 from inference.edge.body import validation_error
 from inference.edge.dialects import ANTHROPIC, OPENAI, RESPONSES, Dialect
+from inference.engine.types import BATCH
 from inference.protocol.anthropic.requests import MessagesRequest
 from inference.protocol.errors import APIError, server_error
 from inference.protocol.openai.chat import ChatCompletionRequest
@@ -28,13 +29,8 @@ from inference.serving.openai.embeddings import answer_embeddings
 from inference.serving.pipeline import answer
 
 log = logging.getLogger(__name__)
-BATCH_PRIORITY = "batch"
 # The engine's codes (serving/errors.py) that say nothing of the line itself.
-INTERRUPTIONS = (
-    "shutting_down",
-    "engine_restarted",
-    "engine_unavailable",
-)  # RequestContext.priority: the engine runs it below interactive work
+INTERRUPTIONS = ("shutting_down", "engine_restarted", "engine_unavailable")
 
 
 class Retry(Exception):
@@ -100,8 +96,7 @@ def parse(route: Route, body: dict) -> BaseModel:
 
 async def run_line(url: str, body: dict, caller: Caller) -> Outcome:
     route = ROUTES[url]
-    ctx = RequestContext(url, caller=caller)
-    ctx.priority = BATCH_PRIORITY  # type: ignore[attr-defined]  # set whether or not declared
+    ctx = RequestContext(url, caller=caller, priority=BATCH)  # below interactive work
     try:
         result = await route.serve(parse(route, body), ctx)
         return Outcome(200, result.model_dump(mode="json"), ctx.id)
