@@ -31,6 +31,7 @@ import mlx.core as mx  # noqa: E402
 
 from bench.profile import load_demo  # noqa: E402
 from inference.engine import cpu  # noqa: E402
+from inference.engine.cpu import layers as cpu_layers  # noqa: E402
 from inference.engine.kv import Float16BatchKVCache  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,7 +95,8 @@ def main() -> None:
     if args.isa and not cpu_kernels.use_isa(args.isa):
         raise SystemExit(f"this CPU lacks {args.isa}")
     batches = [int(b) for b in args.batch.split(",")]
-    with tempfile.TemporaryDirectory(prefix="int8-") as workdir:
+    # MLX's layout: the float path reads only it (the x8 layout's paths: bench/real_width.py).
+    with tempfile.TemporaryDirectory(prefix="int8-") as workdir, cpu_layers.mlx_layout():
         loaded = load_demo(args.gguf, Path(workdir))
     model = loaded.model
     print(f"integer path: {cpu_kernels.int8_isa()}; kernels {cpu.kernel_status().describe()}")

@@ -47,6 +47,7 @@ from mlx_lm.models.cache import KVCache  # noqa: E402
 
 from inference.conversion.gguf import convert_gguf  # noqa: E402
 from inference.engine import cpu  # noqa: E402
+from inference.engine.cpu import layers as cpu_layers  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = "576x1536,1536x576,576x576,576x192"  # SmolLM2-135M's layers, in x out features
@@ -153,13 +154,13 @@ def model_sweep(gguf: Path, copy_gbs: float) -> None:
     weight_bytes = sum(m[k].nbytes for m in layers for k in ("weight", "scales", "biases"))
     inputs = {}
     for layer in layers:
-        features = layer["weight"].shape[1] * 32 // layer.bits
+        features = cpu_layers.in_features(layer)
         inputs.setdefault(features, mx.random.normal((1, features)))
 
     def step():
         return [
             cpu_kernels.quantized_matmul(
-                inputs[m["weight"].shape[1] * 32 // m.bits],
+                inputs[cpu_layers.in_features(m)],
                 m["weight"],
                 m["scales"],
                 m["biases"],

@@ -74,20 +74,20 @@ def built(name: str) -> Path:
     return folder
 
 
-def features(m: nn.Module) -> int:
-    per_element = 8 if m["weight"].dtype == mx.uint8 else 32  # the x8 layout's bytes
-    return m["weight"].shape[1] * per_element // m.bits
-
-
 def products_seconds(model: nn.Module, rows: int) -> tuple[float, int]:
     """One decode step's quantized products (`rows` streams) in one evaluation, and their
     bytes."""
     layers = [m for _, m in model.named_modules() if isinstance(m, cpu.QuantizedKernelLayer)]
-    x = {k: mx.random.normal((rows, k)) for k in {features(m) for m in layers}}
+    x = {k: mx.random.normal((rows, k)) for k in {cpu_layers.in_features(m) for m in layers}}
 
     def product(m: nn.Module) -> mx.array:
         return ck.quantized_matmul(
-            x[features(m)], m["weight"], m["scales"], m["biases"], m.group_size, m.bits
+            x[cpu_layers.in_features(m)],
+            m["weight"],
+            m["scales"],
+            m["biases"],
+            m.group_size,
+            m.bits,
         )
 
     def step():
@@ -129,13 +129,11 @@ def loaded(name: str, layout: str) -> nn.Module:
     engine lays them out where the CPU reads it; mlx: kept as MLX packs them)."""
     model, _ = load_model(built(name))
     as_imported(model)
-    chosen = cpu_layers.x8_weights
     if layout == "mlx":
-        cpu_layers.x8_weights = lambda module: False
-    try:
+        with cpu_layers.mlx_layout():
+            cpu.accelerate(model)
+    else:
         cpu.accelerate(model)
-    finally:
-        cpu_layers.x8_weights = chosen
     return model
 
 

@@ -68,7 +68,7 @@ def float32_bytes(model: nn.Module) -> int:
         if module is None:
             total += array.size
         elif leaf == "weight":
-            total += array.size * 32 // module.bits
+            total += array.nbytes * 8 // module.bits  # values, in either layout (MLX's, x8)
         elif leaf not in ("scales", "biases"):
             total += array.size
     return total * 4

@@ -91,3 +91,13 @@ def test_x8_weights_are_never_read_as_mlx_s():
     finally:
         if forced:
             ext.use_isa("avx512")
+
+
+def test_mlx_layout_keeps_mlx_s_and_in_features_reads_either():
+    source = nn.QuantizedLinear(256, 64, bias=False, group_size=32, bits=4)
+    with layers.mlx_layout():
+        kept = layers.KernelLinear(source)
+    assert kept["weight"].dtype == mx.uint32
+    made = layers.KernelLinear(source)  # the layout is back to the CPU's choice after
+    assert (made["weight"].dtype == mx.uint8) == X8_HERE
+    assert layers.in_features(kept) == layers.in_features(made) == 256

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -44,13 +46,26 @@ def supports_quantized(module: nn.Module) -> bool:
 # 2048x6144 4-bit g32 products from memory, paired in one run: 1 row 0.33-0.43 ms against
 # 0.35-0.48 for MLX's layout; 2 / 4 / 8 rows 0.39 / 0.56 / 1.01 ms against 0.47 / 0.78 / 1.44.
 X8 = 8
+_LAYOUT = {"x8": True}  # mlx_layout() turns it off
+
+
+@contextmanager
+def mlx_layout() -> Iterator[None]:
+    """Layers made inside keep MLX's layout: benchmarks comparing the layouts, or the float
+    path, which reads only MLX's."""
+    _LAYOUT["x8"] = False
+    try:
+        yield
+    finally:
+        _LAYOUT["x8"] = True
 
 
 def x8_weights(module: nn.Module) -> bool:
     """Whether a linear's weights take the x8 layout here: 4 or 8 bits, out_features a
     multiple of 8, and kernels that read it (AVX-512 VNNI)."""
     return (
-        module.bits in BITS
+        _LAYOUT["x8"]
+        and module.bits in BITS
         and module["weight"].shape[0] % X8 == 0
         and ext is not None
         and ext.x8_isa() != "none"
@@ -80,6 +95,12 @@ def deinterleaved(weight: mx.array, scales: mx.array, biases: mx.array) -> tuple
         return a.reshape(n // X8, -1, X8).transpose(0, 2, 1).reshape(a.shape)
 
     return w.reshape(n, nbytes // 4), params(scales), params(biases)
+
+
+def in_features(module: nn.Module) -> int:
+    """A quantized layer's input features, in either layout (x8's weights are bytes)."""
+    per_element = 8 if module["weight"].dtype == mx.uint8 else 32
+    return module["weight"].shape[-1] * per_element // module.bits
 
 
 def _packed(module: nn.Module) -> tuple:
