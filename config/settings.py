@@ -194,10 +194,11 @@ ENGINE_PREFILL_STEP = env.int("ENGINE_PREFILL_STEP", default=2048)
 # Batch-priority work (the Batch API's lines) runs in what interactive requests leave: it may
 # hold this share of a model's batch while no interactive request is there (the rest stays free,
 # so one starts at once), and this many slots beside interactive work (each row slows every
-# decode step: bench/batch_priority.py, c=4 streams of the demo model on 2 cores, quiet: 0 slots
-# kept the streams at x0.93 tok/s and x1.04 TTFT while the batch ran in the lulls at 0.13 lines/s;
-# 1 slot x0.71 and x1.23 at 0.53 lines/s); it waits in a queue of its own, MAX_QUEUED_BATCH_REQUESTS sequences,
-# past which a line gets a 429 with Retry-After (interactive requests are never refused for it).
+# decode step: bench/batch_priority.py, c=4 streams of the demo model on 2 cores, quiet: 0
+# slots kept the streams at x0.93 tok/s and x1.04 TTFT while the batch ran in the lulls at 0.13
+# lines/s; 1 slot x0.71 and x1.23 at 0.53 lines/s); it waits in a queue of its own,
+# MAX_QUEUED_BATCH_REQUESTS sequences, past which a line gets a 429 with Retry-After
+# (interactive requests are never refused for it).
 ENGINE_BATCH_SHARE = env.float("ENGINE_BATCH_SHARE", default=0.75)
 ENGINE_BATCH_SLOTS = env.int("ENGINE_BATCH_SLOTS", default=0)
 MAX_QUEUED_BATCH_REQUESTS = env.int("MAX_QUEUED_BATCH_REQUESTS", default=64)
