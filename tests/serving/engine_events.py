@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from inference.adapters import FamilyProfile, get_adapter
 from inference.engine.types import (
+    INTERACTIVE,
     Delta,
     Done,
     EngineError,
@@ -64,12 +65,21 @@ class ScriptedEngine:
     script: Sequence[tuple[int, Event]] = ()
     error: EngineError | None = None  # what start raises (admission refused)
     started: list[list[JobRequest]] = field(default_factory=list)
+    priorities: list[str] = field(default_factory=list)
     stream: ScriptedStream | None = None
 
-    def start(self, requests: list[JobRequest], owner: str = "", group: str = "") -> ScriptedStream:
+    def start(
+        self,
+        requests: list[JobRequest],
+        owner: str = "",
+        group: str = "",
+        priority: str = INTERACTIVE,
+    ) -> ScriptedStream:
+        """As EngineHandle.start (the priority is the request's, kept for the tests to read)."""
         if self.error is not None:
             raise self.error
         self.started.append(requests)
+        self.priorities.append(priority)
         self.stream = ScriptedStream(len(requests), self.script)
         return self.stream
 

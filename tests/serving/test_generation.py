@@ -7,7 +7,16 @@ import asyncio
 
 import pytest
 
-from inference.engine.types import Delta, Done, EngineError, ErrorKind, Failed, Started
+from inference.engine.types import (
+    BATCH,
+    INTERACTIVE,
+    Delta,
+    Done,
+    EngineError,
+    ErrorKind,
+    Failed,
+    Started,
+)
 from inference.protocol.errors import APIError
 from inference.serving.drain import drain
 from inference.serving.generation import TRUNCATED_HEADER
@@ -50,6 +59,18 @@ def test_admission_waits_for_every_job_and_keeps_early_events():
         return await texts(generation)
 
     assert asyncio.run(go()) == {0: "ab", 1: "xy"}
+
+
+def test_a_request_s_priority_reaches_the_engine_with_its_jobs():
+    async def go(priority: str | None) -> list[str]:
+        ctx = context(reply("ok"))
+        if priority is not None:
+            ctx.priority = priority  # a Batch API line's context says "batch"
+        await texts(await generation_of(ctx, jobs(), n=1))
+        return ctx.scripted.priorities
+
+    assert asyncio.run(go(None)) == [INTERACTIVE]
+    assert asyncio.run(go(BATCH)) == [BATCH]
 
 
 def test_a_job_refused_at_admission_is_the_request_error_and_frees_everything():
