@@ -123,7 +123,10 @@ def _swap_in(model: nn.Module, weights: dict, paths: list[str]) -> None:
         arrays = (weights[f"{p}.weight"], weights[f"{p}.scales"], weights[f"{p}.biases"])
         old = modules[p]
         if isinstance(old, nn.Embedding):
-            swaps.append((p, Q6KEmbedding(*arrays)))
+            new = Q6KEmbedding(*arrays)
         else:
-            swaps.append((p, Q6KLinear(*arrays, bias=old.get("bias"))))
+            new = Q6KLinear(*arrays, bias=old.get("bias"))
+        # The layer may hold them in another layout (x8): what load_weights sets next is its own.
+        weights.update({f"{p}.{k}": new[k] for k in ("weight", "scales", "biases")})
+        swaps.append((p, new))
     model.update_modules(tree_unflatten(swaps))

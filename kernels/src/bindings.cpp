@@ -111,6 +111,9 @@ NB_MODULE(_ext, m) {
   m.def("interleave8", &ck::interleave8, "a"_a, "unit"_a, nb::kw_only(), "stream"_a = nb::none(),
         "a [..., N, B] with each block of eight rows interleaved in units of `unit` bytes (the "
         "x8 layout's weights: unit 16; its scales and biases: their item size).");
+  m.def("k6_interleave8", &ck::k6_interleave8, "w"_a, nb::kw_only(), "stream"_a = nb::none(),
+        "Q6_K's weights (the kernels' layout, [N, K * 6 / 32] uint32) in the x8 layout: uint8 "
+        "[N, K * 6 / 8], eight columns' 16-byte pieces side by side per 64 values.");
   m.def("rms_norm", &ck::rms_norm, "x"_a, "weight"_a, "eps"_a, nb::kw_only(),
         "stream"_a = nb::none(), "mx.fast.rms_norm in float32, one pass per row.");
 

@@ -53,6 +53,8 @@ const DirectInt8* vnni_direct_x8();
 // The direct path for Q6_K's weights (bits 6, k6.h, k6_vnni.cpp), nullptr where this CPU
 // lacks AVX-512 VNNI.
 const DirectInt8* vnni_k6();
+// The same over Q6_K in the x8 layout (Problem::x8 with bits 6).
+const DirectInt8* vnni_k6_x8();
 
 // The direct path that goes with a float instruction set (nullptr: none, e.g. generic).
 const DirectInt8* direct_kernels_for(const Kernels& kernels);

@@ -122,6 +122,25 @@ void unpack_column(const uint8_t* src, int K, int bits, uint8_t* row) {
   }
 }
 
+// One column of Q6_K in the x8 layout's order (k6_vnni.cpp), gathered by column_bytes: per 64
+// values 16 bytes of N0 (values i, 16 + i), N1 (32 + i, 48 + i) and T (their top pairs).
+template <bool OFFSET8>
+void unpack_k6_chunks(const uint8_t* src, int K, uint8_t* row) {
+  const __m128i low = _mm_set1_epi8(0x0f), pair = _mm_set1_epi8(0x30);
+  const __m128i flip = _mm_set1_epi8(OFFSET8 ? char(0x80) : 0);
+  for (int k = 0; k < K; k += 64, src += 48, row += 64) {
+    const __m128i n0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+    const __m128i n1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
+    const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 32));
+    const __m128i q[4] = {
+        _mm_or_si128(_mm_and_si128(n0, low), _mm_and_si128(_mm_slli_epi16(t, 4), pair)),
+        _mm_or_si128(_mm_and_si128(_mm_srli_epi16(n0, 4), low), _mm_and_si128(_mm_slli_epi16(t, 2), pair)),
+        _mm_or_si128(_mm_and_si128(n1, low), _mm_and_si128(t, pair)),
+        _mm_or_si128(_mm_and_si128(_mm_srli_epi16(n1, 4), low), _mm_and_si128(_mm_srli_epi16(t, 2), pair))};
+    for (int i = 0; i < 4; i++) _mm_storeu_si128(reinterpret_cast<__m128i*>(row + 16 * i), _mm_xor_si128(q[i], flip));
+  }
+}
+
 // Column n's packed bytes in MLX's order: where they lie, or for the x8 layout (qmm.h) its
 // 16-byte units gathered from the eight columns' blocks into `scratch` (row_bytes bytes).
 inline const uint8_t* column_bytes(const Problem& p, int n, size_t row_bytes, uint8_t* scratch) {
@@ -148,12 +167,18 @@ void pack_tile(const Problem& p, const Packed& P, int t, uint8_t* rows) {
       for (int g = 0; g < G; g++) wd[g * TN + c] = wb[g * TN + c] = 0.0f;
       continue;
     }
-    unpack_column<T::offset8>(column_bytes(p, n, row_bytes, rows + size_t(TN) * K), K, p.bits, row);
+    const uint8_t* bytes = column_bytes(p, n, row_bytes, rows + size_t(TN) * K);
+    if (p.bits == 6 && p.x8) {
+      unpack_k6_chunks<T::offset8>(bytes, K, row);
+    } else {
+      unpack_column<T::offset8>(bytes, K, p.bits, row);
+    }
     for (int g = 0; g < G; g++) {
       const size_t i = p.x8 ? (size_t(n / 8) * G + g) * 8 + n % 8 : size_t(n) * G + g;
       float s, b;
       if (p.bits == 6) {  // Q6_K: d * scales[g], and the codes' offset of 32 as the bias
-        s = param(p, p.biases, size_t(n) * (K / 256) + g / 16) * float(static_cast<const int8_t*>(p.scales)[i]);
+        const size_t supers = K / 256, d = p.x8 ? (size_t(n / 8) * supers + g / 16) * 8 + n % 8 : size_t(n) * supers + g / 16;
+        s = param(p, p.biases, d) * float(static_cast<const int8_t*>(p.scales)[i]);
         b = -32.0f * s;
       } else {
         s = param(p, p.scales, i);

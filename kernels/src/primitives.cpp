@@ -133,7 +133,7 @@ int in_features(const mx::array& w, int bits) {
 
 std::string x8_refusal(const mx::array& w, int bits) {
   if (!is_x8(w)) return "";
-  if (w.ndim() != 2 || (bits != 4 && bits != 8)) return "uint8 weights (the x8 layout) must be one matrix of 4 or 8 bits";
+  if (w.ndim() != 2 || (bits != 4 && bits != 8 && bits != 6)) return "uint8 weights (the x8 layout) must be one matrix of 4, 6 (Q6_K) or 8 bits";
   if (w.shape(0) % 8 != 0) return "uint8 weights (the x8 layout) must have a multiple of 8 out_features";
   if (x8_direct_for(active_kernels()) == nullptr) return "uint8 weights (the x8 layout) need the AVX-512 VNNI kernels, not in use here";
   return "";
@@ -367,6 +367,55 @@ mx::array interleave8(const mx::array& a, int unit, mx::StreamOrDevice s) {
   };
   return make(a.shape(), stream, "CpuInterleave8", {float(unit)}, run, {mx::contiguous(a, false, stream)},
               a.dtype());
+}
+
+namespace {
+
+// One column's Q6_K bytes (k6.h: per 128 values 64 bytes of low nibbles, 32 of top pairs) in
+// the x8 layout's order of pieces (k6_vnni.cpp: per 64 values N0, N1, T of 16 bytes), each
+// piece written where interleave8 would put it: `to` is the column's first piece in its block.
+void k6_column_to_x8(const uint8_t* from, size_t bytes, uint8_t* to) {
+  uint8_t codes[128];
+  for (size_t at = 0, chunk = 0; at < bytes; at += 96, chunk += 2) {
+    const uint8_t* nib = from + at;
+    const uint8_t* top = nib + 64;
+    for (int v = 0; v < 128; v++) {
+      const int low = v < 64 ? nib[v] & 0x0f : nib[v - 64] >> 4;
+      codes[v] = uint8_t(low | ((top[v % 32] >> (2 * (v / 32))) & 3) << 4);
+    }
+    for (int half = 0; half < 2; half++) {
+      const uint8_t* c = codes + 64 * half;
+      uint8_t* piece = to + (chunk + half) * 3 * 128;  // 3 pieces of 8 columns' 16 bytes
+      for (int i = 0; i < 16; i++) {
+        piece[i] = uint8_t((c[i] & 0x0f) | (c[16 + i] & 0x0f) << 4);
+        piece[128 + i] = uint8_t((c[32 + i] & 0x0f) | (c[48 + i] & 0x0f) << 4);
+        piece[256 + i] = uint8_t((c[i] >> 4) | (c[16 + i] >> 4) << 2 | (c[32 + i] >> 4) << 4 | (c[48 + i] >> 4) << 6);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+mx::array k6_interleave8(const mx::array& w, mx::StreamOrDevice s) {
+  const char* op = "k6_interleave8";
+  if (w.ndim() != 2 || w.shape(0) % 8 != 0) refuse(op, "w must be [N, B] with N a multiple of 8");
+  const size_t bytes = size_t(w.shape(1)) * w.itemsize();
+  if (bytes % 192 != 0) refuse(op, "a row must hold a multiple of 256 Q6_K values (192 bytes)");
+  auto stream = cpu_stream(op, s);
+  auto run = [](const std::vector<mx::array>& in, mx::array& out) {
+    require_dense_weights(in, 0, "k6_interleave8");
+    const uint8_t* src = in[0].data<uint8_t>();
+    uint8_t* dst = out.data<uint8_t>();
+    const size_t bytes = size_t(in[0].shape(1)) * in[0].itemsize(), blocks = size_t(in[0].shape(0)) / 8;
+    split(blocks, 8 * bytes, 1, [&](size_t b0, size_t b1) {
+      for (size_t b = b0; b < b1; b++) {
+        for (int r = 0; r < 8; r++) k6_column_to_x8(src + (b * 8 + r) * bytes, bytes, dst + b * 8 * bytes + size_t(r) * 16);
+      }
+    });
+  };
+  mx::Shape shape{w.shape(0), int(bytes)};
+  return make(shape, stream, "CpuK6Interleave8", {}, run, {mx::contiguous(w, false, stream)}, mx::uint8);
 }
 
 mx::array rms_norm(const mx::array& x, const mx::array& weight, float eps, mx::StreamOrDevice s) {

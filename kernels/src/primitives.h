@@ -46,6 +46,9 @@ mx::array gather_quantized_matmul(
 // units of `unit` bytes: a block holds unit 0 of its eight rows side by side, then unit 1...
 // (the x8 layout's weights with unit 16, its scales and biases with their item size).
 mx::array interleave8(const mx::array& a, int unit, mx::StreamOrDevice s = {});
+// Q6_K's weights (k6.h, [N, K * 6 / 32] uint32 or its bytes) in the x8 layout (k6_vnni.cpp):
+// uint8 [N, K * 6 / 8].
+mx::array k6_interleave8(const mx::array& w, mx::StreamOrDevice s = {});
 
 // As mx.fast.rms_norm(x, weight, eps).
 mx::array rms_norm(const mx::array& x, const mx::array& weight, float eps, mx::StreamOrDevice s = {});

@@ -61,14 +61,15 @@ bool supports_k6(const Kernels& kernels) {
   return k6_direct_for(kernels) != nullptr;
 }
 
-const DirectInt8* k6_direct_for(const Kernels& kernels) {
+const DirectInt8* k6_direct_for(const Kernels& kernels, bool x8) {
 #ifndef CPU_KERNELS_GENERIC_ONLY
   // AVX-512 VNNI only: on AVX2 the unpacking made them compute-bound, slower than MLX's 8-bit
   // (2048x6144 from memory, two cores: 712-733 against 661-706 us at one row, 1296-1566
   // against 956-1203 at four), so there the engine keeps Q6_K as 8-bit.
-  if (std::string(kernels.isa) == "avx512") return vnni_k6();
+  if (std::string(kernels.isa) == "avx512") return x8 ? vnni_k6_x8() : vnni_k6();
 #else
   (void)kernels;
+  (void)x8;
 #endif
   return nullptr;
 }
@@ -247,7 +248,7 @@ namespace {
 // either); they have no float path.
 void run_own_layout(const Problem* ps, int count, const Kernels& kernels) {
   const bool k6 = ps[0].bits == 6;
-  const DirectInt8* direct = k6 ? k6_direct_for(kernels) : x8_direct_for(kernels);
+  const DirectInt8* direct = k6 ? k6_direct_for(kernels, ps[0].x8) : x8_direct_for(kernels);
   const Int8Kernels* tiles = int8_kernels_for(kernels);
   if (direct == nullptr || tiles == nullptr) {
     throw std::runtime_error(std::string("[cpu_kernels] ") + (k6 ? "Q6_K weights" : "weights in the x8 layout") +

@@ -66,7 +66,7 @@ bool force_isa(const char* isa);
 bool supported(int bits, int group);
 bool supports_k6(const Kernels& kernels);
 struct DirectInt8;
-const DirectInt8* k6_direct_for(const Kernels& kernels);
+const DirectInt8* k6_direct_for(const Kernels& kernels, bool x8 = false);
 // The direct path over the x8 layout (Problem::x8) with these kernels; nullptr: none.
 const DirectInt8* x8_direct_for(const Kernels& kernels);
 

@@ -15,6 +15,7 @@ from gguf import quants as gguf_quants
 
 from inference.conversion.gguf_tensors import dequantize_q6k, pack_q6k, q6k_codes
 from inference.engine import cpu, q6k
+from inference.engine.cpu import layers, q6k_weights
 from inference.engine.cpu.ext import ext
 
 pytestmark = pytest.mark.database_independent
@@ -122,3 +123,57 @@ def test_without_avx512_vnni_the_kernels_refuse_them():
         assert status.direct == "avx512vnni"
     else:
         assert "needs AVX-512 VNNI" in status.q6k
+
+
+def test_the_x8_layout_holds_the_same_weights():
+    """Where the kernels read it (AVX-512 VNNI), the layers lay Q6_K out eight columns at a time
+    (k6_vnni.cpp): uint8 weights, so nothing reads them as the kernels' own layout unawares.
+    Their float32 weights and embedding rows are the GGUF's still; under mlx_layout() (or
+    without VNNI) the layers keep the import's layout."""
+    arrays, w = _weights(24, 512, seed=7)
+    linear, embedding = q6k_weights.Q6KLinear(*arrays), q6k_weights.Q6KEmbedding(*arrays)
+    x8 = VNNI and ext.x8_isa() != "none"
+    for layer in (linear, embedding):
+        assert (layer["weight"].dtype == mx.uint8) == x8
+        assert np.array_equal(np.array(layer.dequantized()), w)
+    ids = mx.array([[0, 7, 8, 23], [15, 16, 1, 9]])
+    assert np.array_equal(np.array(embedding(ids)), w[np.array(ids)])
+    with layers.mlx_layout():
+        assert q6k_weights.Q6KLinear(*arrays)["weight"].dtype == mx.uint32
+    uneven = q6k_weights.Q6KLinear(*(a[:20] for a in arrays))  # 20 columns: not a block of 8
+    assert uneven["weight"].dtype == mx.uint32
+
+
+@pytest.mark.parametrize("x_bytes", [2, 1])
+def test_products_over_the_x8_layout_equal_the_kernels_layout(x_bytes: int):
+    """The direct path over x8 (1-8 rows, 16 with one-byte activations) adds in another order:
+    within float32's rounding of its twin; the tiles past it read the gathered columns bit for
+    bit. Rows of a batch compute alike alone."""
+    if not VNNI or ext.x8_isa() == "none":
+        return  # the layers never make them here (the test above)
+    arrays, _ = _weights(96, 1024, seed=8)
+    x8 = q6k_weights.interleaved(*arrays)
+    assert x8[0].dtype == mx.uint8 and x8[0].shape == (96, 1024 * 6 // 8)
+    rng = np.random.default_rng(8)
+    for rows in (1, 2, 3, 4, 5, 8, 9, 16, 17, 40):
+        x = rng.standard_normal((rows, 1024)).astype(np.float32)
+        want, got = _product(x, arrays, x_bytes), _product(x, x8, x_bytes)
+        assert np.abs(got - want).max() / np.abs(want).max() < 2e-6, rows
+        if rows > (16 if x_bytes == 1 else 8):
+            assert np.array_equal(got, want), rows
+        alone = np.concatenate([_product(x[i : i + 1], x8, x_bytes) for i in range(min(rows, 3))])
+        if rows <= (16 if x_bytes == 1 else 8):
+            assert np.array_equal(alone, got[: len(alone)]), rows
+
+
+def test_the_x8_layout_refuses_what_it_cannot_hold():
+    arrays, _ = _weights(20, 512)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        ext.k6_interleave8(arrays[0])
+    with pytest.raises(ValueError, match="multiple of 256"):
+        ext.k6_interleave8(mx.zeros((8, 40), dtype=mx.uint32))
+    if not VNNI:
+        return
+    bytes_ = mx.view(arrays[0], mx.uint8)  # uint8 weights of 20 columns: not the x8 layout
+    with pytest.raises(ValueError, match="multiple of 8 out_features"):
+        ext.quantized_matmul(mx.zeros((1, 512)), bytes_, arrays[1], arrays[2], 16, 6)

@@ -60,16 +60,16 @@ def mlx_layout() -> Iterator[None]:
         _LAYOUT["x8"] = True
 
 
+def x8_here(out_features: int) -> bool:
+    """Whether weights of `out_features` take the x8 layout here: a multiple of 8, kernels that
+    read it (AVX-512 VNNI), and no mlx_layout() around."""
+    return _LAYOUT["x8"] and out_features % X8 == 0 and ext is not None and ext.x8_isa() != "none"
+
+
 def x8_weights(module: nn.Module) -> bool:
-    """Whether a linear's weights take the x8 layout here: 4 or 8 bits, out_features a
-    multiple of 8, and kernels that read it (AVX-512 VNNI)."""
-    return (
-        _LAYOUT["x8"]
-        and module.bits in BITS
-        and module["weight"].shape[0] % X8 == 0
-        and ext is not None
-        and ext.x8_isa() != "none"
-    )
+    """Whether a linear's weights take the x8 layout here: 4 or 8 bits (Q6_K's layers have
+    their own, cpu/q6k_weights.py) and x8_here."""
+    return module.bits in BITS and x8_here(module["weight"].shape[0])
 
 
 def interleaved(weight: mx.array, scales: mx.array, biases: mx.array) -> tuple:
