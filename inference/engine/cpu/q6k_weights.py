@@ -2,8 +2,8 @@
 (conversion/gguf_tensors.py) and the loader hands them over (engine/q6k.py): reading them in
 MLX, and the kernels' layers that compute with them. Built at load, only where the kernels
 have their path (AVX-512 VNNI), there in the x8 layout (k6_vnni.cpp: eight columns' pieces
-side by side per 64 values, so that decode reads a product as one stream: 2048x6144 read at
-20-22 GB/s column by column, 3x-34 this way, in the 1.7B shape's decode)."""
+side by side per 64 values, so that decode reads a product as one stream: a 2048x6144 product
+at one row took 0.49 ms column by column, 0.41 this way, on the 2-core Zen 5 VM)."""
 
 from __future__ import annotations
 
