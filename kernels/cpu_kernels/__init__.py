@@ -26,6 +26,7 @@ from cpu_kernels._ext import (
     use_int8,
     use_int8_rows,
     use_isa,
+    x8_direct_rows,
     x8_isa,
 )
 
@@ -55,5 +56,6 @@ __all__ = [
     "use_int8",
     "use_int8_rows",
     "use_isa",
+    "x8_direct_rows",
     "x8_isa",
 ]

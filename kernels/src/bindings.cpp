@@ -223,6 +223,9 @@ NB_MODULE(_ext, m) {
       },
       "The direct path over the x8 layout (uint8 weights, eight columns interleaved) under the "
       "active instruction set: avx512vnni-x8, or none where products cannot take that layout.");
+  m.def(
+      "x8_direct_rows", [](int x_bytes) { return x_bytes == 1 ? ck::X8_DIRECT_ROWS_ONE_BYTE : ck::X8_DIRECT_ROWS; },
+      "x_bytes"_a = 2, "The rows up to which auto takes the direct path over the x8 layout (then the tiles).");
 
   m.def(
       "panels_isa",

@@ -56,6 +56,10 @@ const DirectInt8* vnni_k6();
 // The same over Q6_K in the x8 layout (Problem::x8 with bits 6).
 const DirectInt8* vnni_k6_x8();
 
+// The rows up to which auto takes the direct paths over the x8 layout (x8_vnni.cpp says why),
+// with two-byte and with one-byte activations.
+constexpr int X8_DIRECT_ROWS = 24, X8_DIRECT_ROWS_ONE_BYTE = 32;
+
 // The direct path that goes with a float instruction set (nullptr: none, e.g. generic).
 const DirectInt8* direct_kernels_for(const Kernels& kernels);
 

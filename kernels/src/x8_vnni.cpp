@@ -223,9 +223,14 @@ void rows_block(const Problem& p, const Layout& L, const uint8_t* xs, int m0, in
 }  // namespace
 
 const DirectInt8* vnni_direct_x8() {
-  // The same row bounds as the direct path over MLX's layout (int8_direct.cpp), past which
-  // the integer tiles read the interleaved columns (int8_impl.h's pack_tile).
-  static const DirectInt8 k{"avx512vnni-x8", 8, 16, 0, row_bytes, stage, columns};
+  // Past these rows the integer tiles read the interleaved columns (int8_impl.h's pack_tile).
+  // Higher than over MLX's layout (8 and 16, int8_direct.cpp): the tiles' packing of every
+  // weight costs about as much as 10 more rows, and this walk's rows share each weight read.
+  // A Qwen3-1.7B-shaped import's decode products (4-bit x8 and Q6_K x8), two cores, direct
+  // against tiles: 12 / 16 / 20 / 24 / 28 / 33 rows 167 / 224 / 277 / 337 / 399 / 471 ms
+  // against 281 / 314 / 358 / 386 / 441 / 479; with one-byte activations 20 / 24 / 32 rows
+  // 184 / 225 / 300 against 289 / 326 / 376.
+  static const DirectInt8 k{"avx512vnni-x8", X8_DIRECT_ROWS, X8_DIRECT_ROWS_ONE_BYTE, 0, row_bytes, stage, columns};
   return vnni_int8_kernels() != nullptr ? &k : nullptr;  // the same instructions
 }
 

@@ -146,7 +146,7 @@ def test_the_x8_layout_holds_the_same_weights():
 
 @pytest.mark.parametrize("x_bytes", [2, 1])
 def test_products_over_the_x8_layout_equal_the_kernels_layout(x_bytes: int):
-    """The direct path over x8 (1-8 rows, 16 with one-byte activations) adds in another order:
+    """The direct path over x8 (1-24 rows, 32 with one-byte activations) adds in another order:
     within float32's rounding of its twin; the tiles past it read the gathered columns bit for
     bit. Rows of a batch compute alike alone."""
     if not VNNI or ext.x8_isa() == "none":
@@ -155,14 +155,14 @@ def test_products_over_the_x8_layout_equal_the_kernels_layout(x_bytes: int):
     x8 = q6k_weights.interleaved(*arrays)
     assert x8[0].dtype == mx.uint8 and x8[0].shape == (96, 1024 * 6 // 8)
     rng = np.random.default_rng(8)
-    for rows in (1, 2, 3, 4, 5, 8, 9, 16, 17, 40):
+    for rows in (1, 2, 3, 4, 5, 8, 9, 16, 17, 24, 33, 40):
         x = rng.standard_normal((rows, 1024)).astype(np.float32)
         want, got = _product(x, arrays, x_bytes), _product(x, x8, x_bytes)
         assert np.abs(got - want).max() / np.abs(want).max() < 2e-6, rows
-        if rows > (16 if x_bytes == 1 else 8):
+        if rows > ext.x8_direct_rows(x_bytes):
             assert np.array_equal(got, want), rows
         alone = np.concatenate([_product(x[i : i + 1], x8, x_bytes) for i in range(min(rows, 3))])
-        if rows <= (16 if x_bytes == 1 else 8):
+        if rows <= ext.x8_direct_rows(x_bytes):
             assert np.array_equal(alone, got[: len(alone)]), rows
 
 

@@ -35,7 +35,7 @@ def test_the_layout_goes_there_and_back_exactly():
 
 
 def test_products_over_x8_equal_mlx_layout_at_every_path():
-    """1-8 rows take the direct path over x8, 9-16 it too with one-byte activations, past that
+    """1-24 rows take the direct path over x8, 25-32 it too with one-byte activations, past that
     the integer tiles read the interleaved columns: each equals its twin over MLX's layout (the
     direct paths add in another order: within float32's rounding; the tiles alike bit for bit).
     Without AVX-512 VNNI the layers never make x8 weights (the last tests)."""
@@ -48,13 +48,13 @@ def test_products_over_x8_equal_mlx_layout_at_every_path():
     for bits, group, x_bytes, dtype in cases:
         w, s, b = quantized(96, 512, bits, group, dtype)
         x8 = layers.interleaved(w, s, b)
-        for rows in (1, 3, 8, 12, 40):
+        for rows in (1, 3, 8, 12, 24, 25, 33, 40):
             x = mx.random.normal((rows, 512))
             want = ext.quantized_matmul(x, w, s, b, group, bits, x_bytes=x_bytes)
             got = ext.quantized_matmul(x, *x8, group, bits, x_bytes=x_bytes)
             err = (mx.abs(got - want).max() / mx.abs(want).max()).item()
             assert err < 2e-6, (bits, group, x_bytes, dtype, rows, err)
-            if rows > (16 if x_bytes == 1 else 8):
+            if rows > ext.x8_direct_rows(x_bytes):
                 assert mx.array_equal(got, want).item()
 
 
