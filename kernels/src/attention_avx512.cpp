@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include "attention_tiles.h"
+#include "exp_avx512.h"
 #include "sums_avx512.h"
 
 namespace cpu_kernels::attn {
@@ -32,22 +33,7 @@ struct Avx512 {
     static_assert(C == 4);
     sum4_avx512(v, out);
   }
-  // exp(x) for x <= 0 (-inf included): exp_nonpositive's polynomial, 2^n by vscalefps.
-  static F exp(F x) {
-    x = _mm512_max_ps(x, set1(-87.0f));
-    F n = _mm512_roundscale_ps(_mm512_mul_ps(x, set1(1.44269504f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    F r = _mm512_fnmadd_ps(n, set1(0.693145752f), x);
-    r = _mm512_fnmadd_ps(n, set1(1.42860677e-06f), r);
-    F p = set1(1.3888889e-3f);
-    p = fma(p, r, set1(8.3333333e-3f));
-    p = fma(p, r, set1(4.1666667e-2f));
-    p = fma(p, r, set1(1.6666667e-1f));
-    p = fma(p, r, set1(0.5f));
-    p = fma(p, r, set1(1.0f));
-    p = fma(p, r, set1(1.0f));
-    return _mm512_scalef_ps(p, n);
-  }
+  static F exp(F x) { return exp_nonpositive_avx512(x); }
   static F hide_after(F s, F key, F limit) {
     return _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(key, limit, _CMP_GT_OQ), set1(-INFINITY));
   }

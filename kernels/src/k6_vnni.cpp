@@ -96,27 +96,26 @@ constexpr int MAX_R = 4;  // rows a block takes at once
 constexpr int SPAN = 16;  // columns every block of rows goes over before the next run: their
                           // weights come from memory for the first block, from cache after
 
-template <int R, bool ONE>
-void rows_block(const Problem& p, const K6Layout& L, const uint8_t* xs, int m0, int n0, int n1) {
-  for (int n = n0; n < n1; n++) block<R, ONE>(p, L, xs, m0, n);
-}
+// X8: the x8 layout's blocks of eight columns (block_x8, below), else one column at a time.
+template <int R, bool ONE, bool X8>
+void rows_block(const Problem& p, const K6Layout& L, const uint8_t* xs, int m0, int n0, int n1);
 
-template <bool ONE>
+template <bool ONE, bool X8 = false>
 void columns_as(const Problem& p, const uint8_t* xs, int n0, int n1) {
   const K6Layout L(p);
   for (int a = n0; a < n1; a += SPAN) {
     const int b = std::min(n1, a + SPAN);
     int m = 0;
-    for (; m + MAX_R <= p.M; m += MAX_R) rows_block<MAX_R, ONE>(p, L, xs, m, a, b);
+    for (; m + MAX_R <= p.M; m += MAX_R) rows_block<MAX_R, ONE, X8>(p, L, xs, m, a, b);
     switch (p.M - m) {
       case 1:
-        rows_block<1, ONE>(p, L, xs, m, a, b);
+        rows_block<1, ONE, X8>(p, L, xs, m, a, b);
         break;
       case 2:
-        rows_block<2, ONE>(p, L, xs, m, a, b);
+        rows_block<2, ONE, X8>(p, L, xs, m, a, b);
         break;
       case 3:
-        rows_block<3, ONE>(p, L, xs, m, a, b);
+        rows_block<3, ONE, X8>(p, L, xs, m, a, b);
         break;
     }
   }
@@ -216,35 +215,18 @@ void block_x8(const Problem& p, const K6Layout& L, const uint8_t* xs, int m0, in
   }
 }
 
-template <int R, bool ONE>
-void rows_block_x8(const Problem& p, const K6Layout& L, const uint8_t* xs, int m0, int n0, int n1) {
-  for (int c = n0 / 8; c < n1 / 8; c++) block_x8<R, ONE>(p, L, xs, m0, c);
-}
-
-template <bool ONE>
-void columns_x8_as(const Problem& p, const uint8_t* xs, int n0, int n1) {
-  const K6Layout L(p);
-  for (int a = n0; a < n1; a += SPAN) {
-    const int b = std::min(n1, a + SPAN);
-    int m = 0;
-    for (; m + MAX_R <= p.M; m += MAX_R) rows_block_x8<MAX_R, ONE>(p, L, xs, m, a, b);
-    switch (p.M - m) {
-      case 1:
-        rows_block_x8<1, ONE>(p, L, xs, m, a, b);
-        break;
-      case 2:
-        rows_block_x8<2, ONE>(p, L, xs, m, a, b);
-        break;
-      case 3:
-        rows_block_x8<3, ONE>(p, L, xs, m, a, b);
-        break;
-    }
+template <int R, bool ONE, bool X8>
+void rows_block(const Problem& p, const K6Layout& L, const uint8_t* xs, int m0, int n0, int n1) {
+  if constexpr (X8) {
+    for (int c = n0 / 8; c < n1 / 8; c++) block_x8<R, ONE>(p, L, xs, m0, c);
+  } else {
+    for (int n = n0; n < n1; n++) block<R, ONE>(p, L, xs, m0, n);
   }
 }
 
 void columns_x8(const Problem& p, const uint8_t* xs, int n0, int n1) {
-  if (p.x_bytes == 1) return columns_x8_as<true>(p, xs, n0, n1);
-  columns_x8_as<false>(p, xs, n0, n1);
+  if (p.x_bytes == 1) return columns_as<true, true>(p, xs, n0, n1);
+  columns_as<false, true>(p, xs, n0, n1);
 }
 
 }  // namespace
