@@ -122,7 +122,7 @@ void unpack_column(const uint8_t* src, int K, int bits, uint8_t* row) {
   }
 }
 
-// One column of Q6_K in the x8 layout's order (k6_vnni.cpp), gathered by column_bytes: per 64
+// One column of Q6_K in the x8 layout's order (k6_vnni.cpp), gathered by tile_bytes: per 64
 // values 16 bytes of N0 (values i, 16 + i), N1 (32 + i, 48 + i) and T (their top pairs).
 template <bool OFFSET8>
 void unpack_k6_chunks(const uint8_t* src, int K, uint8_t* row) {
@@ -141,13 +141,42 @@ void unpack_k6_chunks(const uint8_t* src, int K, uint8_t* row) {
   }
 }
 
-// Column n's packed bytes in MLX's order: where they lie, or for the x8 layout (qmm.h) its
-// 16-byte units gathered from the eight columns' blocks into `scratch` (row_bytes bytes).
-inline const uint8_t* column_bytes(const Problem& p, int n, size_t row_bytes, uint8_t* scratch) {
-  if (!p.x8) return p.w + size_t(n) * row_bytes;
-  const uint8_t* block = p.w + size_t(n / 8) * row_bytes * 8 + size_t(n % 8) * 16;
-  for (size_t u = 0; u < row_bytes / 16; u++) std::memcpy(scratch + 16 * u, block + 128 * u, 16);
+// Tile t's columns' packed bytes in MLX's order, each row_bytes long: where they lie, or for
+// the x8 layout (qmm.h) each block of eight read once in order, its 16-byte units dealt out to
+// the eight columns in `scratch` (TN * row_bytes bytes). Gathering one column at a time read
+// each block's lines eight times over, at stride 128: a third of the tiles' packing.
+inline const uint8_t* tile_bytes(const Problem& p, int t, size_t row_bytes, uint8_t* scratch) {
+  if (!p.x8) return p.w + size_t(t) * TN * row_bytes;
+  const int blocks = std::min(TN, p.N - t * TN) / 8;
+  for (int b = 0; b < blocks; b++) {
+    const uint8_t* block = p.w + (size_t(t) * TN / 8 + b) * row_bytes * 8;
+    uint8_t* to = scratch + size_t(b) * 8 * row_bytes;
+    for (size_t u = 0; u < row_bytes / 16; u++) {
+      for (int r = 0; r < 8; r++) std::memcpy(to + r * row_bytes + 16 * u, block + 128 * u + 16 * r, 16);
+    }
+  }
   return scratch;
+}
+
+// The x8 layout's scales and biases of tile t (4 or 8 bits): each group's eight columns lie
+// side by side, as the tile keeps them, so they are read and written in order (one column
+// at a time they took a quarter of the packing).
+template <bool OFFSET8>
+void x8_tile_params(const Problem& p, int t, int G, float* wd, float* wb) {
+  const int blocks = std::min(TN, p.N - t * TN) / 8;
+  for (int b = 0; b < blocks; b++) {
+    const size_t first = (size_t(t) * TN / 8 + b) * G * 8;
+    for (int g = 0; g < G; g++) {
+      float* d = wd + g * TN + 8 * b;
+      float* bias = wb + g * TN + 8 * b;
+      for (int r = 0; r < 8; r++) {
+        const float s = param(p, p.scales, first + size_t(g) * 8 + r);
+        const float v = param(p, p.biases, first + size_t(g) * 8 + r);
+        d[r] = s;
+        bias[r] = OFFSET8 && p.bits != 4 ? v + 128.0f * s : v;
+      }
+    }
+  }
 }
 
 // Weight tile t: each column's values as bytes, then four k at a time side by side; columns
@@ -159,6 +188,7 @@ void pack_tile(const Problem& p, const Packed& P, int t, uint8_t* rows) {
   uint32_t* dst = reinterpret_cast<uint32_t*>(P.wq + size_t(t) * K * TN);
   float* wd = P.wd + size_t(t) * G * TN;
   float* wb = P.wb + size_t(t) * G * TN;
+  const uint8_t* tile = tile_bytes(p, t, row_bytes, rows + size_t(TN) * K);
   for (int c = 0; c < TN; c++) {
     const int n = t * TN + c;
     uint8_t* row = rows + size_t(c) * K;
@@ -167,12 +197,13 @@ void pack_tile(const Problem& p, const Packed& P, int t, uint8_t* rows) {
       for (int g = 0; g < G; g++) wd[g * TN + c] = wb[g * TN + c] = 0.0f;
       continue;
     }
-    const uint8_t* bytes = column_bytes(p, n, row_bytes, rows + size_t(TN) * K);
+    const uint8_t* bytes = tile + size_t(c) * row_bytes;
     if (p.bits == 6 && p.x8) {
       unpack_k6_chunks<T::offset8>(bytes, K, row);
     } else {
       unpack_column<T::offset8>(bytes, K, p.bits, row);
     }
+    if (p.x8 && p.bits != 6) continue;  // tile_params below
     for (int g = 0; g < G; g++) {
       const size_t i = p.x8 ? (size_t(n / 8) * G + g) * 8 + n % 8 : size_t(n) * G + g;
       float s, b;
@@ -188,6 +219,7 @@ void pack_tile(const Problem& p, const Packed& P, int t, uint8_t* rows) {
       wb[g * TN + c] = T::offset8 && p.bits != 4 ? b + 128.0f * s : b;
     }
   }
+  if (p.x8 && p.bits != 6) x8_tile_params<T::offset8>(p, t, G, wd, wb);
   int kq = 0;
   for (; kq + 16 <= K / 4; kq += 16) T::transpose16(rows + 4 * kq, size_t(K), dst + kq * TN);
   transpose_dwords(rows, size_t(K), kq, K / 4, dst);
@@ -292,7 +324,7 @@ void tiles_all_rows(const Problem& p, const Packed& P, int t0) {
 template <class T, int BITS, int GROUP, int XB>
 void tile_range(const Problem& p, const Packed& P, int t0, int t1) {
   thread_local std::vector<uint8_t> rows;
-  rows.resize(size_t(TN) * p.K + p.K);  // and a column's gathered bytes (column_bytes)
+  rows.resize(size_t(TN) * p.K * 2);  // and the tile's gathered bytes (tile_bytes)
   int t = t0;
   for (; t + T::V <= t1; t += T::V) {
     for (int v = 0; v < T::V; v++) pack_tile<T>(p, P, t + v, rows.data());
