@@ -86,15 +86,25 @@ def interleaved(weight: mx.array, scales: mx.array, biases: mx.array) -> tuple:
     return out
 
 
+def x8_columns(weight: mx.array, scales: mx.array, biases: mx.array, index=None) -> tuple:
+    """An x8 layout's columns (all, or those of `index`) back as each column's own bytes (uint8
+    [..., nbytes]) and parameters ([..., per column]), whatever the bits: its 16-byte units and
+    its parameters lie eight columns side by side (Q6_K's too, cpu/q6k_weights.py)."""
+    n, nbytes = weight.shape
+    units = weight.reshape(n // X8, nbytes // 16, X8, 16)
+    params = [a.reshape(n // X8, -1, X8) for a in (scales, biases)]
+    if index is None:
+        columns = units.transpose(0, 2, 1, 3).reshape(n, nbytes)
+        return columns, *(p.transpose(0, 2, 1).reshape(n, -1) for p in params)
+    block, column = index // X8, index % X8
+    columns = units[block, :, column, :].reshape(*index.shape, nbytes)
+    return columns, *(p[block, :, column] for p in params)
+
+
 def deinterleaved(weight: mx.array, scales: mx.array, biases: mx.array) -> tuple:
     """The x8 layout's arrays back in MLX's (interleaved's inverse)."""
-    n, nbytes = weight.shape
-    w = mx.view(weight, mx.uint32).reshape(n // X8, nbytes // 16, X8, 4).transpose(0, 2, 1, 3)
-
-    def params(a: mx.array) -> mx.array:
-        return a.reshape(n // X8, -1, X8).transpose(0, 2, 1).reshape(a.shape)
-
-    return w.reshape(n, nbytes // 4), params(scales), params(biases)
+    columns, scales, biases = x8_columns(weight, scales, biases)
+    return mx.view(columns, mx.uint32), scales, biases
 
 
 def in_features(module: nn.Module) -> int:
@@ -172,13 +182,8 @@ class KernelEmbedding(QuantizedKernelLayer):
     def __call__(self, x: mx.array) -> mx.array:
         weight, scales, biases = self["weight"], self["scales"], self["biases"]
         if weight.dtype == mx.uint8:
-            n, nbytes = weight.shape
-            block, column = x // X8, x % X8
-            units = weight.reshape(n // X8, nbytes // 16, X8, 16)[block, :, column, :]
-            weight = mx.view(units, mx.uint32).reshape(*x.shape, nbytes // 4)
-            groups = scales.shape[-1]
-            scales = scales.reshape(n // X8, groups, X8)[block, :, column]
-            biases = biases.reshape(n // X8, groups, X8)[block, :, column]
+            columns, scales, biases = x8_columns(weight, scales, biases, x)
+            weight = mx.view(columns, mx.uint32)
         else:
             weight, scales, biases = weight[x], scales[x], biases[x]
         rows = mx.dequantize(weight, scales, biases, group_size=self.group_size, bits=self.bits)

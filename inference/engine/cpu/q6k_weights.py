@@ -12,7 +12,7 @@ import mlx.nn as nn
 
 from inference.engine.cpu import layers
 from inference.engine.cpu.ext import ext
-from inference.engine.cpu.layers import X8, KernelEmbedding, KernelLinear
+from inference.engine.cpu.layers import KernelEmbedding, KernelLinear
 
 GROUP, SUPER = 16, 256  # inputs per int8 scale, per float16 super-block scale
 
@@ -40,24 +40,6 @@ def _codes_x8(pieces: mx.array) -> mx.array:
     return mx.stack(codes, axis=-2).reshape(*lead, -1)
 
 
-def _x8_columns(weight: mx.array, scales: mx.array, supers: mx.array, index: mx.array | None):
-    """The x8 layout's columns (all, or those of `index`) back as each column's own bytes, scales
-    and super-block scales: [..., K * 6 / 8], [..., K / 16], [..., K / 256]."""
-    n, nbytes = weight.shape
-    blocks = weight.reshape(n // X8, nbytes // 16, X8, 16)
-    s = scales.reshape(n // X8, -1, X8)
-    d = supers.reshape(n // X8, -1, X8)
-    if index is None:
-        return (
-            blocks.transpose(0, 2, 1, 3).reshape(n, nbytes),
-            s.transpose(0, 2, 1).reshape(n, -1),
-            d.transpose(0, 2, 1).reshape(n, -1),
-        )
-    block, column = index // X8, index % X8
-    pieces = blocks[block, :, column, :].reshape(*index.shape, nbytes)
-    return pieces, s[block, :, column], d[block, :, column]
-
-
 def _scaled(codes: mx.array, scales: mx.array, supers: mx.array) -> mx.array:
     """Codes [..., K] (0..63) as weights: d[k / 256] * scales[k / 16] * (code - 32)."""
     *lead, _ = codes.shape
@@ -69,7 +51,7 @@ def _scaled(codes: mx.array, scales: mx.array, supers: mx.array) -> mx.array:
 
 def dequantize_x8(weight: mx.array, scales: mx.array, supers: mx.array, index=None) -> mx.array:
     """float32 weights [N, K] (or the rows of `index`) from the x8 layout."""
-    pieces, s, d = _x8_columns(weight, scales, supers, index)
+    pieces, s, d = layers.x8_columns(weight, scales, supers, index)
     return _scaled(_codes_x8(pieces), s, d)
 
 
