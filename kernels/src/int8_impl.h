@@ -158,22 +158,35 @@ inline const uint8_t* tile_bytes(const Problem& p, int t, size_t row_bytes, uint
   return scratch;
 }
 
-// The x8 layout's scales and biases of tile t (4 or 8 bits): each group's eight columns lie
-// side by side, as the tile keeps them, so they are read and written in order (one column
-// at a time they took a quarter of the packing).
+// Column n's scale and bias of group g in the tiles' terms (wd, wb), its parameters at `at`
+// (group g's) and, for Q6_K, its super-block scale at `super_at`: Q6_K's is d * scales[g],
+// with the codes' offset of 32 as the bias.
+template <bool OFFSET8>
+inline void tile_param(const Problem& p, size_t at, size_t super_at, float& wd, float& wb) {
+  float s, b;
+  if (p.bits == 6) {
+    s = param(p, p.biases, super_at) * float(static_cast<const int8_t*>(p.scales)[at]);
+    b = -32.0f * s;
+  } else {
+    s = param(p, p.scales, at);
+    b = param(p, p.biases, at);
+  }
+  wd = s;
+  wb = OFFSET8 && p.bits != 4 ? b + 128.0f * s : b;
+}
+
+// The x8 layout's parameters of tile t: each group's eight columns lie side by side, as the
+// tile keeps them, so they are read and written in order (one column at a time, at stride 8,
+// they took a quarter of the packing).
 template <bool OFFSET8>
 void x8_tile_params(const Problem& p, int t, int G, float* wd, float* wb) {
-  const int blocks = std::min(TN, p.N - t * TN) / 8;
+  const int blocks = std::min(TN, p.N - t * TN) / 8, supers = p.K / 256;
   for (int b = 0; b < blocks; b++) {
-    const size_t first = (size_t(t) * TN / 8 + b) * G * 8;
+    const size_t block = size_t(t) * TN / 8 + b;
     for (int g = 0; g < G; g++) {
-      float* d = wd + g * TN + 8 * b;
-      float* bias = wb + g * TN + 8 * b;
+      const size_t at = (block * G + g) * 8, super_at = p.bits == 6 ? (block * supers + g / 16) * 8 : 0;
       for (int r = 0; r < 8; r++) {
-        const float s = param(p, p.scales, first + size_t(g) * 8 + r);
-        const float v = param(p, p.biases, first + size_t(g) * 8 + r);
-        d[r] = s;
-        bias[r] = OFFSET8 && p.bits != 4 ? v + 128.0f * s : v;
+        tile_param<OFFSET8>(p, at + r, super_at + r, wd[g * TN + 8 * b + r], wb[g * TN + 8 * b + r]);
       }
     }
   }
@@ -203,23 +216,13 @@ void pack_tile(const Problem& p, const Packed& P, int t, uint8_t* rows) {
     } else {
       unpack_column<T::offset8>(bytes, K, p.bits, row);
     }
-    if (p.x8 && p.bits != 6) continue;  // tile_params below
+    if (p.x8) continue;  // x8_tile_params below
     for (int g = 0; g < G; g++) {
-      const size_t i = p.x8 ? (size_t(n / 8) * G + g) * 8 + n % 8 : size_t(n) * G + g;
-      float s, b;
-      if (p.bits == 6) {  // Q6_K: d * scales[g], and the codes' offset of 32 as the bias
-        const size_t supers = K / 256, d = p.x8 ? (size_t(n / 8) * supers + g / 16) * 8 + n % 8 : size_t(n) * supers + g / 16;
-        s = param(p, p.biases, d) * float(static_cast<const int8_t*>(p.scales)[i]);
-        b = -32.0f * s;
-      } else {
-        s = param(p, p.scales, i);
-        b = param(p, p.biases, i);
-      }
-      wd[g * TN + c] = s;
-      wb[g * TN + c] = T::offset8 && p.bits != 4 ? b + 128.0f * s : b;
+      const size_t super_at = p.bits == 6 ? size_t(n) * (K / 256) + g / 16 : 0;
+      tile_param<T::offset8>(p, size_t(n) * G + g, super_at, wd[g * TN + c], wb[g * TN + c]);
     }
   }
-  if (p.x8 && p.bits != 6) x8_tile_params<T::offset8>(p, t, G, wd, wb);
+  if (p.x8) x8_tile_params<T::offset8>(p, t, G, wd, wb);
   int kq = 0;
   for (; kq + 16 <= K / 4; kq += 16) T::transpose16(rows + 4 * kq, size_t(K), dst + kq * TN);
   transpose_dwords(rows, size_t(K), kq, K / 4, dst);

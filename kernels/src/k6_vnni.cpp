@@ -239,10 +239,6 @@ const DirectInt8* vnni_k6() {
   return vnni_int8_kernels() != nullptr ? &k : nullptr;
 }
 
-}  // namespace cpu_kernels
-
-namespace cpu_kernels {
-
 const DirectInt8* vnni_k6_x8() {
   // The 4-bit x8 walk's row bounds (x8_vnni.cpp measured them over both).
   static const DirectInt8 k{"avx512vnni-x8", X8_DIRECT_ROWS, X8_DIRECT_ROWS_ONE_BYTE, 0, k6_row_bytes, k6_stage, columns_x8};

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -54,14 +55,6 @@ __attribute__((target("avx512f"))) void swiglu_span_avx512(const float* gate, co
   }
   if (i < n) swiglu_span(gate + i, up + i, out + i, n - i);
 }
-
-bool avx512_here() {
-  static const bool here = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f");
-  }();
-  return here;
-}
 #endif
 
 }  // namespace
@@ -74,10 +67,13 @@ void rms_norm_f32(const float* x, const float* w, float* out, size_t rows, int d
 
 void swiglu_f32(const float* gate, const float* up, float* out, size_t n) {
   constexpr size_t BLOCK = 4096;
+#if defined(__x86_64__)
+  const bool avx512 = std::strcmp(active_kernels().isa, "avx512") == 0;  // as use_isa() says
+#endif
   split((n + BLOCK - 1) / BLOCK, BLOCK, 1, [&](size_t b0, size_t b1) {
     size_t i0 = b0 * BLOCK, i1 = std::min(n, b1 * BLOCK);
 #if defined(__x86_64__)
-    if (avx512_here()) return swiglu_span_avx512(gate + i0, up + i0, out + i0, i1 - i0);
+    if (avx512) return swiglu_span_avx512(gate + i0, up + i0, out + i0, i1 - i0);
 #endif
     swiglu_span(gate + i0, up + i0, out + i0, i1 - i0);
   });
