@@ -20,7 +20,13 @@ import mlx.nn as nn
 
 from inference.engine.decode_rows import RowTable
 from inference.engine.decode_verify import DraftVerifier, Produced
-from inference.engine.sampling import RowSampler, sample, sample_unseen, samples_unseen
+from inference.engine.sampling import (
+    RowSampler,
+    needs_history,
+    sample,
+    sample_unseen,
+    samples_unseen,
+)
 from inference.engine.sequence import Sequence
 from inference.engine.speculative import appended
 
@@ -119,7 +125,7 @@ class DecodeBatch:
         rows = self._table.rows
         return (
             PIPELINE
-            and all(r.drafter is None and not r.processors for r in rows)
+            and all(r.drafter is None and not needs_history(r.processors) for r in rows)
             and not any(r.job.params.logprobs for r in rows)
             and samples_unseen([r.sampler for r in rows])
         )
@@ -139,7 +145,7 @@ class DecodeBatch:
             inputs = mx.concatenate([previous.tokens.astype(mx.uint32), inputs])
         with table.adapted():
             logits = self.model(inputs[:, None], cache=table.cache)[:, -1, :]
-        tokens = sample_unseen(logits, [row.sampler for row in table.rows])
+        tokens = sample_unseen(self._process(None, logits), [row.sampler for row in table.rows])
         mx.async_eval(tokens)
         appended(table.orders, 1)
         for row, token in zip(table.rows[covered:], fresh, strict=True):
@@ -170,19 +176,20 @@ class DecodeBatch:
             out.append((row, [(values[i], None)]))
         return out
 
-    def _process(self, inputs: mx.array, logits: mx.array) -> mx.array:
-        """Penalties, logit_bias and grammars: per row, only for rows that have them."""
+    def _process(self, inputs: mx.array | None, logits: mx.array) -> mx.array:
+        """Penalties, logit_bias and grammars: per row, only for rows that have them. Rows
+        with a context see their tokens so far, `inputs` added (a pipelined step has only
+        rows whose processors read none, and passes None)."""
         table = self._table
-        if not any(table.contexts):
+        if not any(row.processors for row in table.rows):
             return logits
         rows = []
-        for i, context in enumerate(table.contexts):
-            row = logits[i : i + 1]
-            if context is not None:
-                seen = context.update_and_fetch(inputs[i : i + 1])
-                for process in table.rows[i].processors:
-                    row = process(seen, row)
-            rows.append(row)
+        for i, (row, context) in enumerate(zip(table.rows, table.contexts, strict=True)):
+            logits_i = logits[i : i + 1]
+            seen = None if context is None else context.update_and_fetch(inputs[i : i + 1])
+            for process in row.processors:
+                logits_i = process(seen, logits_i)
+            rows.append(logits_i)
         return mx.concatenate(rows, axis=0)
 
     def keep(self, indices: list[int]) -> None:

@@ -12,6 +12,7 @@ import mlx.nn as nn
 
 from inference.engine.kv import single_of
 from inference.engine.rewind import state_layers
+from inference.engine.sampling import needs_history
 from inference.engine.sequence import Sequence
 from inference.engine.speculative import Context, TrackRecord, in_order
 
@@ -57,7 +58,10 @@ class RowTable:
         self.orders.extend(None for _ in rows)
         self.records.extend(TrackRecord() for _ in rows)
         self.shadows.extend(None for _ in rows)
-        self.contexts.extend(Context(row.prompt[:-1]) if row.processors else None for row in rows)
+        # Only processors that read the tokens seen get them (logit_bias reads none).
+        self.contexts.extend(
+            Context(row.prompt[:-1]) if needs_history(row.processors) else None for row in rows
+        )
         self.replays = bool(state_layers(self.cache))
         self._find_target()
 

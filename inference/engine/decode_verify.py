@@ -180,20 +180,24 @@ class DraftVerifier:
         """Processors (penalties, logit_bias) at each fed position, each position seeing the
         draft tokens before it (grammar rows have no draft: one position)."""
         table = self._table
-        if not any(table.contexts):
+        if not any(row.processors for row in table.rows):
             return flat
         rows, start = [], 0
         for i, (context, draft) in enumerate(zip(table.contexts, drafts, strict=True)):
             n = len(draft) + 1
-            if context is None:
+            processors = table.rows[i].processors
+            if not processors:
                 rows.append(flat[start : start + n])
-            else:
-                base = context.size
+                start += n
+                continue
+            base = 0 if context is None else context.size
+            seen = None
+            if context is not None:
                 seen = context.update_and_fetch(mx.array(fed[i][:n], dtype=mx.int32))
-                for j in range(n):
-                    row = flat[start + j : start + j + 1]
-                    for process in table.rows[i].processors:
-                        row = process(seen[: base + j + 1], row)
-                    rows.append(row)
+            for j in range(n):
+                row = flat[start + j : start + j + 1]
+                for process in processors:
+                    row = process(None if seen is None else seen[: base + j + 1], row)
+                rows.append(row)
             start += n
         return mx.concatenate(rows, axis=0)

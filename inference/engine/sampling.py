@@ -254,9 +254,28 @@ def probe(params: SamplingParams, vocab_size: int) -> None:
     sample(logits, [make_row_sampler(params)], want_logprobs=False)
 
 
+class LogitBias:
+    """logit_bias as a processor that looks at no tokens: a pipelined step (decode.py) adds it
+    to logits the host has not read, where penalties and grammars need the tokens first."""
+
+    history_free = True
+
+    def __init__(self, bias: dict[int, float]) -> None:
+        self._indices = mx.array(list(bias.keys()))
+        self._values = mx.array(list(bias.values()))
+
+    def __call__(self, _tokens: mx.array | None, logits: mx.array) -> mx.array:
+        return logits.at[:, self._indices].add(self._values)
+
+
+def needs_history(processors: list) -> bool:
+    """Whether some processor reads the tokens seen so far (penalties, grammars)."""
+    return not all(getattr(p, "history_free", False) for p in processors)
+
+
 def make_processors(params: SamplingParams) -> list:
-    return make_logits_processors(
-        logit_bias=params.logit_bias or None,
+    bias = [LogitBias(params.logit_bias)] if params.logit_bias else []
+    return bias + make_logits_processors(
         repetition_penalty=params.repetition_penalty if params.repetition_penalty != 1 else None,
         repetition_context_size=PENALTY_WINDOW,
         presence_penalty=params.presence_penalty or None,

@@ -62,8 +62,9 @@ class Outcome:
 
     @property
     def tokens(self) -> list[int]:
-        """Generated tokens fed back (all but the last; the first fed is the prompt's last)."""
-        return self.sequence.fed[1:]
+        """Generated tokens fed back, all but the last (the first fed is the prompt's last; a
+        pipelined batch may feed a row's last too, to a step it queued before the row ended)."""
+        return self.sequence.fed[1 : self.done.completion_tokens]
 
 
 def run(runner: ModelRunner, *sequences: Sequence) -> list[Outcome]:
@@ -178,8 +179,8 @@ def test_a_sequence_joining_a_running_batch_gets_its_own_tokens(loaded):
     run(runner, late)
     while not early.finished:
         runner.step()
-    assert early.fed[1:] == expected[0].tokens
-    assert late.fed[1:] == expected[1].tokens
+    assert early.fed[1:12] == expected[0].tokens
+    assert late.fed[1:6] == expected[1].tokens
 
 
 def test_cancel_frees_the_slot_for_the_next_in_line(loaded):
@@ -336,14 +337,17 @@ def texts(outcomes: list[Outcome]) -> list[tuple[str, int, str]]:
 
 def scenario(loaded: LoadedModel, runner: ModelRunner) -> list[Outcome]:
     """Rows of different lengths, one joining late, one ending at a stop id mid-batch, one
-    that needs to see its tokens (a logit_bias) joining a pipelined batch."""
+    that needs to see its tokens (a repetition penalty) joining a pipelined batch."""
     first, second = ids_of(loaded, LONG), ids_of(loaded, SHORT)
     stop = mlx_lm_plain(loaded, second, 5)[3]  # its fourth token ends it
     early = [
         plain_sequence(loaded, first, plain(14)),
         plain_sequence(loaded, second, plain(9), stops=[stop]),
     ]
-    late = [plain_sequence(loaded, second, plain(6)), make_sequence(loaded, first, greedy(5))]
+    late = [
+        plain_sequence(loaded, second, plain(6)),
+        make_sequence(loaded, first, greedy(5, repetition_penalty=1.2)),
+    ]
     outcomes = {id(s): Outcome(s) for s in (*early, *late)}
     for sequence in early:
         runner.add(sequence)
