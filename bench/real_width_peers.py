@@ -47,7 +47,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # bench/ is on the path already, as for every bench script
 
 from load import NO_EOS  # noqa: E402
-from peers import bench_env, import_ours, restart_ours, start_llama_server, stop  # noqa: E402
+from peers import (  # noqa: E402
+    bench_env,
+    import_ours,
+    llama_server_binary,
+    restart_ours,
+    start_llama_server,
+    stop,
+)
 
 from bench.kernels import copy_bandwidth  # noqa: E402
 
@@ -287,13 +294,21 @@ async def burst_no_eos(url: str, streams: int, tokens: int) -> float:
 OURS = {"ours": "15bit", "ours-8bit": "8bit"}
 
 
-def start(server: str, gguf: Path, workdir: Path) -> tuple[subprocess.Popen, str]:
-    if server in OURS:
+def prepare(server: str, workdir: Path) -> None:
+    """What comes before a server's clock starts: ours, the catalog's activation rounding for
+    it (the admin's setting, not part of a start); llama-server, finding its build."""
+    if server not in OURS:
+        llama_server_binary()
+    else:
         env = bench_env(workdir, dict(os.environ))
         code = "from catalog.models import CatalogModel as M; "
         code += f"M.objects.update(activations={OURS[server]!r})"
         manage = [sys.executable, str(ROOT / "manage.py")]
         subprocess.run([*manage, "shell", "-c", code], env=env, check=True)
+
+
+def start(server: str, gguf: Path, workdir: Path) -> tuple[subprocess.Popen, str]:
+    if server in OURS:
         return restart_ours(workdir, dict(os.environ))
     return start_llama_server(gguf, SLOTS, dict(os.environ), SLOT_CONTEXT)
 
@@ -322,6 +337,7 @@ def run_shape(shape: str, args: argparse.Namespace, copy_gbs: float) -> None:
     rows: dict[str, list[dict[str, float]]] = {server: [] for server in args.servers}
     for round_ in range(args.rounds):
         for server in args.servers if round_ % 2 == 0 else args.servers[::-1]:
+            prepare(server, workdir)
             started = time.perf_counter()
             process, url = start(server, gguf, workdir)
             try:

@@ -114,6 +114,11 @@ NB_MODULE(_ext, m) {
   m.def("k6_interleave8", &ck::k6_interleave8, "w"_a, nb::kw_only(), "stream"_a = nb::none(),
         "Q6_K's weights (the kernels' layout, [N, K * 6 / 32] uint32) in the x8 layout: uint8 "
         "[N, K * 6 / 8], eight columns' 16-byte pieces side by side per 64 values.");
+  m.def("k6_x8_rows", &ck::k6_x8_rows, "w"_a, "scales"_a, "supers"_a, "ids"_a, nb::kw_only(),
+        "stream"_a = nb::none(),
+        "Rows `ids` of Q6_K weights in the x8 layout (k6_interleave8's, with its scales and "
+        "super-block scales interleaved) as float32 [*ids.shape, K]: an embedding's lookup in "
+        "one primitive.");
   m.def("rms_norm", &ck::rms_norm, "x"_a, "weight"_a, "eps"_a, nb::kw_only(),
         "stream"_a = nb::none(), "mx.fast.rms_norm in float32, one pass per row.");
 

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <vector>
 
+
 #include "mlx/allocator.h"
 #include "mlx/backend/cpu/encoder.h"
 #include "mlx/ops.h"
@@ -416,6 +417,72 @@ mx::array k6_interleave8(const mx::array& w, mx::StreamOrDevice s) {
   };
   mx::Shape shape{w.shape(0), int(bytes)};
   return make(shape, stream, "CpuK6Interleave8", {}, run, {mx::contiguous(w, false, stream)}, mx::uint8);
+}
+
+namespace {
+
+// Column `col` (0..7) of an x8 block of Q6_K (`block`: its first byte; `bytes` a column's) as
+// float weights: per 64 values, N0 (values i, 16 + i), N1 (32 + i, 48 + i), T (top pairs),
+// each a 16-byte unit at 128 * unit + 16 * col; scales and supers eight columns side by side.
+void k6_x8_column(const uint8_t* block, size_t bytes, int col, const int8_t* scales,
+                  const mx::float16_t* supers, int K, float* out) {
+  for (int c = 0; c < K / 64; c++) {
+    const uint8_t* n0 = block + 128 * (3 * c) + 16 * col;
+    const uint8_t* n1 = n0 + 128;
+    const uint8_t* top = n1 + 128;
+    const float d = float(supers[(c / 4) * 8 + col]);
+    float* o = out + 64 * c;
+    for (int i = 0; i < 16; i++) {
+      const int code[4] = {(n0[i] & 0x0f) | (top[i] & 3) << 4, (n0[i] >> 4) | (top[i] >> 2 & 3) << 4,
+                           (n1[i] & 0x0f) | (top[i] >> 4 & 3) << 4, (n1[i] >> 4) | (top[i] >> 6) << 4};
+      for (int q = 0; q < 4; q++) {
+        const int v = 16 * q + i;
+        o[v] = d * float(scales[(4 * c + q) * 8 + col]) * float(code[q] - 32);
+      }
+    }
+  }
+  (void)bytes;
+}
+
+}  // namespace
+
+mx::array k6_x8_rows(const mx::array& w, const mx::array& scales, const mx::array& supers, const mx::array& ids,
+                     mx::StreamOrDevice s) {
+  const char* op = "k6_x8_rows";
+  if (w.dtype() != mx::uint8 || w.ndim() != 2 || w.shape(0) % 8 != 0 || w.shape(1) % 192 != 0) {
+    refuse(op, "w must be Q6_K's x8 layout: uint8 [N, K * 6 / 8], N a multiple of 8, K of 256");
+  }
+  const int K = w.shape(1) * 8 / 6;
+  if (scales.dtype() != mx::int8 || scales.ndim() != 2 || scales.shape(0) != w.shape(0) || scales.shape(1) != K / 16) {
+    refuse(op, "scales must be int8 [N, K / 16]");
+  }
+  if (supers.dtype() != mx::float16 || supers.ndim() != 2 || supers.shape(0) != w.shape(0) ||
+      supers.shape(1) != K / 256) {
+    refuse(op, "supers must be float16 [N, K / 256]");
+  }
+  if (!mx::issubdtype(ids.dtype(), mx::integer)) refuse(op, "ids must be integers");
+  auto stream = cpu_stream(op, s);
+  const int N = w.shape(0);
+  auto run = [K, N](const std::vector<mx::array>& in, mx::array& out) {
+    const uint8_t* base = in[0].data<uint8_t>();
+    const int8_t* sc = in[1].data<int8_t>();
+    const mx::float16_t* sup = in[2].data<mx::float16_t>();
+    const int32_t* id = in[3].data<int32_t>();
+    const size_t bytes = size_t(K) * 6 / 8, rows = in[3].size();
+    float* o = out.data<float>();
+    for (size_t r = 0; r < rows; r++) {
+      const int n = std::clamp(id[r], 0, N - 1);  // as a gather's out-of-range index: no read outside
+      const size_t b = size_t(n / 8);
+      k6_x8_column(base + b * 8 * bytes, bytes, n % 8, sc + b * 8 * (K / 16), sup + b * 8 * (K / 256), K,
+                   o + r * K);
+    }
+  };
+  mx::Shape shape = ids.shape();
+  shape.push_back(K);
+  auto index = mx::contiguous(mx::astype(ids, mx::int32, stream), false, stream);
+  return make(shape, stream, "CpuK6X8Rows", {}, run,
+              {mx::contiguous(w, false, stream), mx::contiguous(scales, false, stream),
+               mx::contiguous(supers, false, stream), index});
 }
 
 mx::array rms_norm(const mx::array& x, const mx::array& weight, float eps, mx::StreamOrDevice s) {

@@ -49,6 +49,9 @@ mx::array interleave8(const mx::array& a, int unit, mx::StreamOrDevice s = {});
 // Q6_K's weights (k6.h, [N, K * 6 / 32] uint32 or its bytes) in the x8 layout (k6_vnni.cpp):
 // uint8 [N, K * 6 / 8].
 mx::array k6_interleave8(const mx::array& w, mx::StreamOrDevice s = {});
+// Rows `ids` of Q6_K weights in the x8 layout (an embedding's lookup) as float32 [..., K].
+mx::array k6_x8_rows(const mx::array& w, const mx::array& scales, const mx::array& supers, const mx::array& ids,
+                     mx::StreamOrDevice s = {});
 
 // As mx.fast.rms_norm(x, weight, eps).
 mx::array rms_norm(const mx::array& x, const mx::array& weight, float eps, mx::StreamOrDevice s = {});

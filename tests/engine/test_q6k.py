@@ -138,6 +138,13 @@ def test_the_x8_layout_holds_the_same_weights():
         assert np.array_equal(np.array(layer.dequantized()), w)
     ids = mx.array([[0, 7, 8, 23], [15, 16, 1, 9]])
     assert np.array_equal(np.array(embedding(ids)), w[np.array(ids)])
+    if x8:  # the lookup is one primitive (k6_x8_rows); MLX's reading of the layout agrees
+        held = embedding["weight"], embedding["scales"], embedding["biases"]
+        rows = q6k_weights.dequantize_x8(*held, ids)
+        assert np.array_equal(np.array(rows), w[np.array(ids)])
+        assert np.array_equal(
+            np.array(ext.k6_x8_rows(*held, ids.astype(mx.uint32))), np.array(rows)
+        )
     with layers.mlx_layout():
         assert q6k_weights.Q6KLinear(*arrays)["weight"].dtype == mx.uint32
     uneven = q6k_weights.Q6KLinear(*(a[:20] for a in arrays))  # 20 columns: not a block of 8
@@ -172,6 +179,13 @@ def test_the_x8_layout_refuses_what_it_cannot_hold():
         ext.k6_interleave8(arrays[0])
     with pytest.raises(ValueError, match="multiple of 256"):
         ext.k6_interleave8(mx.zeros((8, 40), dtype=mx.uint32))
+    with pytest.raises(ValueError, match="x8 layout"):
+        ext.k6_x8_rows(arrays[0], arrays[1], arrays[2], mx.array([0]))  # uint32: not x8
+    laid_out = (mx.zeros((8, 384), dtype=mx.uint8), mx.zeros((8, 32), dtype=mx.int8))
+    with pytest.raises(ValueError, match="supers must be float16"):
+        ext.k6_x8_rows(*laid_out, mx.zeros((8, 2), dtype=mx.float32), mx.array([0]))
+    with pytest.raises(ValueError, match="ids must be integers"):
+        ext.k6_x8_rows(*laid_out, mx.zeros((8, 2), dtype=mx.float16), mx.array([0.5]))
     if not VNNI:
         return
     bytes_ = mx.view(arrays[0], mx.uint8)  # uint8 weights of 20 columns: not the x8 layout

@@ -89,6 +89,10 @@ class _Q6KWeights:
     def _rows(self, index: mx.array | None) -> mx.array:
         arrays = self["weight"], self["scales"], self["biases"]
         if arrays[0].dtype == mx.uint8:
+            if index is not None and hasattr(ext, "k6_x8_rows"):
+                # One primitive for an embedding's lookup: MLX's gather and unpacking took ~75
+                # small operations a decode step, each encoded on the engine thread.
+                return ext.k6_x8_rows(*arrays, index)
             return dequantize_x8(*arrays, index)
         if index is None:
             return dequantize(*arrays)
